@@ -1,0 +1,112 @@
+package wire
+
+// Admin query commands and reply shapes (protocol.md §8). They are part of the
+// wire contract, so both the server (which encodes them) and the client side
+// (admin/, tui/, cmd/) use these one definitions. Times are integers in ms
+// (_ms) or µs (_us); counters are cumulative since start. Replies may carry
+// more members than listed here; decoders ignore unknown members.
+
+// Admin command names (the `cmd` member of a Q body).
+const (
+	CmdStatus         = "status"
+	CmdLocks          = "locks"
+	CmdTime           = "time"
+	CmdMembers        = "members"
+	CmdAddNode        = "add-node"
+	CmdRemoveNode     = "remove-node"
+	CmdTransferLeader = "transfer-leader"
+)
+
+// Node roles in `status` and `members`.
+const (
+	NodeSingle   = "single"
+	NodeLeader   = "leader"
+	NodeFollower = "follower"
+	NodeLearner  = "learner"
+)
+
+// Locks query bounds (§8).
+const (
+	LocksDefaultLimit = 100
+	LocksMaxLimit     = 10000
+)
+
+// AdminCounters are the cumulative counters of `status`.
+type AdminCounters struct {
+	Grants    uint64 `json:"grants"`
+	Handoffs  uint64 `json:"handoffs"`
+	Timeouts  uint64 `json:"timeouts"`
+	Releases  uint64 `json:"releases"`
+	NotHolder uint64 `json:"not_holder"`
+	Expiries  uint64 `json:"expiries"`
+	Busy      uint64 `json:"busy"`
+	Errors    uint64 `json:"errors"`
+	Cancels   uint64 `json:"cancels"`
+}
+
+// StatusReply is the reply to `status`.
+type StatusReply struct {
+	NodeID      string        `json:"node_id"`
+	Role        string        `json:"role"`   // single, leader, follower, learner
+	Leader      string        `json:"leader"` // leader's client address, "" when unknown
+	UptimeMS    int64         `json:"uptime_ms"`
+	Keys        int64         `json:"keys"`    // keys held or queued on
+	Holders     int64         `json:"holders"` // held keys
+	Waiters     int64         `json:"waiters"` // queued acquires
+	Connections int64         `json:"connections"`
+	Counters    AdminCounters `json:"counters"`
+
+	// Extensions (not required by §8).
+	Version        string `json:"version,omitempty"`
+	Draining       bool   `json:"draining"`
+	MaxKeys        int64  `json:"max_keys"`
+	MaxWaiters     int64  `json:"max_waiters"`
+	MaxConnections int64  `json:"max_connections"`
+	// CanGrant is false when a fresh acquire on a free key would be refused
+	// (draining, at max_keys, at max_connections, no quorum, clock unhealthy).
+	CanGrant bool   `json:"can_grant"`
+	Reason   string `json:"reason,omitempty"` // why CanGrant is false
+}
+
+// LockEntry is one key of a `locks` reply.
+type LockEntry struct {
+	Key               string `json:"key"`
+	Token             uint64 `json:"token"`
+	LeaseRemainingMS  int64  `json:"lease_remaining_ms"`
+	QueueDepth        int    `json:"queue_depth"`
+	OldestWaiterAgeMS int64  `json:"oldest_waiter_age_ms"`
+}
+
+// LocksQuery is the body of a `locks` query.
+type LocksQuery struct {
+	Cmd    string `json:"cmd"`
+	Prefix string `json:"prefix,omitempty"`
+	Limit  int    `json:"limit,omitempty"` // default 100, max 10,000
+}
+
+// LocksReply is the reply to `locks`: keys sorted by queue_depth descending, then key.
+type LocksReply struct {
+	Total     int         `json:"total"`
+	Truncated bool        `json:"truncated"`
+	Locks     []LockEntry `json:"locks"`
+}
+
+// TimeReply is the reply to `time`.
+type TimeReply struct {
+	UnixUS int64 `json:"unix_us"`
+}
+
+// Member is one entry of `members`.
+type Member struct {
+	ID            string `json:"id"`
+	ClientAddr    string `json:"client_addr"`
+	PeerAddr      string `json:"peer_addr"`
+	Role          string `json:"role"`
+	Voter         bool   `json:"voter"`
+	LastContactMS int64  `json:"last_contact_ms"`
+}
+
+// MembersReply is the reply to `members`, `add-node` and `remove-node`.
+type MembersReply struct {
+	Members []Member `json:"members"`
+}

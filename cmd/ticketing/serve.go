@@ -1,0 +1,162 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ticketing/ticketing/server"
+)
+
+// ServeOptions is `ticketing serve` after flags, env and config are merged.
+type ServeOptions struct {
+	Config   server.Config
+	LogLevel slog.Level
+	// Ready, when set, is called with the bound address once serving (tests).
+	Ready func(addr string)
+}
+
+const shutdownBudget = 5 * time.Second
+
+func newCmdServe(ios *IO, runF func(context.Context, *IO, *ServeOptions) error) *cobra.Command {
+	if runF == nil {
+		runF = runServe
+	}
+	def := server.DefaultConfig()
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run a lock server",
+		Long: `Run a single-node lock server.
+
+Every flag is also an environment variable: TICKETING_<FLAG> with dashes as
+underscores (e.g. TICKETING_MAX_LEASE=30m), and a key of the --config file.
+A non-loopback --listen address without a token is refused unless --insecure.
+SIGTERM/SIGINT drain and stop (waiting acquires answered "shutting down");
+SIGHUP reloads the TLS certificate files.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			opts, err := serveOptions(cmd)
+			if err != nil {
+				return err
+			}
+			return runF(cmd.Context(), ios, opts)
+		},
+	}
+	f := cmd.Flags()
+	f.String("config", "", "config file (YAML, JSON or TOML) with the same keys as the flags")
+	f.String("listen", def.Listen, "client listen address host:port")
+	f.String("token", "", "client token (prefer --token-file or TICKETING_TOKEN)")
+	f.String("token-file", "", "file holding the client token")
+	f.String("admin-token", "", "admin token (default: the client token)")
+	f.String("admin-token-file", "", "file holding the admin token")
+	f.Bool("insecure", false, "allow a non-loopback listen address without a token")
+	f.String("tls-cert", "", "TLS certificate file (PEM); enables TLS with --tls-key")
+	f.String("tls-key", "", "TLS private key file (PEM)")
+	f.String("tls-client-ca", "", "CA file (PEM) to require and verify client certificates")
+	f.Duration("max-lease", def.MaxLease, "longest lease accepted")
+	f.Duration("max-wait", def.MaxWait, "longest wait accepted")
+	f.Int("max-keys", def.MaxKeys, "keys held or queued on (B OVERLOADED beyond)")
+	f.Int("max-waiters-per-key", def.MaxWaitersPerKey, "queued acquires per key (B QUEUE_FULL beyond)")
+	f.Int("max-waiters", def.MaxWaiters, "queued acquires in all (B OVERLOADED beyond)")
+	f.Int("max-connections", def.MaxConnections, "client connections (REJECT OVERLOADED beyond)")
+	f.Int("max-inflight", def.MaxInflight, "queued acquires per connection (B OVERLOADED beyond)")
+	f.Duration("handshake-timeout", def.HandshakeTimeout, "time allowed for TLS and the AUTH frame")
+	f.String("data-dir", "", "directory for the fencing-token high-water mark (tokens then survive restarts)")
+	f.String("metrics-listen", "", "Prometheus /metrics listen address (off when empty)")
+	f.String("log-level", "info", "debug, info, warn or error")
+	f.String("node-id", def.NodeID, "node id reported by status")
+	return cmd
+}
+
+func serveOptions(cmd *cobra.Command) (*ServeOptions, error) {
+	v, err := newViper(cmd)
+	if err != nil {
+		return nil, err
+	}
+	cfg := server.DefaultConfig()
+	cfg.Listen = v.GetString("listen")
+	if cfg.ClientToken, err = readSecret(v, "token", "token-file"); err != nil {
+		return nil, err
+	}
+	if cfg.AdminToken, err = readSecret(v, "admin-token", "admin-token-file"); err != nil {
+		return nil, err
+	}
+	cfg.Insecure = v.GetBool("insecure")
+	cfg.TLSCertFile = v.GetString("tls-cert")
+	cfg.TLSKeyFile = v.GetString("tls-key")
+	cfg.TLSClientCAFile = v.GetString("tls-client-ca")
+	cfg.MaxLease = v.GetDuration("max-lease")
+	cfg.MaxWait = v.GetDuration("max-wait")
+	cfg.MaxKeys = v.GetInt("max-keys")
+	cfg.MaxWaitersPerKey = v.GetInt("max-waiters-per-key")
+	cfg.MaxWaiters = v.GetInt("max-waiters")
+	cfg.MaxConnections = v.GetInt("max-connections")
+	cfg.MaxInflight = v.GetInt("max-inflight")
+	cfg.HandshakeTimeout = v.GetDuration("handshake-timeout")
+	cfg.DataDir = v.GetString("data-dir")
+	cfg.MetricsListen = v.GetString("metrics-listen")
+	cfg.NodeID = v.GetString("node-id")
+	cfg.Version = versionString()
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(v.GetString("log-level"))); err != nil {
+		return nil, usageError("--log-level %q: want debug, info, warn or error", v.GetString("log-level"))
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, withExit(ExitUsage, err)
+	}
+	return &ServeOptions{Config: cfg, LogLevel: lvl}, nil
+}
+
+func runServe(ctx context.Context, ios *IO, opts *ServeOptions) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	log := slog.New(slog.NewTextHandler(ios.ErrOut, &slog.HandlerOptions{Level: opts.LogLevel}))
+	cfg := opts.Config
+	cfg.Logger = log
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	srv, err := server.Start(ctx, cfg)
+	if err != nil {
+		if errors.Is(err, server.ErrConfig) {
+			return withExit(ExitUsage, err)
+		}
+		return err
+	}
+	log.Info("serving", "addr", srv.Addr(), "tokens", cfg.ClientToken != "", "tls", cfg.TLSCertFile != "",
+		"metrics", srv.MetricsAddr(), "data_dir", cfg.DataDir, "version", cfg.Version)
+	if opts.Ready != nil {
+		opts.Ready(srv.Addr())
+	}
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	for {
+		select {
+		case <-hup:
+			if err := srv.ReloadTLS(); err != nil {
+				log.Error("tls reload failed; keeping the previous certificate", "err", err)
+			} else if cfg.TLSCertFile != "" {
+				log.Info("tls certificate reloaded")
+			}
+			continue
+		case <-ctx.Done():
+		}
+		break
+	}
+	log.Info("shutting down", "budget", shutdownBudget)
+	sctx, cancel := context.WithTimeout(context.Background(), shutdownBudget)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	log.Info("stopped")
+	return nil
+}

@@ -1,0 +1,191 @@
+package server
+
+import (
+	"bytes"
+	"container/heap"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/ticketing/ticketing/client/wire"
+	"github.com/ticketing/ticketing/server/locktable"
+)
+
+// adminQuery is the union of the arguments of every §8 command. Pointer
+// fields tell "absent" from zero.
+type adminQuery struct {
+	Cmd    *string `json:"cmd"`
+	Prefix *string `json:"prefix"`
+	Limit  *int    `json:"limit"`
+}
+
+func isChanging(cmd string) bool {
+	return cmd == wire.CmdAddNode || cmd == wire.CmdRemoveNode || cmd == wire.CmdTransferLeader
+}
+
+func knownCmd(cmd string) bool {
+	switch cmd {
+	case wire.CmdStatus, wire.CmdLocks, wire.CmdTime, wire.CmdMembers:
+		return true
+	}
+	return isChanging(cmd)
+}
+
+// query answers an admin query (protocol.md §2.1 checks 4, 5, 8 and §8).
+func (c *conn) query(req *wire.Request) {
+	if c.role == wire.RoleClient {
+		c.replyError(req.ReqID, wire.CodeNotPermitted)
+		return
+	}
+	if req.KeyLen != 0 || req.ArgLow() != 0 || req.BodyLen() == 0 {
+		c.replyErrorMsg(req.ReqID, wire.CodeBadAdmin, "Q header: key_len and bytes 12..16 must be 0, body_len 1..65536")
+		return
+	}
+	var q adminQuery
+	body := bytes.TrimSpace(req.Body)
+	if len(body) == 0 || body[0] != '{' || json.Unmarshal(body, &q) != nil || q.Cmd == nil {
+		c.replyErrorMsg(req.ReqID, wire.CodeBadAdmin, "body must be a JSON object with a string member \"cmd\"")
+		return
+	}
+	cmd := *q.Cmd
+	if !knownCmd(cmd) {
+		c.replyErrorMsg(req.ReqID, wire.CodeBadAdmin, "unknown cmd")
+		return
+	}
+	if isChanging(cmd) {
+		if c.role != wire.RoleAdmin {
+			c.replyError(req.ReqID, wire.CodeNotPermitted)
+			return
+		}
+		c.replyErrorMsg(req.ReqID, wire.CodeBadAdmin, "not a cluster")
+		return
+	}
+	var reply any
+	switch cmd {
+	case wire.CmdStatus:
+		st := c.s.Status()
+		reply = &st
+	case wire.CmdTime:
+		reply = &wire.TimeReply{UnixUS: c.s.now().UnixMicro()}
+	case wire.CmdMembers:
+		reply = &wire.MembersReply{Members: []wire.Member{{
+			ID: c.s.cfg.NodeID, ClientAddr: c.s.Addr(), Role: wire.NodeSingle, Voter: true,
+		}}}
+	case wire.CmdLocks:
+		limit := wire.LocksDefaultLimit
+		if q.Limit != nil {
+			limit = *q.Limit
+		}
+		if limit < 1 || limit > wire.LocksMaxLimit {
+			c.replyErrorMsg(req.ReqID, wire.CodeBadAdmin, fmt.Sprintf("limit must be 1..%d", wire.LocksMaxLimit))
+			return
+		}
+		prefix := ""
+		if q.Prefix != nil {
+			prefix = *q.Prefix
+		}
+		lr := c.s.Locks(prefix, limit)
+		reply = &lr
+	}
+	out, err := json.Marshal(reply)
+	if err != nil || len(out) > wire.MaxAdminReply {
+		c.replyErrorMsg(req.ReqID, wire.CodeInternal, "reply too large")
+		return
+	}
+	c.wbuf = wire.AppendAdmin(c.wbuf, req.ReqID, out)
+}
+
+// Status is the admin `status` reply of this node (§8).
+func (s *Server) Status() wire.StatusReply {
+	var ctr locktable.Counters
+	var holders int64
+	for _, sh := range s.shards {
+		sh.mu.Lock()
+		ctr.Add(sh.t.Counters())
+		holders += int64(sh.t.Holders())
+		sh.mu.Unlock()
+	}
+	st := wire.StatusReply{
+		NodeID:      s.cfg.NodeID,
+		Role:        wire.NodeSingle,
+		UptimeMS:    time.Since(s.start).Milliseconds(),
+		Keys:        s.counts.Keys(),
+		Holders:     holders,
+		Waiters:     s.counts.Waiters(),
+		Connections: s.live.Load(),
+		Counters: wire.AdminCounters{
+			Grants: ctr.Grants, Handoffs: ctr.Handoffs, Timeouts: ctr.Timeouts,
+			Releases: ctr.Releases, NotHolder: ctr.NotHolder, Expiries: ctr.Expiries,
+			Busy: ctr.Busy + s.busyExtra.Load(), Errors: s.errorsCount.Load(), Cancels: ctr.Cancels,
+		},
+		Version:        s.cfg.Version,
+		Draining:       s.draining.Load(),
+		MaxKeys:        int64(s.cfg.MaxKeys),
+		MaxWaiters:     int64(s.cfg.MaxWaiters),
+		MaxConnections: int64(s.cfg.MaxConnections),
+		CanGrant:       true,
+	}
+	switch {
+	case st.Draining:
+		st.CanGrant, st.Reason = false, "draining (shutting down)"
+	case st.Keys >= st.MaxKeys:
+		st.CanGrant, st.Reason = false, "at max_keys"
+	case s.nconns.Load() >= int64(s.cfg.MaxConnections):
+		st.CanGrant, st.Reason = false, "at max_connections"
+	}
+	return st
+}
+
+// Locks is the admin `locks` reply: held keys starting with prefix, sorted by
+// queue depth descending then key, at most limit of them. Memory is bounded by
+// limit however many keys exist.
+func (s *Server) Locks(prefix string, limit int) wire.LocksReply {
+	now := s.nanotime()
+	h := &lockHeap{}
+	total := 0
+	for _, sh := range s.shards {
+		sh.mu.Lock()
+		sh.t.Locks(now, prefix, func(li locktable.LockInfo) bool {
+			total++
+			e := wire.LockEntry{
+				Key: li.Key, Token: li.Token, LeaseRemainingMS: li.LeaseRemainingMS,
+				QueueDepth: li.QueueDepth, OldestWaiterAgeMS: li.OldestWaiterAgeMS,
+			}
+			if h.Len() < limit {
+				heap.Push(h, e)
+			} else if before(e, (*h)[0]) {
+				(*h)[0] = e
+				heap.Fix(h, 0)
+			}
+			return true
+		})
+		sh.mu.Unlock()
+	}
+	out := make([]wire.LockEntry, h.Len())
+	for i := len(out) - 1; i >= 0; i-- {
+		out[i] = heap.Pop(h).(wire.LockEntry)
+	}
+	return wire.LocksReply{Total: total, Truncated: total > len(out), Locks: out}
+}
+
+// before is the `locks` order: deeper queue first, then key ascending.
+func before(a, b wire.LockEntry) bool {
+	if a.QueueDepth != b.QueueDepth {
+		return a.QueueDepth > b.QueueDepth
+	}
+	return a.Key < b.Key
+}
+
+// lockHeap keeps the best `limit` entries with the worst at the root.
+type lockHeap []wire.LockEntry
+
+func (h lockHeap) Len() int           { return len(h) }
+func (h lockHeap) Less(i, j int) bool { return before(h[j], h[i]) }
+func (h lockHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *lockHeap) Push(x any)        { *h = append(*h, x.(wire.LockEntry)) }
+func (h *lockHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}

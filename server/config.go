@@ -1,0 +1,179 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"time"
+
+	"github.com/ticketing/ticketing/client/wire"
+)
+
+// Config is the single-node server's configuration. DefaultConfig gives the
+// documented defaults (protocol.md §2.1, §3.3, §4); Validate checks it.
+type Config struct {
+	// Listen is the client address, host:port. Default "127.0.0.1:7470".
+	Listen string
+	// ClientToken, AdminToken and PeerToken are the roles' shared secrets
+	// (protocol.md §1.2). Empty = not configured; admin defaults to client,
+	// peer to admin. An admin or peer token without a client token is an error.
+	ClientToken, AdminToken, PeerToken string
+	// Insecure allows a non-loopback Listen address without a token.
+	Insecure bool
+
+	// TLSCertFile and TLSKeyFile enable TLS (1.2 minimum) when both are set.
+	// TLSClientCAFile additionally requires client certificates signed by it.
+	TLSCertFile, TLSKeyFile, TLSClientCAFile string
+
+	MaxLease         time.Duration // longest lease_ms accepted; default 1 h, at most 2^32-1 ms
+	MaxWait          time.Duration // longest wait_ms accepted; default 15 min
+	MaxKeys          int           // keys held or queued on; default 1,000,000 (B OVERLOADED)
+	MaxWaitersPerKey int           // default 10,000 (B QUEUE_FULL)
+	MaxWaiters       int           // queued acquires in all; default 1,000,000 (B OVERLOADED)
+	MaxConnections   int           // default 10,000 (REJECT OVERLOADED)
+	MaxInflight      int           // queued acquires per connection, sent in WELCOME; default 1,024
+	HandshakeTimeout time.Duration // TLS handshake + AUTH; default 5 s
+
+	// DataDir, when set, persists the fencing-token high-water mark (§6) so
+	// tokens keep increasing across restarts even when the wall clock steps back.
+	DataDir string
+	// TokenBlock is how many tokens are reserved (and fsynced) ahead at a time
+	// with DataDir. Default 1<<16.
+	TokenBlock uint64
+
+	// MetricsListen, when set, serves Prometheus /metrics on that address.
+	MetricsListen string
+
+	// Shards is the number of lock-table shards (each one mutex and one timer
+	// goroutine). Default 16.
+	Shards int
+	// IdleKeyCache is how many free keys are kept (in all) for reuse without
+	// allocating. Default 16,384.
+	IdleKeyCache int
+	// OutBufferLimit is the unsent-response bound per connection in bytes
+	// above which the server stops reading from it (§3.3). Default 256 KiB.
+	OutBufferLimit int
+
+	NodeID  string       // reported by admin status; default "single"
+	Version string       // reported by admin status
+	Logger  *slog.Logger // default: discard
+	// Now returns the wall clock; nil means time.Now. Tests inject a clock to
+	// check the first fencing token of a domain (§6).
+	Now func() time.Time
+}
+
+// DefaultConfig returns the documented defaults: a single node on
+// 127.0.0.1:7470 with no token.
+func DefaultConfig() Config {
+	return Config{
+		Listen:           "127.0.0.1:7470",
+		MaxLease:         time.Hour,
+		MaxWait:          15 * time.Minute,
+		MaxKeys:          1_000_000,
+		MaxWaitersPerKey: 10_000,
+		MaxWaiters:       1_000_000,
+		MaxConnections:   10_000,
+		MaxInflight:      1024,
+		HandshakeTimeout: 5 * time.Second,
+		TokenBlock:       1 << 16,
+		Shards:           16,
+		IdleKeyCache:     16384,
+		OutBufferLimit:   256 << 10,
+		NodeID:           "single",
+	}
+}
+
+// ErrConfig is wrapped by every Validate error.
+var ErrConfig = errors.New("invalid configuration")
+
+func cfgErr(format string, a ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrConfig}, a...)...)
+}
+
+// Validate checks the configuration; errors wrap ErrConfig and name the setting.
+func (c *Config) Validate() error {
+	host, _, err := net.SplitHostPort(c.Listen)
+	if err != nil {
+		return cfgErr("listen address %q: %v", c.Listen, err)
+	}
+	if c.ClientToken == "" && (c.AdminToken != "" || c.PeerToken != "") {
+		return cfgErr("an admin or peer token requires a client token")
+	}
+	if c.ClientToken == "" && !c.Insecure && !isLoopback(host) {
+		return cfgErr("refusing to listen on non-loopback address %q without a token (set a token, or --insecure)", c.Listen)
+	}
+	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {
+		return cfgErr("TLS needs both a certificate and a key file")
+	}
+	if c.TLSClientCAFile != "" && c.TLSCertFile == "" {
+		return cfgErr("a TLS client CA needs a server certificate and key")
+	}
+	if c.MaxLease < time.Millisecond || c.MaxLease.Milliseconds() > 1<<32-1 {
+		return cfgErr("max lease %v: must be 1ms..%v", c.MaxLease, time.Duration(1<<32-1)*time.Millisecond)
+	}
+	if c.MaxWait < 0 || c.MaxWait.Milliseconds() > 1<<32-1 {
+		return cfgErr("max wait %v: must be 0..%v", c.MaxWait, time.Duration(1<<32-1)*time.Millisecond)
+	}
+	for _, l := range []struct {
+		name string
+		v    int
+	}{
+		{"max keys", c.MaxKeys}, {"max waiters per key", c.MaxWaitersPerKey},
+		{"max waiters", c.MaxWaiters}, {"max connections", c.MaxConnections},
+		{"max inflight", c.MaxInflight}, {"shards", c.Shards},
+	} {
+		if l.v < 1 {
+			return cfgErr("%s must be at least 1 (got %d)", l.name, l.v)
+		}
+	}
+	if uint64(c.MaxInflight) > 1<<32-1 {
+		return cfgErr("max inflight above 2^32-1")
+	}
+	if c.HandshakeTimeout <= 0 {
+		return cfgErr("handshake timeout must be positive")
+	}
+	if c.OutBufferLimit < 4*wire.MaxErrorPayload {
+		return cfgErr("out buffer limit below %d bytes", 4*wire.MaxErrorPayload)
+	}
+	if c.MetricsListen != "" {
+		if _, _, err := net.SplitHostPort(c.MetricsListen); err != nil {
+			return cfgErr("metrics listen address %q: %v", c.MetricsListen, err)
+		}
+	}
+	return nil
+}
+
+// isLoopback reports whether host names only loopback addresses: localhost,
+// 127.0.0.0/8 or ::1. The empty host (all interfaces) is not loopback.
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// tokenFor returns the token of role per protocol.md §1.2 defaults.
+func (c *Config) tokenFor(r wire.Role) string {
+	client := c.ClientToken
+	admin := c.AdminToken
+	if admin == "" {
+		admin = client
+	}
+	peer := c.PeerToken
+	if peer == "" {
+		peer = admin
+	}
+	switch r {
+	case wire.RoleClient:
+		return client
+	case wire.RoleAdmin:
+		return admin
+	case wire.RolePeer:
+		return peer
+	}
+	return ""
+}
+
+func (c *Config) tokensConfigured() bool { return c.ClientToken != "" }

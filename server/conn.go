@@ -1,0 +1,560 @@
+package server
+
+import (
+	"crypto/rand"
+	"crypto/tls"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ticketing/ticketing/client/wire"
+	"github.com/ticketing/ticketing/server/locktable"
+)
+
+const (
+	readBufSize  = 16 << 10 // default read buffer; grows for one large Q frame, then shrinks
+	keepBufLimit = 64 << 10 // buffers grown past this by an admin reply are dropped after use
+)
+
+// conn is one client connection after accept.
+type conn struct {
+	s           *Server
+	nc          net.Conn
+	id          uint64
+	role        wire.Role
+	maxInflight int32
+
+	// reader-owned
+	rbuf []byte
+	wbuf []byte // responses of the current batch
+
+	inflight atomic.Int32 // queued acquires; incremented by the reader only
+
+	mu       sync.Mutex
+	drained  *sync.Cond // on mu: out drained below the limit, or broken
+	out      []byte     // answers not yet written
+	spare    []byte
+	flushing bool
+	broken   bool // write failed or connection torn down: discard output
+	pending  map[uint32]struct{}
+	wake     chan struct{}
+	done     chan struct{}
+	stopping atomic.Bool // server shutdown: discard further requests
+}
+
+func newConn(s *Server, nc net.Conn) *conn {
+	c := &conn{
+		s:           s,
+		nc:          nc,
+		id:          s.nextConn.Add(1),
+		maxInflight: int32(s.cfg.MaxInflight),
+		pending:     make(map[uint32]struct{}),
+		wake:        make(chan struct{}, 1),
+		done:        make(chan struct{}),
+	}
+	c.drained = sync.NewCond(&c.mu)
+	return c
+}
+
+func (c *conn) serve() {
+	defer c.s.wg.Done()
+	defer c.s.nconns.Add(-1)
+	if tcp, ok := c.nc.(*net.TCPConn); ok {
+		setUserTimeout(tcp, userTimeout)
+	}
+	if !c.handshake() {
+		return
+	}
+	c.s.register(c)
+	c.s.wg.Add(1)
+	go c.writeLoop()
+	fatal := c.readLoop()
+	c.teardown(fatal)
+}
+
+// ---------------------------------------------------------------------------
+// Handshake (protocol.md §1)
+
+// handshake runs HELLO → AUTH → WELCOME/REJECT. It returns true when the
+// connection is accepted; otherwise it has closed it.
+func (c *conn) handshake() bool {
+	s := c.s
+	_ = c.nc.SetDeadline(time.Now().Add(s.cfg.HandshakeTimeout))
+	if cfg := s.tlsCfg.Load(); cfg != nil {
+		tc := tls.Server(c.nc, cfg)
+		if err := tc.Handshake(); err != nil {
+			s.log.Debug("tls handshake failed", "remote", c.nc.RemoteAddr().String(), "err", err)
+			c.nc.Close()
+			return false
+		}
+		c.nc = tc
+	}
+	var hello wire.Hello
+	if _, err := rand.Read(hello.Nonce[:]); err != nil {
+		c.nc.Close()
+		return false
+	}
+	if s.cfg.tokensConfigured() {
+		hello.Flags = wire.HelloFlagTokens
+	}
+	buf := make([]byte, 0, wire.AuthLen)
+	if _, err := c.nc.Write(wire.AppendHello(buf, &hello)); err != nil {
+		c.nc.Close()
+		return false
+	}
+	ab := buf[:wire.AuthLen]
+	if _, err := io.ReadFull(c.nc, ab); err != nil {
+		// Timeout or EOF: close without sending anything more (§1).
+		c.nc.Close()
+		return false
+	}
+	auth, err := wire.ParseAuth(ab)
+	if err != nil {
+		c.reject(wire.CodeBadHandshake)
+		return false
+	}
+	if s.cfg.tokensConfigured() {
+		want := wire.ClientProof(s.tokenBytes(auth.Role), auth.Role, &hello.Nonce, &auth.Nonce)
+		if !wire.ProofEqual(&want, &auth.Proof) {
+			c.reject(wire.CodeAuthFailed)
+			return false
+		}
+	}
+	if s.draining.Load() {
+		c.reject(wire.CodeShuttingDown)
+		return false
+	}
+	if s.nconns.Load() > int64(s.cfg.MaxConnections) {
+		c.reject(wire.CodeOverloaded)
+		return false
+	}
+	c.role = auth.Role
+	w := wire.Welcome{
+		Status:      wire.WelcomeAccepted,
+		MaxInflight: uint32(s.cfg.MaxInflight),
+		Proof:       wire.ServerProof(s.tokenBytes(auth.Role), auth.Role, &auth.Nonce, &hello.Nonce),
+	}
+	if _, err := c.nc.Write(wire.AppendWelcome(buf[:0], &w)); err != nil {
+		c.nc.Close()
+		return false
+	}
+	_ = c.nc.SetDeadline(time.Time{})
+	c.rbuf = make([]byte, readBufSize)
+	return true
+}
+
+func (c *conn) reject(code wire.Code) {
+	c.s.log.Debug("handshake rejected", "remote", c.nc.RemoteAddr().String(), "code", code.String())
+	_, _ = c.nc.Write(wire.AppendReject(nil, code))
+	c.lingerClose()
+}
+
+// lingerClose half-closes the write side, discards input until EOF or 1 s,
+// then closes, so the peer can read the final frame (§1 "Closing after an error").
+func (c *conn) lingerClose() {
+	type closeWriter interface{ CloseWrite() error }
+	if cw, ok := c.nc.(closeWriter); ok {
+		_ = cw.CloseWrite()
+	}
+	_ = c.nc.SetReadDeadline(time.Now().Add(time.Second))
+	var sink [512]byte
+	for {
+		if _, err := c.nc.Read(sink[:]); err != nil {
+			break
+		}
+	}
+	c.nc.Close()
+}
+
+// ---------------------------------------------------------------------------
+// Read loop: read a batch, process every complete frame, flush once.
+
+// readLoop returns true when the connection must close after a protocol
+// error (E BAD_OP, or an admin body above the limit).
+func (c *conn) readLoop() (fatal bool) {
+	r := 0
+	for {
+		n, err := c.nc.Read(c.rbuf[r:])
+		r += n
+		if n > 0 && !c.stopping.Load() {
+			now := c.s.nanotime()
+			off := 0
+			for r-off >= wire.HeaderLen {
+				flen, ferr := wire.RequestFrameLen(c.rbuf[off:r])
+				if ferr != nil {
+					c.frameError(c.rbuf[off:r], ferr)
+					return true
+				}
+				if r-off < flen {
+					if flen > len(c.rbuf) {
+						nb := make([]byte, flen)
+						copy(nb, c.rbuf[off:r])
+						c.rbuf = nb
+						r -= off
+						off = 0
+					}
+					break
+				}
+				req, _, _ := wire.ParseRequest(c.rbuf[off : off+flen])
+				c.handle(now, &req)
+				off += flen
+			}
+			if off > 0 {
+				r = copy(c.rbuf, c.rbuf[off:r])
+			}
+			if len(c.rbuf) > readBufSize && r <= readBufSize {
+				nb := make([]byte, readBufSize)
+				copy(nb, c.rbuf[:r])
+				c.rbuf = nb
+			}
+			c.flushBatch()
+		} else if n > 0 {
+			r = 0 // stopping: discard
+		}
+		if err != nil {
+			return false
+		}
+	}
+}
+
+// frameError answers a frame that cannot be framed (§2.1 check 1, or a Q
+// body_len above 65,536) and reports that the connection must close.
+func (c *conn) frameError(b []byte, ferr error) {
+	h, _ := wire.ParseRequestHeader(b)
+	code := wire.CodeBadOp
+	if errors.Is(ferr, wire.ErrBodyTooLarge) {
+		// Run the checks before check 5 so the first failing one answers.
+		switch {
+		case h.Flags != 0:
+			code = wire.CodeBadFlags
+		case c.outstanding(h.ReqID):
+			code = wire.CodeDuplicateReqID
+		case c.role == wire.RoleClient:
+			code = wire.CodeNotPermitted
+		default:
+			code = wire.CodeBadAdmin
+		}
+	}
+	c.replyError(h.ReqID, code)
+}
+
+// handle applies one complete request in the order of protocol.md §2.1.
+func (c *conn) handle(now int64, req *wire.Request) {
+	if req.Flags != 0 {
+		c.replyError(req.ReqID, wire.CodeBadFlags)
+		return
+	}
+	if c.outstanding(req.ReqID) {
+		c.replyError(req.ReqID, wire.CodeDuplicateReqID)
+		return
+	}
+	switch req.Op {
+	case wire.OpAcquire:
+		c.acquire(now, req)
+	case wire.OpRelease:
+		if !c.lockOpChecks(req) {
+			return
+		}
+		sh := c.s.shardFor(req.Key)
+		sh.mu.Lock()
+		e := sh.t.Release(now, locktable.Owner{Conn: c.id, ReqID: req.ReqID}, req.Key, req.Token())
+		sh.rearm()
+		sh.mu.Unlock()
+		c.wbuf = wire.AppendStatus(c.wbuf, e.Status, e.Code, req.ReqID)
+	case wire.OpCancel:
+		if !c.lockOpChecks(req) {
+			return
+		}
+		sh := c.s.shardFor(req.Key)
+		sh.mu.Lock()
+		e := sh.t.Cancel(now, locktable.Owner{Conn: c.id, ReqID: req.ReqID}, req.Key, req.Target())
+		sh.mu.Unlock()
+		c.wbuf = wire.AppendStatus(c.wbuf, e.Status, e.Code, req.ReqID)
+	case wire.OpPing:
+		if req.KeyLen != 0 {
+			c.replyError(req.ReqID, wire.CodeBadKey)
+			return
+		}
+		c.wbuf = wire.AppendPong(c.wbuf, req.ReqID, uint64(c.s.now().UnixMicro()))
+	case wire.OpQuery:
+		c.query(req)
+	}
+}
+
+// lockOpChecks runs checks 4 (role) and 5 (key) for A, R, C.
+func (c *conn) lockOpChecks(req *wire.Request) bool {
+	if c.role == wire.RolePeer {
+		c.replyError(req.ReqID, wire.CodeNotPermitted)
+		return false
+	}
+	if !wire.ValidKey(req.Key) {
+		c.replyError(req.ReqID, wire.CodeBadKey)
+		return false
+	}
+	return true
+}
+
+func (c *conn) acquire(now int64, req *wire.Request) {
+	if !c.lockOpChecks(req) {
+		return
+	}
+	lease, wait := req.LeaseMS(), req.WaitMS()
+	if lease == 0 || int64(lease) > c.s.cfg.MaxLease.Milliseconds() {
+		c.replyError(req.ReqID, wire.CodeBadLease)
+		return
+	}
+	if int64(wait) > c.s.cfg.MaxWait.Milliseconds() {
+		c.replyError(req.ReqID, wire.CodeBadWait)
+		return
+	}
+	if c.s.draining.Load() {
+		c.s.busyExtra.Add(1)
+		c.wbuf = wire.AppendStatus(c.wbuf, wire.StatusBusy, wire.CodeShuttingDown, req.ReqID)
+		return
+	}
+	owner := locktable.Owner{Conn: c.id, ReqID: req.ReqID}
+	sh := c.s.shardFor(req.Key)
+	sh.mu.Lock()
+	if wait > 0 && c.inflight.Load() >= c.maxInflight {
+		// Queueing would exceed max_inflight (§3.3): B OVERLOADED instead,
+		// but a free key is still granted at once.
+		if _, _, held := sh.t.Holder(string(req.Key)); held {
+			sh.mu.Unlock()
+			c.s.busyExtra.Add(1)
+			c.wbuf = wire.AppendStatus(c.wbuf, wire.StatusBusy, wire.CodeOverloaded, req.ReqID)
+			return
+		}
+	}
+	e := sh.t.Acquire(now, owner, req.Key, lease, wait)
+	if e.Status == locktable.Queued {
+		// Still under the shard lock, so no answer can be delivered before
+		// the request is recorded as outstanding.
+		c.mu.Lock()
+		c.pending[req.ReqID] = struct{}{}
+		c.mu.Unlock()
+		c.inflight.Add(1)
+	}
+	sh.rearm()
+	sh.mu.Unlock()
+	switch e.Status {
+	case locktable.Queued:
+	case wire.StatusGranted:
+		c.wbuf = wire.AppendGranted(c.wbuf, req.ReqID, e.Token, e.Queued)
+	default:
+		c.wbuf = wire.AppendStatus(c.wbuf, e.Status, e.Code, req.ReqID)
+	}
+}
+
+// outstanding reports whether reqID names one of this connection's queued
+// acquires (§2.1 check 3). Only the reader adds entries, so a zero count
+// means none without taking the lock.
+func (c *conn) outstanding(reqID uint32) bool {
+	if c.inflight.Load() == 0 {
+		return false
+	}
+	c.mu.Lock()
+	_, ok := c.pending[reqID]
+	c.mu.Unlock()
+	return ok
+}
+
+var errorText = map[wire.Code]string{
+	wire.CodeBadOp:          "unknown op",
+	wire.CodeBadKey:         "key must be 1..250 bytes of UTF-8 without control characters (ping: key_len 0)",
+	wire.CodeBadLease:       "lease_ms out of range",
+	wire.CodeBadWait:        "wait_ms out of range",
+	wire.CodeBadFlags:       "flags must be 0",
+	wire.CodeDuplicateReqID: "req_id is in use by an outstanding request",
+	wire.CodeBadAdmin:       "bad admin query",
+	wire.CodeNotPermitted:   "not permitted for this role",
+	wire.CodeInternal:       "internal error",
+}
+
+func (c *conn) replyError(reqID uint32, code wire.Code) {
+	c.replyErrorMsg(reqID, code, errorText[code])
+}
+
+func (c *conn) replyErrorMsg(reqID uint32, code wire.Code, msg string) {
+	c.s.errorsCount.Add(1)
+	c.wbuf = wire.AppendError(c.wbuf, reqID, code, msg)
+}
+
+// ---------------------------------------------------------------------------
+// Output
+
+// deliver appends an answer made by another request (or a timer) to a queued
+// acquire of this connection. Called with that key's shard lock held.
+func (c *conn) deliver(e locktable.Effect) {
+	c.mu.Lock()
+	if _, ok := c.pending[e.Owner.ReqID]; ok {
+		delete(c.pending, e.Owner.ReqID)
+		c.inflight.Add(-1)
+	}
+	if c.broken {
+		c.mu.Unlock()
+		return
+	}
+	switch e.Status {
+	case wire.StatusGranted:
+		c.out = wire.AppendGranted(c.out, e.Owner.ReqID, e.Token, e.Queued)
+	default:
+		c.out = wire.AppendStatus(c.out, e.Status, e.Code, e.Owner.ReqID)
+	}
+	idle := !c.flushing
+	c.mu.Unlock()
+	if idle {
+		select {
+		case c.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (c *conn) writeLoop() {
+	defer c.s.wg.Done()
+	for {
+		select {
+		case <-c.wake:
+			c.flush()
+		case <-c.done:
+			return
+		}
+	}
+}
+
+// flushBatch writes the reader's batch of responses, after any answers
+// already waiting in out (so a cancel's T precedes its O), then waits while
+// the unsent output is above the bound (backpressure, §3.3).
+func (c *conn) flushBatch() {
+	if len(c.wbuf) == 0 {
+		return
+	}
+	c.mu.Lock()
+	if c.broken {
+		c.mu.Unlock()
+		c.wbuf = c.wbuf[:0]
+		return
+	}
+	if c.flushing || len(c.out) > 0 {
+		c.out = append(c.out, c.wbuf...)
+		c.resetWbuf()
+		if c.flushing {
+			for len(c.out) > c.s.cfg.OutBufferLimit && !c.broken {
+				c.drained.Wait()
+			}
+			c.mu.Unlock()
+			return
+		}
+		c.mu.Unlock()
+		c.flush()
+		return
+	}
+	c.flushing = true
+	c.mu.Unlock()
+	_, err := c.nc.Write(c.wbuf)
+	c.resetWbuf()
+	c.mu.Lock()
+	if err != nil {
+		c.breakLocked()
+	}
+	c.drainLocked()
+	c.mu.Unlock()
+}
+
+func (c *conn) resetWbuf() {
+	if cap(c.wbuf) > keepBufLimit {
+		c.wbuf = nil
+		return
+	}
+	c.wbuf = c.wbuf[:0]
+}
+
+// flush writes everything in out; only one goroutine writes at a time.
+func (c *conn) flush() {
+	c.mu.Lock()
+	if c.flushing {
+		c.mu.Unlock()
+		return
+	}
+	c.flushing = true
+	c.drainLocked()
+	c.mu.Unlock()
+}
+
+// drainLocked writes out until it is empty, releasing mu around each write,
+// then clears flushing. Called with mu held and flushing set by the caller.
+func (c *conn) drainLocked() {
+	for len(c.out) > 0 && !c.broken {
+		b := c.out
+		c.out = c.spare[:0]
+		c.mu.Unlock()
+		_, err := c.nc.Write(b)
+		c.mu.Lock()
+		if cap(b) <= keepBufLimit {
+			c.spare = b[:0]
+		} else {
+			c.spare = nil
+		}
+		if err != nil {
+			c.breakLocked()
+		}
+	}
+	c.flushing = false
+	c.drained.Broadcast()
+}
+
+// breakLocked marks output dead (a write failed): the reader's next read
+// fails too since the socket is closed.
+func (c *conn) breakLocked() {
+	if !c.broken {
+		c.broken = true
+		c.out = nil
+		c.nc.Close()
+	}
+	c.drained.Broadcast()
+}
+
+// teardown runs once the read loop ended: the connection's waiters leave
+// their queues silently; its locks stay held (§5).
+func (c *conn) teardown(fatal bool) {
+	for _, sh := range c.s.shards {
+		sh.mu.Lock()
+		sh.t.DropConn(c.id)
+		sh.mu.Unlock()
+	}
+	c.mu.Lock()
+	clear(c.pending)
+	c.inflight.Store(0)
+	c.mu.Unlock()
+	if len(c.wbuf) > 0 {
+		c.flushBatch()
+	}
+	c.flush()
+	close(c.done)
+	c.s.unregister(c)
+	if fatal {
+		c.lingerClose()
+	} else {
+		c.nc.Close()
+	}
+	c.mu.Lock()
+	c.broken = true
+	c.drained.Broadcast()
+	c.mu.Unlock()
+}
+
+// shutdown is called by Server.Shutdown after the waiters were answered and
+// the output flushed: stop processing input, half-close, and let the reader
+// end on EOF or after 1 s.
+func (c *conn) shutdown() {
+	c.stopping.Store(true)
+	c.flush()
+	type closeWriter interface{ CloseWrite() error }
+	if cw, ok := c.nc.(closeWriter); ok {
+		_ = cw.CloseWrite()
+	}
+	_ = c.nc.SetReadDeadline(time.Now().Add(time.Second))
+}

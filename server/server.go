@@ -1,0 +1,393 @@
+// Package server is the single-node Ticketing lock server: the listener, the
+// protocol.md §1 handshake (HMAC challenge-response, optional TLS), the
+// pipelined connection loop, admin queries, metrics and graceful shutdown.
+// The lock rules live in server/locktable; the bytes in client/wire.
+//
+// Concurrency. Keys are sharded over Config.Shards lock tables, each behind
+// its own mutex with its own timer goroutine. Each connection has a reader
+// goroutine, which decodes a batch of requests, applies them and flushes the
+// responses in one write, and a writer goroutine that flushes answers other
+// goroutines deliver to it (a handoff, a wait timeout). Lock order:
+// shard.mu → conn.mu → (nothing). Server.connsMu is never held with either.
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ticketing/ticketing/client/wire"
+	"github.com/ticketing/ticketing/server/locktable"
+)
+
+// ErrServerClosed is returned by Serve after Shutdown or Close.
+var ErrServerClosed = errors.New("server: closed")
+
+// leaseSlack delays expiry processing so that a lease never ends before
+// lease_ms has elapsed since its grant, even though a batch's grant instant is
+// read once at the batch's start (protocol.md §5 "Leases").
+const leaseSlack = time.Millisecond
+
+// Server is a running single-node lock server.
+type Server struct {
+	cfg    Config
+	log    *slog.Logger
+	start  time.Time // monotonic base of the table clock
+	now    func() time.Time
+	tokens locktable.TokenSource
+	counts locktable.SharedCounts
+	shards []*shard
+	tlsCfg atomic.Pointer[tls.Config]
+	certs  *certStore
+
+	lnMu     sync.Mutex
+	ln       net.Listener
+	metrics  *http.Server
+	connsMu  sync.RWMutex
+	conns    map[uint64]*conn
+	nextConn atomic.Uint64
+	nconns   atomic.Int64 // accepted, including handshaking
+	live     atomic.Int64 // past the handshake
+
+	errorsCount atomic.Uint64
+	busyExtra   atomic.Uint64 // B answered by the server itself (draining, max_inflight)
+	draining    atomic.Bool
+	closed      chan struct{}
+	closeOnce   sync.Once
+	wg          sync.WaitGroup // accept loop, timers, connections
+}
+
+type shard struct {
+	mu    sync.Mutex
+	t     *locktable.Table
+	armed int64 // deadline the timer goroutine sleeps until (ns); MaxInt64 = none
+	kick  chan struct{}
+}
+
+// Start validates cfg, opens the listener (and metrics listener) and serves
+// in the background. Use Addr for the bound address (Listen may use port 0).
+func Start(ctx context.Context, cfg Config) (*Server, error) {
+	s, err := New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	var lc net.ListenConfig
+	lc.KeepAliveConfig = keepAliveConfig
+	ln, err := lc.Listen(ctx, "tcp", cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("server: listen %s: %w", cfg.Listen, err)
+	}
+	if err := s.startMetrics(ctx); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	s.setListener(ln)
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		_ = s.Serve(ln)
+	}()
+	return s, nil
+}
+
+// New builds a server from cfg without listening. It loads TLS files and the
+// persisted token high-water mark.
+func New(cfg Config) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Server{
+		cfg:    cfg,
+		log:    cfg.Logger,
+		start:  time.Now(),
+		now:    cfg.Now,
+		conns:  make(map[uint64]*conn),
+		closed: make(chan struct{}),
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	if cfg.TLSCertFile != "" {
+		cs, err := newCertStore(cfg, s.log, s.now)
+		if err != nil {
+			return nil, err
+		}
+		s.certs = cs
+		s.tlsCfg.Store(cs.config())
+	}
+	first := locktable.FirstToken(s.now().UnixMilli())
+	if cfg.DataDir != "" {
+		pt, err := openPersistentTokens(cfg.DataDir, first, cfg.TokenBlock, s.fatal)
+		if err != nil {
+			return nil, err
+		}
+		s.tokens = pt
+	} else {
+		s.tokens = locktable.NewCounter(first)
+	}
+	limits := locktable.Limits{
+		MaxKeys:          cfg.MaxKeys,
+		MaxWaiters:       cfg.MaxWaiters,
+		MaxWaitersPerKey: cfg.MaxWaitersPerKey,
+		IdleCache:        max(1, cfg.IdleKeyCache/cfg.Shards),
+	}
+	s.shards = make([]*shard, cfg.Shards)
+	for i := range s.shards {
+		s.shards[i] = &shard{armed: math.MaxInt64, kick: make(chan struct{}, 1)}
+		s.shards[i].t = locktable.New(limits, s.tokens, &s.counts, s)
+	}
+	return s, nil
+}
+
+func (s *Server) fatal(err error) {
+	s.log.Error("fatal: cannot persist the fencing-token high-water mark; stopping", "err", err)
+	panic(fmt.Sprintf("ticketing: cannot persist fencing tokens: %v", err))
+}
+
+// Addr returns the client listener's address, "" before Serve.
+func (s *Server) Addr() string {
+	ln := s.listener()
+	if ln == nil {
+		return ""
+	}
+	return ln.Addr().String()
+}
+
+func (s *Server) listener() net.Listener {
+	s.lnMu.Lock()
+	defer s.lnMu.Unlock()
+	return s.ln
+}
+
+func (s *Server) setListener(ln net.Listener) {
+	s.lnMu.Lock()
+	s.ln = ln
+	s.lnMu.Unlock()
+}
+
+// MetricsAddr returns the metrics listener's address, "" when off.
+func (s *Server) MetricsAddr() string {
+	if s.metrics == nil {
+		return ""
+	}
+	return s.metrics.Addr
+}
+
+// Serve accepts connections on ln until Shutdown or Close; it returns
+// ErrServerClosed then.
+func (s *Server) Serve(ln net.Listener) error {
+	s.setListener(ln)
+	select {
+	case <-s.closed:
+		ln.Close()
+		return ErrServerClosed
+	default:
+	}
+	for i, sh := range s.shards {
+		s.wg.Add(1)
+		go s.runTimers(i, sh)
+	}
+	var delay time.Duration
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			select {
+			case <-s.closed:
+				return ErrServerClosed
+			default:
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() || isTemporary(err) {
+				// e.g. EMFILE: back off like net/http does.
+				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+				s.log.Warn("accept failed; retrying", "err", err, "delay", delay)
+				time.Sleep(delay)
+				continue
+			}
+			return fmt.Errorf("server: accept: %w", err)
+		}
+		delay = 0
+		n := s.nconns.Add(1)
+		if n > 2*int64(s.cfg.MaxConnections) {
+			// Far above the limit: don't even spend a handshake on it.
+			s.nconns.Add(-1)
+			nc.Close()
+			continue
+		}
+		c := newConn(s, nc)
+		s.wg.Add(1)
+		go c.serve()
+	}
+}
+
+func isTemporary(err error) bool {
+	var t interface{ Temporary() bool }
+	return errors.As(err, &t) && t.Temporary()
+}
+
+// nanotime is the table clock: monotonic ns since the server started.
+func (s *Server) nanotime() int64 { return int64(time.Since(s.start)) }
+
+func (s *Server) shardFor(key []byte) *shard {
+	// FNV-1a, inline so it does not allocate.
+	h := uint32(2166136261)
+	for _, b := range key {
+		h ^= uint32(b)
+		h *= 16777619
+	}
+	return s.shards[h%uint32(len(s.shards))]
+}
+
+// rearm wakes the shard's timer goroutine when the table's earliest deadline
+// moved before the one it sleeps until. Call with sh.mu held.
+func (sh *shard) rearm() {
+	if d, ok := sh.t.NextDeadline(); ok && d < sh.armed {
+		sh.armed = d
+		select {
+		case sh.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (s *Server) runTimers(_ int, sh *shard) {
+	defer s.wg.Done()
+	t := time.NewTimer(time.Hour)
+	defer t.Stop()
+	for {
+		sh.mu.Lock()
+		sh.t.Advance(s.nanotime() - int64(leaseSlack))
+		next, ok := sh.t.NextDeadline()
+		if ok {
+			sh.armed = next
+		} else {
+			sh.armed = math.MaxInt64
+		}
+		sh.mu.Unlock()
+		wait := time.Hour
+		if ok {
+			wait = time.Duration(next-s.nanotime()) + leaseSlack
+		}
+		t.Reset(max(wait, 0))
+		select {
+		case <-t.C:
+		case <-sh.kick:
+		case <-s.closed:
+			return
+		}
+	}
+}
+
+// Deliver implements locktable.Sink: an answer to a queued acquire, made
+// while some goroutine holds the shard lock. It is appended to the owning
+// connection's output and its writer is woken.
+func (s *Server) Deliver(e locktable.Effect) {
+	s.connsMu.RLock()
+	c := s.conns[e.Owner.Conn]
+	s.connsMu.RUnlock()
+	if c == nil {
+		return
+	}
+	c.deliver(e)
+}
+
+// Draining reports whether the server is shutting down.
+func (s *Server) Draining() bool { return s.draining.Load() }
+
+// Shutdown stops accepting, answers every queued acquire B SHUTTING_DOWN,
+// answers new acquires B SHUTTING_DOWN and new handshakes REJECT
+// SHUTTING_DOWN, flushes and closes every connection, and waits for the
+// server's goroutines until ctx ends. Held locks are simply dropped with the
+// process (single node).
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.draining.Store(true)
+	if ln := s.listener(); ln != nil {
+		ln.Close()
+	}
+	for _, sh := range s.shards {
+		sh.mu.Lock()
+		sh.t.DrainWaiters()
+		sh.mu.Unlock()
+	}
+	s.connsMu.RLock()
+	cs := make([]*conn, 0, len(s.conns))
+	for _, c := range s.conns {
+		cs = append(cs, c)
+	}
+	s.connsMu.RUnlock()
+	for _, c := range cs {
+		c.flush()
+	}
+	s.closeOnce.Do(func() { close(s.closed) })
+	for _, c := range cs {
+		c.shutdown()
+	}
+	if s.metrics != nil {
+		_ = s.metrics.Shutdown(ctx)
+	}
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		s.connsMu.RLock()
+		for _, c := range s.conns {
+			c.nc.Close()
+		}
+		s.connsMu.RUnlock()
+		return ctx.Err()
+	}
+}
+
+// Close shuts down with a 5 s budget.
+func (s *Server) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return s.Shutdown(ctx)
+}
+
+func (s *Server) register(c *conn) {
+	s.connsMu.Lock()
+	s.conns[c.id] = c
+	s.connsMu.Unlock()
+	s.live.Add(1)
+}
+
+func (s *Server) unregister(c *conn) {
+	s.connsMu.Lock()
+	delete(s.conns, c.id)
+	s.connsMu.Unlock()
+	s.live.Add(-1)
+}
+
+// ReloadTLS re-reads the certificate files (on SIGHUP); existing connections
+// keep their sessions. It returns the error of a failed reload and keeps the
+// previous certificate then.
+func (s *Server) ReloadTLS() error {
+	if s.certs == nil {
+		return nil
+	}
+	if err := s.certs.reload(); err != nil {
+		return err
+	}
+	s.tlsCfg.Store(s.certs.config())
+	return nil
+}
+
+var _ locktable.Sink = (*Server)(nil)
+
+// tokenBytes returns the HMAC key of role.
+func (s *Server) tokenBytes(r wire.Role) []byte { return []byte(s.cfg.tokenFor(r)) }
