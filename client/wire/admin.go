@@ -66,6 +66,55 @@ type StatusReply struct {
 	// (draining, at max_keys, at max_connections, no quorum, clock unhealthy).
 	CanGrant bool   `json:"can_grant"`
 	Reason   string `json:"reason,omitempty"` // why CanGrant is false
+
+	// Cluster extensions (issue #7); absent on a single node.
+	LeaderID      string       `json:"leader_id,omitempty"`
+	Term          uint64       `json:"term,omitempty"`
+	CommitIndex   uint64       `json:"commit_index,omitempty"`
+	AppliedIndex  uint64       `json:"applied_index,omitempty"`
+	LastIndex     uint64       `json:"last_index,omitempty"`
+	LastContactMS int64        `json:"last_contact_ms,omitempty"` // since the last contact with the leader (followers)
+	Incarnation   uint32       `json:"incarnation,omitempty"`     // this process's id; changes on every start
+	Durable       bool         `json:"durable,omitempty"`         // raft state on disk
+	ClientAddr    string       `json:"client_addr,omitempty"`     // this node's advertised client address
+	Clock         *ClockStatus `json:"clock,omitempty"`
+}
+
+// ClockStatus is a cluster node's clock health (issue #7): the leader
+// samples every other node; followers report Sampled false.
+type ClockStatus struct {
+	Healthy     bool        `json:"healthy"`
+	Reason      string      `json:"reason,omitempty"`
+	MaxSkewMS   int64       `json:"max_skew_ms"`
+	Sampled     bool        `json:"sampled"`
+	LocalUnixUS int64       `json:"local_unix_us"`
+	Nodes       []ClockNode `json:"nodes"`
+}
+
+// ClockNode is one node's clock as the leader measured it: offset = its
+// clock − the leader's, bound = |offset| + rtt/2.
+type ClockNode struct {
+	ID       string `json:"id"`
+	OffsetUS int64  `json:"offset_us"`
+	BoundUS  int64  `json:"bound_us"`
+	RTTUS    int64  `json:"rtt_us"`
+	AgeMS    int64  `json:"age_ms"`
+	Healthy  bool   `json:"healthy"`
+	Err      string `json:"err,omitempty"`
+}
+
+// AddNodeQuery is the body of `add-node`.
+type AddNodeQuery struct {
+	Cmd        string `json:"cmd"`
+	ID         string `json:"id"`
+	PeerAddr   string `json:"peer_addr"`
+	ClientAddr string `json:"client_addr"`
+	Voter      bool   `json:"voter"`
+}
+
+// LeaderReply is the reply to `transfer-leader`.
+type LeaderReply struct {
+	Leader string `json:"leader"`
 }
 
 // LockEntry is one key of a `locks` reply.

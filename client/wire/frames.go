@@ -179,10 +179,11 @@ func AppendError(b []byte, reqID uint32, code Code, msg string) []byte {
 	return b
 }
 
-// appendUTF8Prefix appends s to b as valid UTF-8 of at most max bytes: invalid
-// bytes become U+FFFD and the text is cut on a character boundary.
-func appendUTF8Prefix(b []byte, s string, max int) []byte {
-	if len(s) <= max && utf8.ValidString(s) {
+// appendUTF8Prefix appends s to b as valid UTF-8 of at most limit bytes:
+// invalid bytes become U+FFFD and the text is cut on a character boundary.
+// It does not allocate when b has room.
+func appendUTF8Prefix(b []byte, s string, limit int) []byte {
+	if len(s) <= limit && utf8.ValidString(s) {
 		return append(b, s...)
 	}
 	n := 0
@@ -192,7 +193,7 @@ func appendUTF8Prefix(b []byte, s string, max int) []byte {
 		if r == utf8.RuneError && size == 1 {
 			chunk = "\uFFFD"
 		}
-		if n+len(chunk) > max {
+		if n+len(chunk) > limit {
 			break
 		}
 		b = append(b, chunk...)
