@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"container/heap"
+	"context"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -17,6 +18,11 @@ type adminQuery struct {
 	Cmd    *string `json:"cmd"`
 	Prefix *string `json:"prefix"`
 	Limit  *int    `json:"limit"`
+	// cluster membership
+	ID         *string `json:"id"`
+	PeerAddr   *string `json:"peer_addr"`
+	ClientAddr *string `json:"client_addr"`
+	Voter      *bool   `json:"voter"`
 }
 
 func isChanging(cmd string) bool {
@@ -57,7 +63,11 @@ func (c *conn) query(req *wire.Request) {
 			c.replyError(req.ReqID, wire.CodeNotPermitted)
 			return
 		}
-		c.replyErrorMsg(req.ReqID, wire.CodeBadAdmin, "not a cluster")
+		if c.s.node == nil {
+			c.replyErrorMsg(req.ReqID, wire.CodeBadAdmin, "not a cluster")
+			return
+		}
+		c.clusterChange(req.ReqID, cmd, &q)
 		return
 	}
 	var reply any
@@ -68,6 +78,15 @@ func (c *conn) query(req *wire.Request) {
 	case wire.CmdTime:
 		reply = &wire.TimeReply{UnixUS: c.s.now().UnixMicro()}
 	case wire.CmdMembers:
+		if c.s.node != nil {
+			ms, err := c.s.node.Members()
+			if err != nil {
+				c.replyErrorMsg(req.ReqID, wire.CodeInternal, err.Error())
+				return
+			}
+			reply = &wire.MembersReply{Members: ms}
+			break
+		}
 		reply = &wire.MembersReply{Members: []wire.Member{{
 			ID: c.s.cfg.NodeID, ClientAddr: c.s.Addr(), Role: wire.NodeSingle, Voter: true,
 		}}}
@@ -99,19 +118,21 @@ func (c *conn) query(req *wire.Request) {
 func (s *Server) Status() wire.StatusReply {
 	var ctr locktable.Counters
 	var holders int64
-	for _, sh := range s.shards {
-		sh.mu.Lock()
-		ctr.Add(sh.t.Counters())
-		holders += int64(sh.t.Holders())
-		sh.mu.Unlock()
+	s.eachTable(func(t *locktable.Table, _ int64) {
+		ctr.Add(t.Counters())
+		holders += int64(t.Holders())
+	})
+	keys, waiters := s.counts.Keys(), s.counts.Waiters()
+	if s.node != nil {
+		keys, waiters = s.node.FSM().Counts()
 	}
 	st := wire.StatusReply{
 		NodeID:      s.cfg.NodeID,
 		Role:        wire.NodeSingle,
 		UptimeMS:    time.Since(s.start).Milliseconds(),
-		Keys:        s.counts.Keys(),
+		Keys:        keys,
 		Holders:     holders,
-		Waiters:     s.counts.Waiters(),
+		Waiters:     waiters,
 		Connections: s.live.Load(),
 		Counters: wire.AdminCounters{
 			Grants: ctr.Grants, Handoffs: ctr.Handoffs, Timeouts: ctr.Timeouts,
@@ -125,6 +146,9 @@ func (s *Server) Status() wire.StatusReply {
 		MaxConnections: int64(s.cfg.MaxConnections),
 		CanGrant:       true,
 	}
+	if s.node != nil {
+		s.clusterStatus(&st)
+	}
 	switch {
 	case st.Draining:
 		st.CanGrant, st.Reason = false, "draining (shutting down)"
@@ -132,6 +156,12 @@ func (s *Server) Status() wire.StatusReply {
 		st.CanGrant, st.Reason = false, "at max_keys"
 	case s.nconns.Load() >= int64(s.cfg.MaxConnections):
 		st.CanGrant, st.Reason = false, "at max_connections"
+	case s.node != nil && st.Leader == "":
+		st.CanGrant, st.Reason = false, "no leader"
+	case s.node != nil && st.Role == wire.NodeLeader && !s.node.Serving():
+		st.CanGrant, st.Reason = false, "leader not serving yet"
+	case s.node != nil && st.Role == wire.NodeLeader && st.Clock != nil && !st.Clock.Healthy:
+		st.CanGrant, st.Reason = false, "clock unhealthy: "+st.Clock.Reason
 	}
 	return st
 }
@@ -140,12 +170,10 @@ func (s *Server) Status() wire.StatusReply {
 // queue depth descending then key, at most limit of them. Memory is bounded by
 // limit however many keys exist.
 func (s *Server) Locks(prefix string, limit int) wire.LocksReply {
-	now := s.nanotime()
 	h := &lockHeap{}
 	total := 0
-	for _, sh := range s.shards {
-		sh.mu.Lock()
-		sh.t.Locks(now, prefix, func(li locktable.LockInfo) bool {
+	s.eachTable(func(t *locktable.Table, now int64) {
+		t.Locks(now, prefix, func(li locktable.LockInfo) bool {
 			total++
 			e := wire.LockEntry{
 				Key: li.Key, Token: li.Token, LeaseRemainingMS: li.LeaseRemainingMS,
@@ -159,8 +187,7 @@ func (s *Server) Locks(prefix string, limit int) wire.LocksReply {
 			}
 			return true
 		})
-		sh.mu.Unlock()
-	}
+	})
 	out := make([]wire.LockEntry, h.Len())
 	for i := len(out) - 1; i >= 0; i-- {
 		out[i] = heap.Pop(h).(wire.LockEntry)
@@ -188,4 +215,88 @@ func (h *lockHeap) Pop() any {
 	x := old[len(old)-1]
 	*h = old[:len(old)-1]
 	return x
+}
+
+// eachTable calls fn with every lock table locked and the instant to read it
+// at: the shards of a single node (monotonic ns), or the cluster's one
+// replicated table (wall ns, the clock its commands carry).
+func (s *Server) eachTable(fn func(t *locktable.Table, now int64)) {
+	if s.node != nil {
+		now := s.now().UnixNano()
+		s.node.FSM().With(func(t *locktable.Table) { fn(t, now) })
+		return
+	}
+	now := s.nanotime()
+	for _, sh := range s.shards {
+		sh.mu.Lock()
+		fn(sh.t, now)
+		sh.mu.Unlock()
+	}
+}
+
+// clusterStatus fills the cluster members of `status`.
+func (s *Server) clusterStatus(st *wire.StatusReply) {
+	in := s.node.Info()
+	st.Role = in.Role
+	st.Leader = in.Leader
+	st.LeaderID = in.LeaderID
+	st.Term = in.Term
+	st.CommitIndex = in.CommitIndex
+	st.AppliedIndex = in.AppliedIndex
+	st.LastIndex = in.LastIndex
+	st.LastContactMS = in.LastContact
+	st.Incarnation = in.Incarnation
+	st.Durable = in.Durable
+	st.ClientAddr = in.ClientAddr
+	clk := in.Clock
+	st.Clock = &clk
+}
+
+// clusterChange runs add-node, remove-node or transfer-leader on the leader
+// (any other node answers M, protocol.md §7).
+func (c *conn) clusterChange(reqID uint32, cmd string, q *adminQuery) {
+	n := c.s.node
+	if cmd != wire.CmdTransferLeader && !n.Serving() || cmd == wire.CmdTransferLeader && n.Info().Role != wire.NodeLeader {
+		c.wbuf = wire.AppendMoved(c.wbuf, reqID, n.LeaderClientAddr())
+		return
+	}
+	str := func(p *string) string {
+		if p == nil {
+			return ""
+		}
+		return *p
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var err error
+	switch cmd {
+	case wire.CmdAddNode:
+		voter := q.Voter != nil && *q.Voter
+		err = n.AddNode(ctx, str(q.ID), str(q.PeerAddr), str(q.ClientAddr), voter)
+	case wire.CmdRemoveNode:
+		err = n.RemoveNode(ctx, str(q.ID))
+	case wire.CmdTransferLeader:
+		err = n.TransferLeader(str(q.ID))
+	}
+	if err != nil {
+		c.replyErrorMsg(reqID, wire.CodeBadAdmin, err.Error())
+		return
+	}
+	var reply any
+	if cmd == wire.CmdTransferLeader {
+		// Wait (bounded) until a new leader is known.
+		for i := 0; i < 50 && n.LeaderClientAddr() == "" || i < 50 && n.Info().Role == wire.NodeLeader; i++ {
+			time.Sleep(20 * time.Millisecond)
+		}
+		reply = &wire.LeaderReply{Leader: n.LeaderClientAddr()}
+	} else {
+		ms, merr := n.Members()
+		if merr != nil {
+			c.replyErrorMsg(reqID, wire.CodeInternal, merr.Error())
+			return
+		}
+		reply = &wire.MembersReply{Members: ms}
+	}
+	out, _ := json.Marshal(reply)
+	c.wbuf = wire.AppendAdmin(c.wbuf, reqID, out)
 }

@@ -15,6 +15,9 @@ import (
 type Config struct {
 	// Listen is the client address, host:port. Default "127.0.0.1:7470".
 	Listen string
+	// Listener, when set, is used by Start instead of listening on Listen
+	// (tests open it on port 0 first to know the address).
+	Listener net.Listener
 	// ClientToken, AdminToken and PeerToken are the roles' shared secrets
 	// (protocol.md §1.2). Empty = not configured; admin defaults to client,
 	// peer to admin. An admin or peer token without a client token is an error.
@@ -55,7 +58,9 @@ type Config struct {
 	// above which the server stops reading from it (§3.3). Default 256 KiB.
 	OutBufferLimit int
 
-	NodeID  string       // reported by admin status; default "single"
+	NodeID string // reported by admin status; default "single"; a cluster member's raft id
+	// Cluster, when set, makes this server a raft cluster member.
+	Cluster *ClusterConfig
 	Version string       // reported by admin status
 	Logger  *slog.Logger // default: discard
 	// Now returns the wall clock; nil means time.Now. Tests inject a clock to
@@ -93,6 +98,9 @@ func cfgErr(format string, a ...any) error {
 
 // Validate checks the configuration; errors wrap ErrConfig and name the setting.
 func (c *Config) Validate() error {
+	if c.Listener != nil {
+		c.Listen = c.Listener.Addr().String()
+	}
 	host, _, err := net.SplitHostPort(c.Listen)
 	if err != nil {
 		return cfgErr("listen address %q: %v", c.Listen, err)
@@ -135,6 +143,14 @@ func (c *Config) Validate() error {
 	}
 	if c.OutBufferLimit < 4*wire.MaxErrorPayload {
 		return cfgErr("out buffer limit below %d bytes", 4*wire.MaxErrorPayload)
+	}
+	if err := c.validateCluster(); err != nil {
+		return err
+	}
+	if c.Cluster != nil && c.ClientToken == "" && !c.Insecure {
+		if h, _, _ := net.SplitHostPort(c.Cluster.PeerListen); !isLoopback(h) {
+			return cfgErr("refusing to listen for peers on non-loopback address %q without a token (set a token, or --insecure)", c.Cluster.PeerListen)
+		}
 	}
 	if c.MetricsListen != "" {
 		if _, _, err := net.SplitHostPort(c.MetricsListen); err != nil {

@@ -25,6 +25,7 @@ type conn struct {
 	nc          net.Conn
 	id          uint64
 	role        wire.Role
+	peerPort    bool // accepted on the cluster peer port: role 3 only
 	maxInflight int32
 
 	// reader-owned
@@ -49,7 +50,7 @@ func newConn(s *Server, nc net.Conn) *conn {
 	c := &conn{
 		s:           s,
 		nc:          nc,
-		id:          s.nextConn.Add(1),
+		id:          s.newConnID(),
 		maxInflight: int32(s.cfg.MaxInflight),
 		pending:     make(map[uint32]struct{}),
 		wake:        make(chan struct{}, 1),
@@ -66,6 +67,9 @@ func (c *conn) serve() {
 		setUserTimeout(tcp, userTimeout)
 	}
 	if !c.handshake() {
+		return
+	}
+	if c.peerPort && c.handOffIfRaft() {
 		return
 	}
 	c.s.register(c)
@@ -112,7 +116,7 @@ func (c *conn) handshake() bool {
 		return false
 	}
 	auth, err := wire.ParseAuth(ab)
-	if err != nil {
+	if err != nil || c.peerPort && auth.Role != wire.RolePeer {
 		c.reject(wire.CodeBadHandshake)
 		return false
 	}
@@ -182,6 +186,7 @@ func (c *conn) readLoop() (fatal bool) {
 		if n > 0 && !c.stopping.Load() {
 			now := c.s.nanotime()
 			off := 0
+			want := 0 // length of the incomplete frame left at the buffer's start
 			for r-off >= wire.HeaderLen {
 				flen, ferr := wire.RequestFrameLen(c.rbuf[off:r])
 				if ferr != nil {
@@ -189,6 +194,7 @@ func (c *conn) readLoop() (fatal bool) {
 					return true
 				}
 				if r-off < flen {
+					want = flen
 					if flen > len(c.rbuf) {
 						nb := make([]byte, flen)
 						copy(nb, c.rbuf[off:r])
@@ -205,7 +211,7 @@ func (c *conn) readLoop() (fatal bool) {
 			if off > 0 {
 				r = copy(c.rbuf, c.rbuf[off:r])
 			}
-			if len(c.rbuf) > readBufSize && r <= readBufSize {
+			if len(c.rbuf) > readBufSize && r <= readBufSize && want <= readBufSize {
 				nb := make([]byte, readBufSize)
 				copy(nb, c.rbuf[:r])
 				c.rbuf = nb
@@ -258,6 +264,10 @@ func (c *conn) handle(now int64, req *wire.Request) {
 		if !c.lockOpChecks(req) {
 			return
 		}
+		if c.s.node != nil {
+			c.clusterLockOp(req)
+			return
+		}
 		sh := c.s.shardFor(req.Key)
 		sh.mu.Lock()
 		e := sh.t.Release(now, locktable.Owner{Conn: c.id, ReqID: req.ReqID}, req.Key, req.Token())
@@ -266,6 +276,10 @@ func (c *conn) handle(now int64, req *wire.Request) {
 		c.wbuf = wire.AppendStatus(c.wbuf, e.Status, e.Code, req.ReqID)
 	case wire.OpCancel:
 		if !c.lockOpChecks(req) {
+			return
+		}
+		if c.s.node != nil {
+			c.clusterLockOp(req)
 			return
 		}
 		sh := c.s.shardFor(req.Key)
@@ -313,6 +327,10 @@ func (c *conn) acquire(now int64, req *wire.Request) {
 	if c.s.draining.Load() {
 		c.s.busyExtra.Add(1)
 		c.wbuf = wire.AppendStatus(c.wbuf, wire.StatusBusy, wire.CodeShuttingDown, req.ReqID)
+		return
+	}
+	if c.s.node != nil {
+		c.clusterLockOp(req)
 		return
 	}
 	owner := locktable.Owner{Conn: c.id, ReqID: req.ReqID}
@@ -389,10 +407,14 @@ func (c *conn) replyErrorMsg(reqID uint32, code wire.Code, msg string) {
 // acquire of this connection. Called with that key's shard lock held.
 func (c *conn) deliver(e locktable.Effect) {
 	c.mu.Lock()
-	if _, ok := c.pending[e.Owner.ReqID]; ok {
-		delete(c.pending, e.Owner.ReqID)
-		c.inflight.Add(-1)
+	if _, ok := c.pending[e.Owner.ReqID]; !ok {
+		// Already answered (a cluster request failed U before its entry
+		// applied, or the connection is gone): exactly one answer each.
+		c.mu.Unlock()
+		return
 	}
+	delete(c.pending, e.Owner.ReqID)
+	c.inflight.Add(-1)
 	if c.broken {
 		c.mu.Unlock()
 		return
@@ -400,6 +422,8 @@ func (c *conn) deliver(e locktable.Effect) {
 	switch e.Status {
 	case wire.StatusGranted:
 		c.out = wire.AppendGranted(c.out, e.Owner.ReqID, e.Token, e.Queued)
+	case wire.StatusMoved:
+		c.out = wire.AppendMoved(c.out, e.Owner.ReqID, c.s.leaderAddr())
 	default:
 		c.out = wire.AppendStatus(c.out, e.Status, e.Code, e.Owner.ReqID)
 	}
@@ -520,6 +544,9 @@ func (c *conn) breakLocked() {
 // teardown runs once the read loop ended: the connection's waiters leave
 // their queues silently; its locks stay held (§5).
 func (c *conn) teardown(fatal bool) {
+	if c.s.node != nil {
+		c.s.clusterConnGone(c)
+	}
 	for _, sh := range c.s.shards {
 		sh.mu.Lock()
 		sh.t.DropConn(c.id)

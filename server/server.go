@@ -13,6 +13,7 @@ package server
 
 import (
 	"context"
+	crand "crypto/rand"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -26,6 +27,7 @@ import (
 	"time"
 
 	"github.com/ticketing/ticketing/client/wire"
+	"github.com/ticketing/ticketing/server/cluster"
 	"github.com/ticketing/ticketing/server/locktable"
 )
 
@@ -58,6 +60,12 @@ type Server struct {
 	nconns   atomic.Int64 // accepted, including handshaking
 	live     atomic.Int64 // past the handshake
 
+	// cluster mode (nil node: single node)
+	node        *cluster.Node
+	peerLn      net.Listener
+	incarnation uint32
+	limits      locktable.Limits
+
 	errorsCount atomic.Uint64
 	busyExtra   atomic.Uint64 // B answered by the server itself (draining, max_inflight)
 	draining    atomic.Bool
@@ -82,13 +90,25 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	var lc net.ListenConfig
 	lc.KeepAliveConfig = keepAliveConfig
-	ln, err := lc.Listen(ctx, "tcp", cfg.Listen)
-	if err != nil {
-		return nil, fmt.Errorf("server: listen %s: %w", cfg.Listen, err)
+	ln := cfg.Listener
+	if ln == nil {
+		ln, err = lc.Listen(ctx, "tcp", cfg.Listen)
+		if err != nil {
+			return nil, fmt.Errorf("server: listen %s: %w", cfg.Listen, err)
+		}
 	}
 	if err := s.startMetrics(ctx); err != nil {
 		ln.Close()
 		return nil, err
+	}
+	if cfg.Cluster != nil {
+		if err := s.startCluster(ctx); err != nil {
+			ln.Close()
+			if s.metrics != nil {
+				s.metrics.Close()
+			}
+			return nil, err
+		}
 	}
 	s.setListener(ln)
 	s.wg.Add(1)
@@ -128,7 +148,7 @@ func New(cfg Config) (*Server, error) {
 		s.tlsCfg.Store(cs.config())
 	}
 	first := locktable.FirstToken(s.now().UnixMilli())
-	if cfg.DataDir != "" {
+	if cfg.DataDir != "" && cfg.Cluster == nil {
 		pt, err := openPersistentTokens(cfg.DataDir, first, cfg.TokenBlock, s.fatal)
 		if err != nil {
 			return nil, err
@@ -142,6 +162,14 @@ func New(cfg Config) (*Server, error) {
 		MaxWaiters:       cfg.MaxWaiters,
 		MaxWaitersPerKey: cfg.MaxWaitersPerKey,
 		IdleCache:        max(1, cfg.IdleKeyCache/cfg.Shards),
+	}
+	s.limits = limits
+	if cfg.Cluster != nil {
+		inc, err := randomIncarnation()
+		if err != nil {
+			return nil, err
+		}
+		s.incarnation = inc
 	}
 	s.shards = make([]*shard, cfg.Shards)
 	for i := range s.shards {
@@ -312,6 +340,14 @@ func (s *Server) Draining() bool { return s.draining.Load() }
 // server's goroutines until ctx ends. Held locks are simply dropped with the
 // process (single node).
 func (s *Server) Shutdown(ctx context.Context) error {
+	if s.node != nil {
+		// Rolling maintenance: a leader hands leadership to a caught-up voter
+		// before it closes its connections (bounded by TransferTimeout), so
+		// clients follow M to the new leader.
+		if err := s.node.TransferLeader(""); err != nil && !errors.Is(err, cluster.ErrNotLeader) {
+			s.log.Warn("leadership hand-over failed; stopping anyway", "err", err)
+		}
+	}
 	s.draining.Store(true)
 	if ln := s.listener(); ln != nil {
 		ln.Close()
@@ -336,6 +372,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	if s.metrics != nil {
 		_ = s.metrics.Shutdown(ctx)
+	}
+	if s.node != nil {
+		_ = s.node.Shutdown(ctx)
+		s.peerLn.Close()
 	}
 	done := make(chan struct{})
 	go func() { s.wg.Wait(); close(done) }()
@@ -391,3 +431,15 @@ var _ locktable.Sink = (*Server)(nil)
 
 // tokenBytes returns the HMAC key of role.
 func (s *Server) tokenBytes(r wire.Role) []byte { return []byte(s.cfg.tokenFor(r)) }
+
+func randomIncarnation() (uint32, error) {
+	var b [4]byte
+	for {
+		if _, err := crand.Read(b[:]); err != nil {
+			return 0, err
+		}
+		if v := (uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])) & (1<<cluster.IncarnationBits - 1); v != 0 {
+			return v, nil
+		}
+	}
+}

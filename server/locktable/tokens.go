@@ -48,3 +48,7 @@ func (s *SharedCounts) Keys() int64 { return s.keys.Load() }
 
 // Waiters implements Counts.
 func (s *SharedCounts) Waiters() int64 { return s.waiters.Load() }
+
+// Restore sets the last token issued (a raft snapshot restore, or a new
+// fencing domain's seed: first-1).
+func (c *Counter) Restore(last uint64) { c.last.Store(last) }

@@ -1,0 +1,356 @@
+package server
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/ticketing/ticketing/client/wire"
+	"github.com/ticketing/ticketing/server/cluster"
+	"github.com/ticketing/ticketing/server/locktable"
+)
+
+// ClusterConfig turns a server into a raft cluster member (protocol.md §7).
+// Nil Config.Cluster means a single node without raft.
+type ClusterConfig struct {
+	PeerListen string         // peer port listen address; default port 7471
+	Advertise  string         // client address that M answers name (not a wildcard)
+	Peers      []cluster.Peer // initial voters id=peer_host:port: 3 or 5 (this node among them)
+	Bootstrap  bool           // first start of a new cluster only
+	// Joining: start without bootstrap and not among Peers; an operator adds
+	// the node with `ticketing node add` (as a learner, then promoted).
+	PeerAdvertise      string        // this node's peer address as others dial it; default: its Peers entry, else PeerListen
+	MaxClockSkew       time.Duration // default 500 ms
+	HeartbeatTimeout   time.Duration
+	ElectionTimeout    time.Duration
+	LeaderLeaseTimeout time.Duration
+	TransferTimeout    time.Duration // bound of the hand-over on shutdown; default 3 s
+	// ClockOffset shifts this node's wall clock (tests of clock health only).
+	ClockOffset time.Duration
+	// PeerListener, when set, is used instead of listening on PeerListen
+	// (tests open it on port 0 first to know the address).
+	PeerListener net.Listener
+}
+
+// validateCluster checks the cluster settings (issue #7 item 6): voter count
+// 3 or 5, no duplicate ids or addresses, a non-wildcard advertised address.
+func (c *Config) validateCluster() error {
+	cc := c.Cluster
+	if cc == nil {
+		return nil
+	}
+	if c.NodeID == "" || c.NodeID == "single" {
+		return cfgErr("a cluster node needs a node id (--node-id)")
+	}
+	if cc.PeerListener != nil {
+		cc.PeerListen = cc.PeerListener.Addr().String()
+	}
+	if _, _, err := net.SplitHostPort(cc.PeerListen); err != nil {
+		return cfgErr("peer listen address %q: %v", cc.PeerListen, err)
+	}
+	if cc.Advertise == "" {
+		return cfgErr("a cluster node needs --advertise, the client address other nodes' M answers name")
+	}
+	host, _, err := net.SplitHostPort(cc.Advertise)
+	if err != nil {
+		return cfgErr("advertise address %q: %v", cc.Advertise, err)
+	}
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		return cfgErr("advertise address %q is a wildcard; name an address clients can reach", cc.Advertise)
+	}
+	if len(cc.Peers) > 0 || cc.Bootstrap {
+		if n := len(cc.Peers); n != 3 && n != 5 {
+			return cfgErr("a cluster has 3 or 5 voters, got %d in --peers (1 voter is a single node: omit --peers)", n)
+		}
+	}
+	ids, addrs := map[string]bool{}, map[string]bool{}
+	self := false
+	for _, p := range cc.Peers {
+		if p.ID == "" || p.Addr == "" {
+			return cfgErr("peer %q: want id=host:port", p.ID+"="+p.Addr)
+		}
+		if ids[p.ID] {
+			return cfgErr("duplicate peer id %q", p.ID)
+		}
+		if addrs[p.Addr] {
+			return cfgErr("duplicate peer address %q", p.Addr)
+		}
+		if h, _, err := net.SplitHostPort(p.Addr); err != nil {
+			return cfgErr("peer %s address %q: %v", p.ID, p.Addr, err)
+		} else if ip := net.ParseIP(h); h == "" || ip != nil && ip.IsUnspecified() {
+			return cfgErr("peer %s address %q is a wildcard", p.ID, p.Addr)
+		}
+		ids[p.ID], addrs[p.Addr] = true, true
+		self = self || p.ID == c.NodeID
+	}
+	if cc.Bootstrap && !self {
+		return cfgErr("--bootstrap: this node's id %q is not in --peers", c.NodeID)
+	}
+	if cc.MaxClockSkew < 0 {
+		return cfgErr("max clock skew must not be negative")
+	}
+	return nil
+}
+
+// ParsePeers parses "id=host:port,id=host:port".
+func ParsePeers(s string) ([]cluster.Peer, error) {
+	var out []cluster.Peer
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		id, addr, ok := strings.Cut(part, "=")
+		if !ok || id == "" || addr == "" {
+			return nil, cfgErr("peers: %q is not id=host:port", part)
+		}
+		out = append(out, cluster.Peer{ID: id, Addr: addr})
+	}
+	return out, nil
+}
+
+func (s *Server) peerAdvertise() string {
+	cc := s.cfg.Cluster
+	if cc.PeerAdvertise != "" {
+		return cc.PeerAdvertise
+	}
+	for _, p := range cc.Peers {
+		if p.ID == s.cfg.NodeID {
+			return p.Addr
+		}
+	}
+	return cc.PeerListen
+}
+
+// startCluster opens the peer port and starts the raft node.
+func (s *Server) startCluster(ctx context.Context) error {
+	cc := s.cfg.Cluster
+	var lc net.ListenConfig
+	lc.KeepAliveConfig = keepAliveConfig
+	ln := cc.PeerListener
+	if ln == nil {
+		var err error
+		ln, err = lc.Listen(ctx, "tcp", cc.PeerListen)
+		if err != nil {
+			return fmt.Errorf("server: peer listen %s: %w", cc.PeerListen, err)
+		}
+	}
+	s.peerLn = ln
+	peerAddr := s.peerAdvertise()
+	if _, port, _ := net.SplitHostPort(peerAddr); port == "0" {
+		peerAddr = ln.Addr().String()
+	}
+	tlsClient, err := s.peerTLSClient()
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	now := s.now
+	if cc.ClockOffset != 0 {
+		off := cc.ClockOffset
+		base := s.now
+		now = func() time.Time { return base().Add(off) }
+		s.now = now
+	}
+	node, err := cluster.New(cluster.Config{
+		NodeID:             s.cfg.NodeID,
+		ClientAddr:         cc.Advertise,
+		PeerAddr:           peerAddr,
+		Peers:              cc.Peers,
+		Bootstrap:          cc.Bootstrap,
+		PeerToken:          s.cfg.tokenFor(wire.RolePeer),
+		TLSClient:          tlsClient,
+		DataDir:            s.cfg.DataDir,
+		MaxClockSkew:       cc.MaxClockSkew,
+		HeartbeatTimeout:   cc.HeartbeatTimeout,
+		ElectionTimeout:    cc.ElectionTimeout,
+		LeaderLeaseTimeout: cc.LeaderLeaseTimeout,
+		TransferTimeout:    cc.TransferTimeout,
+		Limits:             s.limits,
+		Logger:             s.log,
+		Now:                now,
+		Incarnation:        s.incarnation,
+	}, s, s.failPending)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	s.node = node
+	s.wg.Add(1)
+	go s.servePeers(ln)
+	return nil
+}
+
+// peerTLSClient is the TLS configuration for dialing peers: the server's own
+// certificate as the client certificate, peers verified against the client
+// CA file (or the system roots).
+func (s *Server) peerTLSClient() (*tls.Config, error) {
+	if s.certs == nil {
+		return nil, nil
+	}
+	cfg := &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+			s.certs.mu.RLock()
+			defer s.certs.mu.RUnlock()
+			return s.certs.cert, nil
+		},
+	}
+	if s.cfg.TLSClientCAFile != "" {
+		pem, err := os.ReadFile(s.cfg.TLSClientCAFile)
+		if err != nil {
+			return nil, fmt.Errorf("%w: tls client CA: %v", ErrConfig, err)
+		}
+		pool := x509.NewCertPool()
+		pool.AppendCertsFromPEM(pem)
+		cfg.RootCAs = pool
+	}
+	return cfg, nil
+}
+
+// servePeers accepts on the peer port: role 3 only; after the handshake a
+// raft RPC stream (first byte < 0x20) goes to raft, anything else is served
+// as a protocol connection with role peer (P and read-only Q: the leader's
+// clock samples and status reads).
+func (s *Server) servePeers(ln net.Listener) {
+	defer s.wg.Done()
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			select {
+			case <-s.closed:
+				return
+			default:
+			}
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		c := newConn(s, nc)
+		c.peerPort = true
+		s.nconns.Add(1)
+		s.wg.Add(1)
+		go c.serve()
+	}
+}
+
+// handOffIfRaft peeks at the first byte after the peer handshake; a raft
+// stream is handed to the transport (true), anything else stays a protocol
+// connection reading from the peeked buffer.
+func (c *conn) handOffIfRaft() bool {
+	br := bufio.NewReaderSize(c.nc, 4096)
+	b, err := br.Peek(1)
+	pc := &cluster.PeekedConn{Conn: c.nc, R: br}
+	if err == nil && cluster.RaftStreamByte(b[0]) && c.s.node != nil {
+		c.s.node.HandOff(pc)
+		return true
+	}
+	c.nc = pc
+	return false
+}
+
+func (s *Server) newConnID() uint64 {
+	n := s.nextConn.Add(1)
+	if s.cfg.Cluster != nil {
+		return cluster.ConnID(s.incarnation, n)
+	}
+	return n
+}
+
+// leaderAddr is the client address an M answer names.
+func (s *Server) leaderAddr() string {
+	if s.node == nil {
+		return ""
+	}
+	return s.node.LeaderClientAddr()
+}
+
+// clusterLockOp submits an already validated A, R or C to the raft log; the
+// answer comes through Deliver once its entry is committed and applied
+// (protocol.md §7), or U / M when that cannot be confirmed.
+func (c *conn) clusterLockOp(req *wire.Request) {
+	n := c.s.node
+	if !n.Serving() {
+		c.wbuf = wire.AppendMoved(c.wbuf, req.ReqID, n.LeaderClientAddr())
+		return
+	}
+	if req.Op == wire.OpAcquire {
+		if ok, _ := n.ClockHealthy(); !ok {
+			c.s.busyExtra.Add(1)
+			c.wbuf = wire.AppendStatus(c.wbuf, wire.StatusBusy, wire.CodeClockUnhealthy, req.ReqID)
+			return
+		}
+		if req.WaitMS() > 0 && c.inflight.Load() >= c.maxInflight {
+			c.s.busyExtra.Add(1)
+			c.wbuf = wire.AppendStatus(c.wbuf, wire.StatusBusy, wire.CodeOverloaded, req.ReqID)
+			return
+		}
+	}
+	cmd := cluster.Command{Conn: c.id, ReqID: req.ReqID, Key: append([]byte(nil), req.Key...), Arg: req.Arg}
+	switch req.Op {
+	case wire.OpAcquire:
+		cmd.Op = cluster.OpAcquire
+	case wire.OpRelease:
+		cmd.Op = cluster.OpRelease
+	case wire.OpCancel:
+		cmd.Op = cluster.OpCancel
+	}
+	c.mu.Lock()
+	c.pending[req.ReqID] = struct{}{}
+	c.mu.Unlock()
+	c.inflight.Add(1)
+	if err := n.Submit(cmd); err != nil {
+		c.mu.Lock()
+		delete(c.pending, req.ReqID)
+		c.mu.Unlock()
+		c.inflight.Add(-1)
+		c.wbuf = wire.AppendMoved(c.wbuf, req.ReqID, n.LeaderClientAddr())
+	}
+}
+
+// clusterConnGone replicates that a client connection closed, so its
+// waiters leave their queues (its locks stay held).
+func (s *Server) clusterConnGone(c *conn) {
+	if c.peerPort || !s.node.Serving() {
+		return
+	}
+	if c.inflight.Load() == 0 {
+		return
+	}
+	_ = s.node.Submit(cluster.Command{Op: cluster.OpDropConn, Conn: c.id})
+}
+
+// failPending answers U to every request in flight on every connection: this
+// node stopped being the serving leader, so their outcome is unknown
+// (protocol.md §7).
+func (s *Server) failPending() {
+	s.connsMu.RLock()
+	cs := make([]*conn, 0, len(s.conns))
+	for _, c := range s.conns {
+		cs = append(cs, c)
+	}
+	s.connsMu.RUnlock()
+	for _, c := range cs {
+		c.mu.Lock()
+		ids := make([]uint32, 0, len(c.pending))
+		for id := range c.pending {
+			ids = append(ids, id)
+		}
+		c.mu.Unlock()
+		for _, id := range ids {
+			c.deliver(locktable.Effect{Owner: locktable.Owner{Conn: c.id, ReqID: id}, Status: wire.StatusUnknown})
+		}
+	}
+}
+
+// ClusterNode returns the raft node (nil on a single node).
+func (s *Server) ClusterNode() *cluster.Node { return s.node }

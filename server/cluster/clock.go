@@ -1,0 +1,315 @@
+package cluster
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/ticketing/ticketing/client/wire"
+)
+
+// clockStale is how old a peer's last clock sample may be before it no
+// longer counts as verified.
+const clockStale = 3 * time.Second
+
+// ClockSample is the leader's latest view of one peer's wall clock.
+type ClockSample struct {
+	ID       string        `json:"id"`
+	Offset   time.Duration `json:"offset"` // peer − leader, midpoint estimate
+	RTT      time.Duration `json:"rtt"`
+	Bound    time.Duration `json:"bound"` // |offset| + rtt/2
+	At       time.Time     `json:"at"`
+	Err      string        `json:"err,omitempty"`
+	Applied  uint64        `json:"applied"`
+	Incarn   uint32        `json:"incarnation"`
+	Healthy  bool          `json:"healthy"`
+	Contact  bool          `json:"contact"` // sampled within clockStale
+	ClientAd string        `json:"client_addr"`
+}
+
+// clockHealth samples every other voter's clock over the authenticated peer
+// port about once a second (P ping: offset = server_time − (t0+t1)/2, error
+// ±rtt/2) while this node leads.
+type clockHealth struct {
+	n       *Node
+	mu      sync.Mutex
+	samples map[string]ClockSample
+	healthy bool
+	reason  string
+}
+
+func newClockHealth(n *Node) *clockHealth {
+	return &clockHealth{n: n, samples: map[string]ClockSample{}, reason: "not sampled yet"}
+}
+
+// Healthy reports whether new grants may be made, and why not.
+func (c *clockHealth) Healthy() (bool, string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.healthy, c.reason
+}
+
+// Samples returns the latest sample per peer.
+func (c *clockHealth) Samples() []ClockSample {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]ClockSample, 0, len(c.samples))
+	for _, s := range c.samples {
+		out = append(out, s)
+	}
+	return out
+}
+
+func (c *clockHealth) run(ctx context.Context) {
+	c.mu.Lock()
+	c.healthy, c.reason = false, "not sampled yet"
+	c.samples = map[string]ClockSample{}
+	c.mu.Unlock()
+	clients := map[string]*peerClient{}
+	defer func() {
+		for _, pc := range clients {
+			pc.close()
+		}
+	}()
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		c.round(ctx, clients)
+		select {
+		case <-ctx.Done():
+			c.mu.Lock()
+			c.healthy, c.reason = false, "not the leader"
+			c.mu.Unlock()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (c *clockHealth) round(ctx context.Context, clients map[string]*peerClient) {
+	cf := c.n.raft.GetConfiguration()
+	if cf.Error() != nil {
+		return
+	}
+	var voters []raft.Server
+	seen := map[string]bool{}
+	for _, s := range cf.Configuration().Servers {
+		id := string(s.ID)
+		seen[id] = true
+		if id == c.n.cfg.NodeID {
+			continue
+		}
+		if s.Suffrage == raft.Voter {
+			voters = append(voters, s)
+		}
+		pc := clients[id]
+		if pc == nil || pc.addr != string(s.Address) {
+			if pc != nil {
+				pc.close()
+			}
+			pc = &peerClient{addr: string(s.Address), token: c.n.cfg.PeerToken, tls: c.n.cfg.TLSClient}
+			clients[id] = pc
+		}
+	}
+	for id, pc := range clients {
+		if !seen[id] {
+			pc.close()
+			delete(clients, id)
+		}
+	}
+	var wg sync.WaitGroup
+	results := make(chan ClockSample, len(clients))
+	for id, pc := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results <- c.sample(ctx, id, pc)
+		}()
+	}
+	wg.Wait()
+	close(results)
+	now := c.n.now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for s := range results {
+		if s.Err != "" {
+			if old, ok := c.samples[s.ID]; ok {
+				old.Err = s.Err
+				s = old
+			}
+		}
+		c.samples[s.ID] = s
+	}
+	for id := range c.samples {
+		if !seen[id] {
+			delete(c.samples, id)
+		}
+	}
+	// Healthy: every voter in contact has a fresh sample within the bound,
+	// and (with this node) a quorum of voters is verified.
+	verified := 1
+	healthy, reason := true, ""
+	for _, v := range voters {
+		s, ok := c.samples[string(v.ID)]
+		fresh := ok && s.Err == "" && now.Sub(s.At) < clockStale
+		s.Contact = fresh
+		s.Healthy = fresh && s.Bound <= c.n.cfg.MaxClockSkew
+		if ok {
+			c.samples[string(v.ID)] = s
+		}
+		switch {
+		case s.Healthy:
+			verified++
+		case fresh:
+			healthy = false
+			reason = fmt.Sprintf("clock skew of %s is %v ± %v, above the %v bound", v.ID, s.Offset.Round(time.Millisecond), (s.RTT / 2).Round(time.Microsecond), c.n.cfg.MaxClockSkew)
+		}
+	}
+	if healthy && verified < (len(voters)+1)/2+1 {
+		healthy = false
+		reason = fmt.Sprintf("only %d of %d voters have a verified clock", verified, len(voters)+1)
+	}
+	if healthy != c.healthy {
+		if healthy {
+			c.n.log.Info("clock health verified")
+		} else {
+			c.n.log.Warn("clock unhealthy: new grants fail closed", "reason", reason)
+		}
+	}
+	c.healthy, c.reason = healthy, reason
+}
+
+func (c *clockHealth) sample(ctx context.Context, id string, pc *peerClient) ClockSample {
+	ctx, cancel := context.WithTimeout(ctx, 800*time.Millisecond)
+	defer cancel()
+	s := ClockSample{ID: id}
+	t0 := c.n.now()
+	serverUS, err := pc.ping(ctx)
+	t1 := c.n.now()
+	if err != nil {
+		s.Err = err.Error()
+		return s
+	}
+	rtt := t1.Sub(t0)
+	mid := t0.Add(rtt / 2)
+	s.Offset = time.UnixMicro(serverUS).Sub(mid)
+	s.RTT = rtt
+	s.Bound = s.Offset.Abs() + rtt/2
+	s.At = t1
+	if st, err := pc.status(ctx); err == nil {
+		s.Applied = st.AppliedIndex
+		s.Incarn = st.Incarnation
+		s.ClientAd = st.Advertise
+		c.n.checkIncarnation(id, st)
+	}
+	return s
+}
+
+// peerStatus is the part of a peer's `status` reply the leader reads.
+type peerStatus struct {
+	NodeID       string `json:"node_id"`
+	AppliedIndex uint64 `json:"applied_index"`
+	Incarnation  uint32 `json:"incarnation"`
+	Durable      bool   `json:"durable"`
+	Advertise    string `json:"client_addr"`
+}
+
+// peerClient is one authenticated protocol connection to a peer's peer port
+// for P and read-only Q, one request at a time.
+type peerClient struct {
+	addr, token string
+	tls         *tls.Config
+	mu          sync.Mutex
+	nc          net.Conn
+	id          uint32
+}
+
+func (p *peerClient) close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.nc != nil {
+		p.nc.Close()
+		p.nc = nil
+	}
+}
+
+func (p *peerClient) roundTrip(ctx context.Context, frame func(b []byte, id uint32) []byte) (wire.Response, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.nc == nil {
+		nc, err := DialPeer(ctx, p.addr, p.token, p.tls)
+		if err != nil {
+			return wire.Response{}, err
+		}
+		p.nc = nc
+	}
+	r, err := p.exchange(ctx, frame)
+	if err != nil {
+		p.nc.Close()
+		p.nc = nil
+	}
+	return r, err
+}
+
+func (p *peerClient) exchange(ctx context.Context, frame func(b []byte, id uint32) []byte) (wire.Response, error) {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		dl = time.Now().Add(time.Second)
+	}
+	_ = p.nc.SetDeadline(dl)
+	p.id++
+	if _, err := p.nc.Write(frame(nil, p.id)); err != nil {
+		return wire.Response{}, err
+	}
+	buf := make([]byte, 0, 512)
+	var tmp [512]byte
+	for {
+		r, n, err := wire.ParseResponse(buf)
+		if err != nil {
+			return wire.Response{}, err
+		}
+		if n > 0 {
+			if r.ReqID != p.id {
+				return wire.Response{}, fmt.Errorf("peer answered req_id %d, want %d", r.ReqID, p.id)
+			}
+			return r, nil
+		}
+		m, err := p.nc.Read(tmp[:])
+		if err != nil {
+			return wire.Response{}, err
+		}
+		buf = append(buf, tmp[:m]...)
+	}
+}
+
+func (p *peerClient) ping(ctx context.Context) (int64, error) {
+	r, err := p.roundTrip(ctx, wire.AppendPing)
+	if err != nil {
+		return 0, err
+	}
+	if r.Status != wire.StatusPong {
+		return 0, fmt.Errorf("peer answered %c to a ping", r.Status)
+	}
+	return int64(r.Value), nil
+}
+
+func (p *peerClient) status(ctx context.Context) (peerStatus, error) {
+	var st peerStatus
+	r, err := p.roundTrip(ctx, func(b []byte, id uint32) []byte {
+		return wire.AppendQuery(b, id, []byte(`{"cmd":"status"}`))
+	})
+	if err != nil {
+		return st, err
+	}
+	if r.Status != wire.StatusAdmin {
+		return st, fmt.Errorf("peer answered %c to status", r.Status)
+	}
+	err = json.Unmarshal(r.Payload, &st)
+	return st, err
+}

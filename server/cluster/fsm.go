@@ -1,0 +1,241 @@
+package cluster
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/ticketing/ticketing/server/locktable"
+)
+
+// LeaderMeta is what the current leader announced in its OpLeaderStart.
+type LeaderMeta struct {
+	ID          string `json:"id"`
+	ClientAddr  string `json:"client_addr"`
+	Incarnation uint32 `json:"incarnation"`
+	Start       int64  `json:"start"` // leader's wall clock at its start, ns
+}
+
+// NodeMeta is a member's replicated metadata.
+type NodeMeta struct {
+	ID          string `json:"id"`
+	ClientAddr  string `json:"client_addr"`
+	PeerAddr    string `json:"peer_addr"`
+	Incarnation uint32 `json:"incarnation"` // the process that joined under this id
+	Durable     bool   `json:"durable"`     // has a data dir: may restart under its id
+}
+
+// Delivery routes an answer made by the state machine to a connection of
+// this node. It is called with the FSM lock held and must not block.
+type Delivery interface {
+	// Deliver answers e.Owner if this node is the leader that owns that
+	// connection; otherwise it drops it.
+	Deliver(e locktable.Effect)
+}
+
+// FSM is the replicated state machine: one locktable.Table, the fencing
+// token counter (seeded once per cluster, protocol.md §6), the leader's
+// announcement and member metadata.
+type FSM struct {
+	mu      sync.Mutex
+	table   *locktable.Table
+	tokens  *locktable.Counter
+	counts  locktable.SharedCounts
+	limits  locktable.Limits
+	leader  LeaderMeta
+	nodes   map[string]NodeMeta
+	applied uint64
+	out     Delivery
+}
+
+// NewFSM returns an empty state machine delivering answers to out.
+func NewFSM(limits locktable.Limits, out Delivery) *FSM {
+	f := &FSM{limits: limits, out: out, nodes: map[string]NodeMeta{}}
+	f.tokens = locktable.NewCounter(1)
+	f.tokens.Restore(0)
+	f.table = locktable.New(limits, f.tokens, &f.counts, f)
+	return f
+}
+
+// Deliver implements locktable.Sink.
+func (f *FSM) Deliver(e locktable.Effect) { f.out.Deliver(e) }
+
+// Apply implements raft.FSM: one batch, applied in order at the batch's time.
+func (f *FSM) Apply(l *raft.Log) any {
+	if l.Type != raft.LogCommand {
+		return nil
+	}
+	b, err := DecodeBatch(l.Data)
+	if err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.applied = l.Index
+	for i := range b.Cmds {
+		f.apply(b.Time, &b.Cmds[i])
+	}
+	return nil
+}
+
+func (f *FSM) apply(now int64, c *Command) {
+	owner := locktable.Owner{Conn: c.Conn, ReqID: c.ReqID}
+	switch c.Op {
+	case OpAcquire:
+		if f.tokens.Last() == 0 {
+			return // no leader started the domain yet: cannot happen in a well-formed log
+		}
+		e := f.table.Acquire(now, owner, c.Key, uint32(c.Arg>>32), uint32(c.Arg))
+		if e.Status != locktable.Queued {
+			f.out.Deliver(e)
+		}
+	case OpRelease:
+		f.out.Deliver(f.table.Release(now, owner, c.Key, c.Arg))
+	case OpCancel:
+		f.out.Deliver(f.table.Cancel(now, owner, c.Key, uint32(c.Arg>>32)))
+	case OpExpire:
+		f.table.Expire(now, c.Key, c.Arg)
+	case OpWaitTimeout:
+		f.table.WaitTimeout(owner)
+	case OpDropConn:
+		f.table.DropConn(c.Conn)
+	case OpLeaderStart:
+		var m LeaderMeta
+		if json.Unmarshal(c.Key, &m) != nil {
+			return
+		}
+		m.Start = now
+		f.leader = m
+		// Waiters queued on other nodes' connections are gone with their
+		// leader (protocol.md §7): drop them silently.
+		for _, conn := range f.table.WaitingConns() {
+			if IncarnationOf(conn) != m.Incarnation {
+				f.table.DropConn(conn)
+			}
+		}
+		if f.tokens.Last() == 0 {
+			f.tokens.Restore(locktable.FirstToken(now/1e6) - 1)
+		}
+	case OpNodeMeta:
+		var m NodeMeta
+		if json.Unmarshal(c.Key, &m) != nil || m.ID == "" {
+			return
+		}
+		if m.PeerAddr == "" && m.ClientAddr == "" {
+			delete(f.nodes, m.ID)
+			return
+		}
+		f.nodes[m.ID] = m
+	}
+}
+
+// fsmState is the snapshot encoding.
+type fsmState struct {
+	Table     locktable.State     `json:"table"`
+	LastToken uint64              `json:"last_token"`
+	Leader    LeaderMeta          `json:"leader"`
+	Nodes     map[string]NodeMeta `json:"nodes"`
+}
+
+func (f *FSM) state() fsmState {
+	nodes := make(map[string]NodeMeta, len(f.nodes))
+	for k, v := range f.nodes {
+		nodes[k] = v
+	}
+	return fsmState{Table: f.table.Snapshot(), LastToken: f.tokens.Last(), Leader: f.leader, Nodes: nodes}
+}
+
+// Snapshot implements raft.FSM.
+func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	b, err := json.Marshal(f.state())
+	if err != nil {
+		return nil, err
+	}
+	return snapshot(b), nil
+}
+
+// Restore implements raft.FSM.
+func (f *FSM) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	var s fsmState
+	if err := json.NewDecoder(rc).Decode(&s); err != nil {
+		return fmt.Errorf("cluster: restore snapshot: %w", err)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	tokens := locktable.NewCounter(1)
+	tokens.Restore(s.LastToken)
+	f.tokens = tokens
+	f.counts = locktable.SharedCounts{}
+	f.table = locktable.New(f.limits, f.tokens, &f.counts, f)
+	if err := f.table.Restore(s.Table); err != nil {
+		return err
+	}
+	f.leader = s.Leader
+	f.nodes = s.Nodes
+	if f.nodes == nil {
+		f.nodes = map[string]NodeMeta{}
+	}
+	return nil
+}
+
+type snapshot []byte
+
+func (s snapshot) Persist(sink raft.SnapshotSink) error {
+	if _, err := sink.Write(s); err != nil {
+		sink.Cancel()
+		return err
+	}
+	return sink.Close()
+}
+
+func (s snapshot) Release() {}
+
+// With runs fn with the FSM locked (reads of the table for admin queries and
+// the leader's timers).
+func (f *FSM) With(fn func(t *locktable.Table)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	fn(f.table)
+}
+
+// Leader returns the last leader announcement applied.
+func (f *FSM) Leader() LeaderMeta {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.leader
+}
+
+// Nodes returns the replicated member metadata.
+func (f *FSM) Nodes() map[string]NodeMeta {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make(map[string]NodeMeta, len(f.nodes))
+	for k, v := range f.nodes {
+		out[k] = v
+	}
+	return out
+}
+
+// Applied returns the index of the last applied entry.
+func (f *FSM) Applied() uint64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.applied
+}
+
+// StateDigest returns the lock table state (for "all nodes report the same
+// lock table" checks) and the last token.
+func (f *FSM) StateDigest() (locktable.State, uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.table.Snapshot(), f.tokens.Last()
+}
+
+// Counts returns active keys and waiters.
+func (f *FSM) Counts() (keys, waiters int64) { return f.counts.Keys(), f.counts.Waiters() }

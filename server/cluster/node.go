@@ -1,0 +1,514 @@
+package cluster
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+
+	"github.com/ticketing/ticketing/client/wire"
+	"github.com/ticketing/ticketing/server/locktable"
+)
+
+// Errors callers branch on.
+var (
+	// ErrNotLeader: this node is not the serving leader; answer M.
+	ErrNotLeader = errors.New("cluster: not the leader")
+	// ErrNotCluster is never returned by a Node; the single-node server uses it.
+	ErrNotCluster = errors.New("cluster: not a cluster")
+	// ErrMembership: a membership change failed or another is in progress.
+	ErrMembership = errors.New("cluster: membership change refused")
+)
+
+// Peer is an initial voter: id and peer (raft) address.
+type Peer struct {
+	ID   string
+	Addr string
+}
+
+// Config configures one cluster node. DefaultTimings gives the raft timing
+// defaults (failover under 1 s on a LAN).
+type Config struct {
+	NodeID     string
+	ClientAddr string // advertised client address, named by M answers
+	PeerAddr   string // advertised peer address, dialed by other nodes
+	Peers      []Peer // initial voters (bootstrap); 3 or 5
+	Bootstrap  bool   // first start of a new cluster only
+	PeerToken  string
+	TLSClient  *tls.Config // for dialing peers; nil = plaintext
+	DataDir    string      // durable raft log and snapshots; "" = in memory
+
+	MaxClockSkew time.Duration // default 500 ms
+	// Raft timings; zero values take DefaultTimings.
+	HeartbeatTimeout   time.Duration
+	ElectionTimeout    time.Duration
+	LeaderLeaseTimeout time.Duration
+	// TransferTimeout bounds a leadership hand-over (SIGTERM, transfer-leader).
+	TransferTimeout time.Duration
+
+	Limits      locktable.Limits
+	Logger      *slog.Logger
+	Now         func() time.Time // wall clock; tests skew it
+	Incarnation uint32           // 24-bit id of this process; 0 = random
+}
+
+// Default raft timings: about 2.2× the timeout to fail over (issue #7 notes),
+// so 300 ms gives failover near 0.7 s.
+const (
+	DefaultHeartbeatTimeout   = 300 * time.Millisecond
+	DefaultElectionTimeout    = 300 * time.Millisecond
+	DefaultLeaderLeaseTimeout = 250 * time.Millisecond
+	DefaultTransferTimeout    = 3 * time.Second
+	DefaultMaxClockSkew       = 500 * time.Millisecond
+)
+
+// Node is one running cluster member.
+type Node struct {
+	cfg         Config
+	log         *slog.Logger
+	now         func() time.Time
+	incarnation uint32
+	fsm         *FSM
+	raft        *raft.Raft
+	trans       *raft.NetworkTransport
+	stream      *StreamLayer
+	out         Delivery
+	onLost      func()
+	prop        *proposer
+	clock       *clockHealth
+	serving     atomic.Bool
+	leaderStart atomic.Int64 // wall ns when this node started serving as leader
+	memberMu    sync.Mutex   // one membership change at a time
+	closeOnce   sync.Once
+	done        chan struct{}
+	wg          sync.WaitGroup
+	stores      []io.Closer
+}
+
+// New starts a node: raft with its stores, the stream layer (the server
+// hands it inbound raft streams with HandOff), and the leadership loop.
+// out receives answers for this node's connections; onLost is called when
+// this node stops being the serving leader (the server answers every
+// request in flight U).
+func New(cfg Config, out Delivery, onLost func()) (*Node, error) {
+	if cfg.HeartbeatTimeout == 0 {
+		cfg.HeartbeatTimeout = DefaultHeartbeatTimeout
+	}
+	if cfg.ElectionTimeout == 0 {
+		cfg.ElectionTimeout = DefaultElectionTimeout
+	}
+	if cfg.LeaderLeaseTimeout == 0 {
+		cfg.LeaderLeaseTimeout = DefaultLeaderLeaseTimeout
+	}
+	if cfg.TransferTimeout == 0 {
+		cfg.TransferTimeout = DefaultTransferTimeout
+	}
+	if cfg.MaxClockSkew == 0 {
+		cfg.MaxClockSkew = DefaultMaxClockSkew
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	inc := cfg.Incarnation
+	for inc == 0 {
+		var b [4]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			return nil, err
+		}
+		inc = binary.BigEndian.Uint32(b[:]) & (1<<IncarnationBits - 1)
+	}
+	n := &Node{
+		cfg: cfg, log: cfg.Logger.With("node", cfg.NodeID), now: cfg.Now, incarnation: inc,
+		out: out, onLost: onLost, done: make(chan struct{}),
+	}
+	n.fsm = NewFSM(cfg.Limits, deliveryFunc(n.deliver))
+	n.clock = newClockHealth(n)
+
+	addr, err := net.ResolveTCPAddr("tcp", cfg.PeerAddr)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: peer address %q: %w", cfg.PeerAddr, err)
+	}
+	n.stream = NewStreamLayer(addr, cfg.PeerToken, cfg.TLSClient)
+	n.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+		Stream:  n.stream,
+		MaxPool: 4,
+		Timeout: 2 * time.Second,
+		Logger:  newHCLogger(n.log, "raft-net"),
+	})
+
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(cfg.NodeID)
+	rc.HeartbeatTimeout = cfg.HeartbeatTimeout
+	rc.ElectionTimeout = cfg.ElectionTimeout
+	rc.LeaderLeaseTimeout = cfg.LeaderLeaseTimeout
+	rc.CommitTimeout = 5 * time.Millisecond
+	rc.MaxAppendEntries = 256
+	rc.BatchApplyCh = true
+	// Batched entries are 10–30 KB: size the trailing log by bytes, not
+	// entries, or it alone holds hundreds of MB (issue #7 notes).
+	rc.TrailingLogs = 256
+	rc.SnapshotThreshold = 1024
+	rc.SnapshotInterval = 10 * time.Second
+	rc.Logger = newHCLogger(n.log, "raft")
+
+	var (
+		logs   raft.LogStore
+		stable raft.StableStore
+		snaps  raft.SnapshotStore
+	)
+	if cfg.DataDir != "" {
+		if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+			return nil, fmt.Errorf("cluster: data dir: %w", err)
+		}
+		bs, err := raftboltdb.NewBoltStore(filepath.Join(cfg.DataDir, "raft.db"))
+		if err != nil {
+			return nil, fmt.Errorf("cluster: raft store: %w", err)
+		}
+		n.stores = append(n.stores, bs)
+		logs, stable = bs, bs
+		fs, err := raft.NewFileSnapshotStore(cfg.DataDir, 2, io.Discard)
+		if err != nil {
+			return nil, fmt.Errorf("cluster: snapshot store: %w", err)
+		}
+		snaps = fs
+	} else {
+		ms := raft.NewInmemStore()
+		logs, stable = ms, ms
+		snaps = raft.NewInmemSnapshotStore()
+	}
+	r, err := raft.NewRaft(rc, n.fsm, logs, stable, snaps, n.trans)
+	if err != nil {
+		n.closeStores()
+		return nil, fmt.Errorf("cluster: raft: %w", err)
+	}
+	n.raft = r
+	n.prop = newProposer(n)
+	if cfg.Bootstrap {
+		var servers []raft.Server
+		for _, p := range cfg.Peers {
+			servers = append(servers, raft.Server{ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.Addr), Suffrage: raft.Voter})
+		}
+		f := r.BootstrapCluster(raft.Configuration{Servers: servers})
+		if err := f.Error(); err != nil && !errors.Is(err, raft.ErrCantBootstrap) {
+			n.Shutdown(context.Background())
+			return nil, fmt.Errorf("cluster: bootstrap: %w", err)
+		} else if errors.Is(err, raft.ErrCantBootstrap) {
+			n.log.Info("bootstrap skipped: this node already has raft state")
+		}
+	}
+	n.wg.Add(2)
+	go n.leadershipLoop()
+	go n.prop.run()
+	return n, nil
+}
+
+type deliveryFunc func(locktable.Effect)
+
+func (f deliveryFunc) Deliver(e locktable.Effect) { f(e) }
+
+// deliver forwards an answer only while this node serves as leader and the
+// connection is one of ours.
+func (n *Node) deliver(e locktable.Effect) {
+	if n.serving.Load() && IncarnationOf(e.Owner.Conn) == n.incarnation {
+		n.out.Deliver(e)
+	}
+}
+
+// Incarnation is this process's 24-bit id; connection ids carry it.
+func (n *Node) Incarnation() uint32 { return n.incarnation }
+
+// HandOff gives an authenticated inbound raft stream to the transport.
+func (n *Node) HandOff(c net.Conn) { n.stream.HandOff(c) }
+
+// Serving reports whether this node is the leader and has started serving
+// (its LeaderStart committed): only then may it execute A, R, C.
+func (n *Node) Serving() bool { return n.serving.Load() }
+
+// LeaderClientAddr returns the current leader's client address, "" when
+// unknown (protocol.md §7: never its raft address).
+func (n *Node) LeaderClientAddr() string {
+	_, id := n.raft.LeaderWithID()
+	if id == "" {
+		return ""
+	}
+	m := n.fsm.Leader()
+	if m.ID != string(id) {
+		return ""
+	}
+	return m.ClientAddr
+}
+
+// Submit queues commands for the next batch. It fails with ErrNotLeader
+// when this node is not serving.
+func (n *Node) Submit(cmds ...Command) error {
+	if !n.serving.Load() {
+		return ErrNotLeader
+	}
+	n.prop.add(cmds)
+	return nil
+}
+
+// FSM exposes the state machine (admin reads, tests).
+func (n *Node) FSM() *FSM { return n.fsm }
+
+// Raft exposes the raft instance (admin reads, tests).
+func (n *Node) Raft() *raft.Raft { return n.raft }
+
+// leadershipLoop follows raft's leader notifications: on gaining
+// leadership, wait until every earlier entry is applied (Barrier), commit a
+// LeaderStart (which drops other nodes' waiters and seeds the token counter
+// of a new cluster), then serve and run the leader's timers and clock
+// sampler; on losing it, stop serving and fail every request in flight.
+func (n *Node) leadershipLoop() {
+	defer n.wg.Done()
+	var stop context.CancelFunc
+	var loops sync.WaitGroup
+	lose := func() {
+		if stop != nil {
+			stop()
+			loops.Wait()
+			stop = nil
+		}
+		if n.serving.Swap(false) {
+			n.log.Warn("stopped serving as leader")
+			if n.onLost != nil {
+				n.onLost()
+			}
+		}
+	}
+	for {
+		select {
+		case <-n.done:
+			lose()
+			return
+		case isLeader := <-n.raft.LeaderCh():
+			if !isLeader {
+				lose()
+				continue
+			}
+			lose()
+			ctx, cancel := context.WithCancel(context.Background())
+			stop = cancel
+			loops.Add(1)
+			go func() {
+				defer loops.Done()
+				n.lead(ctx, &loops)
+			}()
+		}
+	}
+}
+
+func (n *Node) lead(ctx context.Context, loops *sync.WaitGroup) {
+	if err := n.raft.Barrier(5 * time.Second).Error(); err != nil {
+		n.log.Warn("leader barrier failed", "err", err)
+		return
+	}
+	meta, _ := json.Marshal(LeaderMeta{ID: n.cfg.NodeID, ClientAddr: n.cfg.ClientAddr, Incarnation: n.incarnation})
+	node, _ := json.Marshal(NodeMeta{ID: n.cfg.NodeID, ClientAddr: n.cfg.ClientAddr, PeerAddr: n.cfg.PeerAddr, Incarnation: n.incarnation, Durable: n.cfg.DataDir != ""})
+	b := Batch{Time: n.now().UnixNano(), Cmds: []Command{
+		{Op: OpLeaderStart, Key: meta, Arg: uint64(n.incarnation)},
+		{Op: OpNodeMeta, Key: node},
+	}}
+	if err := n.raft.Apply(AppendBatch(nil, &b), 5*time.Second).Error(); err != nil {
+		n.log.Warn("leader start failed", "err", err)
+		return
+	}
+	select {
+	case <-ctx.Done():
+		return
+	default:
+	}
+	n.leaderStart.Store(b.Time)
+	n.serving.Store(true)
+	n.log.Info("serving as leader", "term", n.raft.CurrentTerm())
+	loops.Add(2)
+	go func() { defer loops.Done(); n.runTimers(ctx) }()
+	go func() { defer loops.Done(); n.clock.run(ctx) }()
+}
+
+// runTimers proposes the expiries and wait timeouts that the leader's clock
+// says are due. Leases granted before this leader started are given the
+// documented extension (docs/architecture.md "Leases across leader changes").
+func (n *Node) runTimers(ctx context.Context) {
+	const tick = 5 * time.Millisecond
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	proposed := map[locktable.Due]time.Time{}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		now := n.now()
+		nowNs := now.UnixNano()
+		start := n.leaderStart.Load()
+		healthy, _ := n.clock.Healthy()
+		skew := int64(n.cfg.MaxClockSkew)
+		var cmds []Command
+		n.fsm.With(func(tb *locktable.Table) {
+			tb.Due(nowNs, func(d locktable.Due) bool {
+				if d.Kind == locktable.DueLease && d.Grant < start {
+					if nowNs < InheritedDeadline(d.Grant, d.At, start, skew, healthy) {
+						return true
+					}
+				}
+				if at, ok := proposed[d]; ok && now.Sub(at) < time.Second {
+					return true
+				}
+				proposed[d] = now
+				switch d.Kind {
+				case locktable.DueLease:
+					cmds = append(cmds, Command{Op: OpExpire, Key: []byte(d.Key), Arg: d.Token})
+				case locktable.DueWait:
+					cmds = append(cmds, Command{Op: OpWaitTimeout, Conn: d.Owner.Conn, ReqID: d.Owner.ReqID})
+				}
+				return len(cmds) < 4096
+			})
+		})
+		for d, at := range proposed {
+			if now.Sub(at) > 2*time.Second {
+				delete(proposed, d)
+			}
+		}
+		if len(cmds) > 0 {
+			_ = n.Submit(cmds...)
+		}
+	}
+}
+
+// InheritedDeadline is when a leader that started serving at leaderStart
+// expires a lease granted at grant (by an earlier leader's clock) whose
+// deadline was at: with verified clocks, at + maxSkew (a lease is extended
+// by at most the skew bound, however many elections happen); unverified,
+// additionally never before a full lease from leaderStart.
+func InheritedDeadline(grant, at, leaderStart, maxSkew int64, clockHealthy bool) int64 {
+	d := at + maxSkew
+	if !clockHealthy {
+		d = max(d, leaderStart+(at-grant))
+	}
+	return d
+}
+
+// Shutdown hands leadership to a caught-up voter when this node leads
+// (bounded by TransferTimeout), then stops raft and closes the stores.
+func (n *Node) Shutdown(ctx context.Context) error {
+	var err error
+	n.closeOnce.Do(func() {
+		if n.raft != nil && n.raft.State() == raft.Leader {
+			if terr := n.transfer(""); terr != nil {
+				n.log.Warn("leadership transfer before shutdown failed; stopping anyway", "err", terr)
+			}
+		}
+		close(n.done)
+		if n.prop != nil {
+			n.prop.close()
+		}
+		if n.raft != nil {
+			err = n.raft.Shutdown().Error()
+		}
+		n.stream.Close()
+		n.trans.Close()
+		n.wg.Wait()
+		n.closeStores()
+	})
+	return err
+}
+
+func (n *Node) closeStores() {
+	for _, s := range n.stores {
+		s.Close()
+	}
+}
+
+// transfer hands leadership to id (any caught-up voter when empty), bounded
+// by TransferTimeout.
+func (n *Node) transfer(id string) error {
+	var f raft.Future
+	if id == "" {
+		f = n.raft.LeadershipTransfer()
+	} else {
+		var addr raft.ServerAddress
+		cf := n.raft.GetConfiguration()
+		if err := cf.Error(); err != nil {
+			return err
+		}
+		for _, s := range cf.Configuration().Servers {
+			if string(s.ID) == id {
+				addr = s.Address
+			}
+		}
+		if addr == "" {
+			return fmt.Errorf("%w: no member %q", ErrMembership, id)
+		}
+		f = n.raft.LeadershipTransferToServer(raft.ServerID(id), addr)
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- f.Error() }()
+	select {
+	case err := <-errc:
+		return err
+	case <-time.After(n.cfg.TransferTimeout):
+		return fmt.Errorf("leadership transfer: no answer within %v", n.cfg.TransferTimeout)
+	}
+}
+
+// nodeRole names this node's raft role for status and members.
+func (n *Node) nodeRole() string {
+	switch n.raft.State() {
+	case raft.Leader:
+		return wire.NodeLeader
+	case raft.Follower, raft.Candidate:
+		cf := n.raft.GetConfiguration()
+		if cf.Error() == nil {
+			for _, s := range cf.Configuration().Servers {
+				if string(s.ID) == n.cfg.NodeID && s.Suffrage != raft.Voter {
+					return wire.NodeLearner
+				}
+			}
+		}
+		return wire.NodeFollower
+	}
+	return wire.NodeFollower
+}
+
+// newHCLogger adapts slog to hclog for raft (style.md habit 7).
+func newHCLogger(l *slog.Logger, name string) hclog.Logger {
+	return hclog.New(&hclog.LoggerOptions{
+		Name:   name,
+		Level:  hclog.Warn,
+		Output: slogWriter{l},
+	})
+}
+
+type slogWriter struct{ l *slog.Logger }
+
+func (w slogWriter) Write(p []byte) (int, error) {
+	w.l.Info(string(trimNL(p)), "source", "raft")
+	return len(p), nil
+}
+
+func trimNL(p []byte) []byte {
+	for len(p) > 0 && (p[len(p)-1] == '\n' || p[len(p)-1] == '\r') {
+		p = p[:len(p)-1]
+	}
+	return p
+}

@@ -1,0 +1,145 @@
+package locktable
+
+import (
+	"fmt"
+	"sort"
+)
+
+// WaiterState is one queued acquire in a State.
+type WaiterState struct {
+	Owner    Owner  `json:"owner"`
+	LeaseMS  uint32 `json:"lease_ms"`
+	Enqueued int64  `json:"enqueued"` // ns
+	Deadline int64  `json:"deadline"` // wait deadline, ns
+}
+
+// KeyState is one held key in a State.
+type KeyState struct {
+	Key      string        `json:"key"`
+	Token    uint64        `json:"token"`
+	Holder   uint64        `json:"holder"`
+	Grant    int64         `json:"grant"`    // ns
+	Deadline int64         `json:"deadline"` // lease deadline, ns
+	Waiters  []WaiterState `json:"waiters"`  // FIFO order
+}
+
+// State is a table's complete lock state, in a deterministic order (keys
+// sorted), for raft snapshots and for comparing tables across nodes.
+type State struct {
+	Keys []KeyState `json:"keys"`
+}
+
+// Snapshot returns the table's state. Counters and the idle cache are not
+// part of it (they do not change any answer).
+func (t *Table) Snapshot() State {
+	var s State
+	for st := range t.activeStates() {
+		ks := KeyState{Key: st.key, Token: st.token, Holder: st.holder, Grant: st.grant, Deadline: st.lease.at}
+		for w := st.head; w != nil; w = w.next {
+			ks.Waiters = append(ks.Waiters, WaiterState{Owner: w.owner, LeaseMS: w.leaseMS, Enqueued: w.enqueued, Deadline: w.wait.at})
+		}
+		s.Keys = append(s.Keys, ks)
+	}
+	sort.Slice(s.Keys, func(i, j int) bool { return s.Keys[i].Key < s.Keys[j].Key })
+	return s
+}
+
+// Restore replaces the table's lock state with s (the table must be empty:
+// fresh from New). The TokenSource is not touched; the caller restores it so
+// that it continues above every token in s.
+func (t *Table) Restore(s State) error {
+	if len(t.keys) != 0 && t.active != 0 {
+		return fmt.Errorf("locktable: restore into a non-empty table")
+	}
+	for _, ks := range s.Keys {
+		if ks.Token == 0 {
+			return fmt.Errorf("locktable: restore: key %q has no holder", ks.Key)
+		}
+		st := t.newState([]byte(ks.Key))
+		t.activate()
+		st.token, st.holder, st.grant = ks.Token, ks.Holder, ks.Grant
+		st.lease.at, st.lease.st = ks.Deadline, st
+		t.arm(&st.lease)
+		for _, ws := range ks.Waiters {
+			if t.waiters[ws.Owner] != nil {
+				return fmt.Errorf("locktable: restore: owner %v queued twice", ws.Owner)
+			}
+			w := t.newWaiter()
+			w.owner, w.st, w.leaseMS, w.enqueued = ws.Owner, st, ws.LeaseMS, ws.Enqueued
+			t.enqueue(st, w, ws.Deadline)
+		}
+	}
+	return nil
+}
+
+// DueKind tells what a due deadline is.
+type DueKind uint8
+
+// Kinds of due deadlines.
+const (
+	DueLease DueKind = 1 // a holder's lease ran out: Expire(key, token)
+	DueWait  DueKind = 2 // a waiter's wait elapsed: WaitTimeout(owner)
+)
+
+// Due is one deadline at or before the instant given to Due.
+type Due struct {
+	Kind  DueKind
+	Key   string
+	Token uint64 // DueLease: the holder's token
+	Owner Owner  // DueWait: the waiter
+	At    int64  // the deadline, ns
+	Grant int64  // DueLease: the grant instant, ns
+}
+
+// Due calls fn for each deadline at or before now without changing anything,
+// so that a cluster leader can propose them as Expire / WaitTimeout commands
+// (only the leader's clock decides, and the decision is replicated). The
+// order is unspecified; fn returning false stops early.
+func (t *Table) Due(now int64, fn func(Due) bool) {
+	t.dueFrom(0, now, fn)
+}
+
+func (t *Table) dueFrom(i int, now int64, fn func(Due) bool) bool {
+	if i >= len(t.timers.items) || t.timers.items[i].at > now {
+		return true
+	}
+	x := t.timers.items[i]
+	var d Due
+	if x.w != nil {
+		d = Due{Kind: DueWait, Key: x.w.st.key, Owner: x.w.owner, At: x.at}
+	} else {
+		d = Due{Kind: DueLease, Key: x.st.key, Token: x.st.token, At: x.at, Grant: x.st.grant}
+	}
+	if !fn(d) {
+		return false
+	}
+	return t.dueFrom(2*i+1, now, fn) && t.dueFrom(2*i+2, now, fn)
+}
+
+// ShiftLeases moves every lease deadline by delta ns (a new cluster leader
+// adds the verified clock-skew bound, so that no lease ends early by its
+// clock; protocol.md §7, docs/architecture.md). It never shortens a lease
+// when delta ≥ 0.
+func (t *Table) ShiftLeases(delta int64) {
+	for _, x := range t.timers.items {
+		if x.st != nil {
+			x.at += delta
+		}
+	}
+	// A uniform shift of one kind of entry can break heap order with the
+	// other kind: rebuild.
+	for i := len(t.timers.items)/2 - 1; i >= 0; i-- {
+		t.timers.down(i)
+	}
+}
+
+// WaitingConns returns the connections that have acquires queued in this
+// table, sorted.
+func (t *Table) WaitingConns() []uint64 {
+	out := make([]uint64, 0, len(t.byConn))
+	for c := range t.byConn {
+		out = append(out, c)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}
