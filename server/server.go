@@ -34,9 +34,10 @@ import (
 // ErrServerClosed is returned by Serve after Shutdown or Close.
 var ErrServerClosed = errors.New("server: closed")
 
-// leaseSlack delays expiry processing so that a lease never ends before
-// lease_ms has elapsed since its grant, even though a batch's grant instant is
-// read once at the batch's start (protocol.md §5 "Leases").
+// leaseSlack is added to every lease deadline so that a lease never ends
+// before lease_ms has elapsed since its grant, even though a batch's grant
+// instant is read once at the batch's start (protocol.md §5 "Leases").
+// Wait deadlines get no slack: a waiter whose wait elapsed is never granted.
 const leaseSlack = time.Millisecond
 
 // Server is a running single-node lock server.
@@ -101,6 +102,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		ln.Close()
 		return nil, err
 	}
+	s.setListener(ln)
 	if cfg.Cluster != nil {
 		if err := s.startCluster(ctx); err != nil {
 			ln.Close()
@@ -162,6 +164,7 @@ func New(cfg Config) (*Server, error) {
 		MaxWaiters:       cfg.MaxWaiters,
 		MaxWaitersPerKey: cfg.MaxWaitersPerKey,
 		IdleCache:        max(1, cfg.IdleKeyCache/cfg.Shards),
+		LeaseSlack:       int64(leaseSlack),
 	}
 	s.limits = limits
 	if cfg.Cluster != nil {
@@ -231,6 +234,9 @@ func (s *Server) Serve(ln net.Listener) error {
 	for {
 		nc, err := ln.Accept()
 		if err != nil {
+			if s.draining.Load() { // Shutdown closed ln before closing s.closed
+				return ErrServerClosed
+			}
 			select {
 			case <-s.closed:
 				return ErrServerClosed
@@ -296,7 +302,7 @@ func (s *Server) runTimers(_ int, sh *shard) {
 	defer t.Stop()
 	for {
 		sh.mu.Lock()
-		sh.t.Advance(s.nanotime() - int64(leaseSlack))
+		sh.t.Advance(s.nanotime())
 		next, ok := sh.t.NextDeadline()
 		if ok {
 			sh.armed = next
@@ -306,7 +312,7 @@ func (s *Server) runTimers(_ int, sh *shard) {
 		sh.mu.Unlock()
 		wait := time.Hour
 		if ok {
-			wait = time.Duration(next-s.nanotime()) + leaseSlack
+			wait = time.Duration(next - s.nanotime())
 		}
 		t.Reset(max(wait, 0))
 		select {

@@ -48,7 +48,7 @@ func (t *Table) Snapshot() State {
 // fresh from New). The TokenSource is not touched; the caller restores it so
 // that it continues above every token in s.
 func (t *Table) Restore(s State) error {
-	if len(t.keys) != 0 && t.active != 0 {
+	if len(t.keys) != 0 || t.active != 0 {
 		return fmt.Errorf("locktable: restore into a non-empty table")
 	}
 	for _, ks := range s.Keys {

@@ -63,7 +63,11 @@ type Limits struct {
 	MaxKeys          int // keys held or queued on, across all tables sharing Counts (B OVERLOADED)
 	MaxWaiters       int // queued acquires, across all tables sharing Counts (B OVERLOADED)
 	MaxWaitersPerKey int // queued acquires on one key (B QUEUE_FULL)
-	IdleCache        int // free key entries kept for reuse (no allocation on a re-acquire); 0 = default 4096, < 0 = none
+	// LeaseSlack (ns) is added to every lease deadline: a caller that reads
+	// its clock once per batch of commands, before the grants, keeps every
+	// lease at least lease_ms long after its real grant instant (§5).
+	LeaseSlack int64
+	IdleCache  int // free key entries kept for reuse (no allocation on a re-acquire); 0 = default 4096, < 0 = none
 }
 
 // DefaultIdleCache is the IdleCache used when Limits.IdleCache is 0.
@@ -235,7 +239,13 @@ func (t *Table) Acquire(now int64, owner Owner, key []byte, leaseMS, waitMS uint
 	w.st = st
 	w.leaseMS = leaseMS
 	w.enqueued = now
-	// queue tail
+	t.enqueue(st, w, addNs(now, msToNs(waitMS)))
+	return Effect{Owner: owner, Status: Queued}
+}
+
+// enqueue links w (owner, st, leaseMS, enqueued set) at the tail of st's
+// queue and into the owner and connection indexes, and arms its wait deadline.
+func (t *Table) enqueue(st *lockState, w *waiter, deadline int64) {
 	w.prev = st.tail
 	if st.tail != nil {
 		st.tail.next = w
@@ -244,19 +254,17 @@ func (t *Table) Acquire(now int64, owner Owner, key []byte, leaseMS, waitMS uint
 	}
 	st.tail = w
 	st.depth++
-	// per-connection list
-	if h := t.byConn[owner.Conn]; h != nil {
+	if h := t.byConn[w.owner.Conn]; h != nil {
 		w.cnext = h
 		h.cprev = w
 	}
-	t.byConn[owner.Conn] = w
-	t.waiters[owner] = w
+	t.byConn[w.owner.Conn] = w
+	t.waiters[w.owner] = w
 	t.queued++
 	t.counts.AddWaiters(1)
-	w.wait.at = addNs(now, msToNs(waitMS))
+	w.wait.at = deadline
 	w.wait.w = w
 	t.arm(&w.wait)
-	return Effect{Owner: owner, Status: Queued}
 }
 
 // Release applies release(key, token) at now (§5): O when token is the
@@ -427,7 +435,7 @@ func (t *Table) grant(now int64, st *lockState, conn uint64, leaseMS uint32) {
 	st.token = t.tokens.Next()
 	st.holder = conn
 	st.grant = now
-	st.lease.at = addNs(now, msToNs(leaseMS))
+	st.lease.at = addNs(now, msToNs(leaseMS)+t.limits.LeaseSlack)
 	st.lease.st = st
 	t.arm(&st.lease)
 	t.counter.Grants++
