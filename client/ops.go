@@ -1,0 +1,325 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+	"unsafe"
+
+	"github.com/ticketing/ticketing/client/wire"
+)
+
+// validKey checks a key as the server would (protocol.md §2.1 check 5)
+// without copying it.
+func validKey(key string) bool {
+	return wire.ValidKey(unsafe.Slice(unsafe.StringData(key), len(key)))
+}
+
+// millis rounds d up to whole milliseconds; false when it does not fit a u32.
+func millis(d time.Duration) (uint32, bool) {
+	if d < 0 {
+		return 0, false
+	}
+	ms := (d + time.Millisecond - 1) / time.Millisecond
+	if ms > math.MaxUint32 {
+		return 0, false
+	}
+	return uint32(ms), true
+}
+
+func checkLockArgs(key string, lease, wait time.Duration) (leaseMS, waitMS uint32, err error) {
+	if !validKey(key) {
+		return 0, 0, fmt.Errorf("%w: key must be 1..250 bytes of UTF-8 without control characters", ErrInvalidArgument)
+	}
+	leaseMS, ok := millis(lease)
+	if !ok || leaseMS == 0 {
+		return 0, 0, fmt.Errorf("%w: lease %v must be 1ms..%v", ErrInvalidArgument, lease, time.Duration(math.MaxUint32)*time.Millisecond)
+	}
+	waitMS, ok = millis(wait)
+	if !ok {
+		return 0, 0, fmt.Errorf("%w: wait %v must be 0..%v", ErrInvalidArgument, wait, time.Duration(math.MaxUint32)*time.Millisecond)
+	}
+	return leaseMS, waitMS, nil
+}
+
+// Acquire waits up to wait for the lock on key and returns it with a lease
+// of lease. Both are rounded up to whole milliseconds; lease must be at
+// least 1 ms, wait 0 means try once (see TryAcquire). The server's
+// max_lease and max_wait bound them (answered as a *ProtocolError).
+//
+// Errors (all wrapped in *OpError): ErrTimeout (not acquired within wait),
+// ErrBusy with a *BusyError (refused at once, not queued; never retried),
+// ErrIndeterminate (the request was written but no definite answer came:
+// the lock may have been granted — do not enter the critical section),
+// ctx's error (not acquired; a queued acquire is withdrawn and a grant that
+// won the race is released in the background), ErrConnect (nothing could
+// be sent), ErrNoLeader, *ProtocolError, ErrInvalidArgument, ErrClosed.
+//
+// The request is retried internally only when it was never written, or the
+// answer was M (not the leader: not executed), and only within the
+// remaining wait, which the retry carries. An acquire that finds every
+// connection's max_inflight in use (WELCOME, protocol.md §3.3) waits for a
+// free slot client-side, within wait; wait 0 acquires never need one.
+func (cl *Client) Acquire(ctx context.Context, key string, lease, wait time.Duration) (*Lock, error) {
+	leaseMS, waitMS, err := checkLockArgs(key, lease, wait)
+	if err != nil {
+		return nil, opErr("acquire", key, err)
+	}
+	start := time.Now()
+	budgetEnd := start.Add(time.Duration(waitMS) * time.Millisecond)
+	connGiveUp := start.Add(cl.cfg.dialTimeout)
+	if budgetEnd.After(connGiveUp) {
+		connGiveUp = budgetEnd
+	}
+	moves, rounds := 0, 0
+	for {
+		if err := ctx.Err(); err != nil {
+			return nil, opErr("acquire", key, err)
+		}
+		c := getCall()
+		c.op = wire.OpAcquire
+		c.key = key
+		c.arg = uint64(leaseMS)<<32 | uint64(waitMS)
+		c.counts = waitMS > 0
+		if err := cl.send(ctx, c, connGiveUp, budgetEnd); err != nil {
+			putCall(c)
+			if err == errNoSlot {
+				err = ErrTimeout
+			}
+			return nil, opErr("acquire", key, err)
+		}
+		select {
+		case <-c.done:
+		case <-ctx.Done():
+			if c.cn.abandon(c) {
+				return nil, opErr("acquire", key, ctx.Err())
+			}
+			<-c.done // answered meanwhile
+			if c.fail == failNone && c.status == wire.StatusGranted {
+				cl.compensate(key, c.value)
+			}
+			putCall(c)
+			return nil, opErr("acquire", key, ctx.Err())
+		}
+		if c.fail != failNone {
+			fail, cause := c.fail, c.failErr
+			putCall(c)
+			if fail == failLost {
+				if errors.Is(cause, ErrClosed) {
+					return nil, opErr("acquire", key, both(ErrIndeterminate, ErrClosed))
+				}
+				return nil, opErr("acquire", key, fmt.Errorf("%w: connection lost after the request was written: %w", ErrIndeterminate, cause))
+			}
+			if cl.closed.Load() {
+				return nil, opErr("acquire", key, ErrClosed)
+			}
+			// Never written: retry, on another connection if need be.
+		} else {
+			switch c.status {
+			case wire.StatusGranted:
+				l := &Lock{
+					cl:       cl,
+					key:      key,
+					token:    c.value,
+					deadline: c.sent.Add(wire.QueuedDuration(c.queued) + time.Duration(leaseMS)*time.Millisecond),
+				}
+				putCall(c)
+				return l, nil
+			case wire.StatusTimeout:
+				putCall(c)
+				return nil, opErr("acquire", key, ErrTimeout)
+			case wire.StatusBusy:
+				code := c.code
+				putCall(c)
+				return nil, opErr("acquire", key, &BusyError{Code: code})
+			case wire.StatusUnknown:
+				putCall(c)
+				return nil, opErr("acquire", key, fmt.Errorf("%w: the cluster could not confirm the commit", ErrIndeterminate))
+			case wire.StatusError:
+				e := &ProtocolError{Code: c.code, Msg: string(c.payload)}
+				putCall(c)
+				return nil, opErr("acquire", key, e)
+			case wire.StatusMoved:
+				addr := string(c.payload)
+				putCall(c)
+				cl.follow(addr)
+				moves++
+				if moves > maxMoves {
+					// Followed maxMoves consecutive M answers: back off, within the budget.
+					rounds++
+					d := jitter(backoffStep(cl.cfg.backoffBase, cl.cfg.backoffCap, rounds))
+					if waitMS == 0 || time.Until(budgetEnd) <= d {
+						return nil, opErr("acquire", key, fmt.Errorf("%w: %d consecutive redirects (last to %q)", ErrNoLeader, moves, addr))
+					}
+					if err := cl.sleepCtx(ctx, d); err != nil {
+						return nil, opErr("acquire", key, err)
+					}
+					moves = 0
+				}
+			}
+		}
+		// Retry with the remaining wait (protocol.md §7: "within its remaining wait budget").
+		if waitMS > 0 {
+			rem := time.Until(budgetEnd)
+			if rem < time.Millisecond {
+				return nil, opErr("acquire", key, ErrTimeout)
+			}
+			waitMS = uint32(rem / time.Millisecond)
+		}
+	}
+}
+
+// TryAcquire is Acquire with wait 0: one attempt, answered at once; a held
+// key gives ErrTimeout.
+func (cl *Client) TryAcquire(ctx context.Context, key string, lease time.Duration) (*Lock, error) {
+	return cl.Acquire(ctx, key, lease, 0)
+}
+
+// Ping measures the round trip to a server and returns its wall clock
+// (protocol.md §3 P) and the round-trip time.
+func (cl *Client) Ping(ctx context.Context) (serverTime time.Time, rtt time.Duration, err error) {
+	giveUp := time.Now().Add(cl.cfg.dialTimeout)
+	for {
+		c := getCall()
+		c.op = wire.OpPing
+		if err := cl.send(ctx, c, giveUp, giveUp); err != nil {
+			putCall(c)
+			return time.Time{}, 0, opErr("ping", "", err)
+		}
+		select {
+		case <-c.done:
+		case <-ctx.Done():
+			if c.cn.abandon(c) {
+				return time.Time{}, 0, opErr("ping", "", ctx.Err())
+			}
+			<-c.done
+		}
+		now := time.Now()
+		fail, cause, st, code, value, sent, payload := c.fail, c.failErr, c.status, c.code, c.value, c.sent, c.payload
+		putCall(c)
+		switch {
+		case fail != failNone:
+			if cl.closed.Load() {
+				return time.Time{}, 0, opErr("ping", "", ErrClosed)
+			}
+			if now.After(giveUp) {
+				return time.Time{}, 0, opErr("ping", "", fmt.Errorf("%w: %w", ErrConnect, cause))
+			}
+			continue // a ping is harmless to repeat
+		case st == wire.StatusPong:
+			return time.UnixMicro(int64(value)), now.Sub(sent), nil
+		default:
+			return time.Time{}, 0, opErr("ping", "", &ProtocolError{Code: code, Msg: string(payload)})
+		}
+	}
+}
+
+// readOnlyAdmin are the admin commands that change nothing, safe to repeat.
+var readOnlyAdmin = map[string]bool{wire.CmdStatus: true, wire.CmdLocks: true, wire.CmdTime: true, wire.CmdMembers: true}
+
+// Admin runs the admin query cmd (protocol.md §8) with the members of args
+// (a struct or map that encodes to a JSON object, or nil) and decodes the
+// JSON reply into out (a pointer, or nil to discard it). The reply types
+// are in client/wire (wire.StatusReply, wire.LocksReply, …). Most commands
+// need role admin (WithAdminToken); an E answer is a *ProtocolError
+// (NOT_PERMITTED, BAD_ADMIN …). M answers are followed like an acquire's.
+// A read-only command whose connection is lost is repeated; a changing one
+// reports ErrIndeterminate.
+func (cl *Client) Admin(ctx context.Context, cmd string, args any, out any) error {
+	body, err := adminBody(cmd, args)
+	if err != nil {
+		return opErr("admin", "", err)
+	}
+	giveUp := time.Now().Add(cl.cfg.dialTimeout)
+	moves := 0
+	for {
+		c := getCall()
+		c.op = wire.OpQuery
+		c.body = body
+		if err := cl.send(ctx, c, giveUp, giveUp); err != nil {
+			putCall(c)
+			return opErr("admin", "", err)
+		}
+		select {
+		case <-c.done:
+		case <-ctx.Done():
+			if c.cn.abandon(c) {
+				return opErr("admin", "", ctx.Err())
+			}
+			<-c.done
+		}
+		fail, cause, st, code, payload := c.fail, c.failErr, c.status, c.code, c.payload
+		putCall(c)
+		switch {
+		case fail == failLost && !readOnlyAdmin[cmd]:
+			return opErr("admin", "", fmt.Errorf("%w: connection lost after the query was written: %w", ErrIndeterminate, cause))
+		case fail != failNone:
+			if cl.closed.Load() {
+				return opErr("admin", "", ErrClosed)
+			}
+			if time.Now().After(giveUp) {
+				return opErr("admin", "", fmt.Errorf("%w: %w", ErrConnect, cause))
+			}
+		case st == wire.StatusAdmin:
+			if out == nil {
+				return nil
+			}
+			if err := json.Unmarshal(payload, out); err != nil {
+				return opErr("admin", "", fmt.Errorf("decoding the %s reply: %w", cmd, err))
+			}
+			return nil
+		case st == wire.StatusMoved:
+			cl.follow(string(payload))
+			moves++
+			if moves > maxMoves {
+				return opErr("admin", "", fmt.Errorf("%w: %d consecutive redirects", ErrNoLeader, moves))
+			}
+		default:
+			return opErr("admin", "", &ProtocolError{Code: code, Msg: string(payload)})
+		}
+	}
+}
+
+// adminBody builds {…args, "cmd": cmd}. cmd comes last so that it wins
+// over a "cmd" member of args.
+func adminBody(cmd string, args any) ([]byte, error) {
+	if cmd == "" {
+		return nil, fmt.Errorf("%w: empty admin command", ErrInvalidArgument)
+	}
+	cmdJSON, err := json.Marshal(cmd)
+	if err != nil {
+		return nil, err
+	}
+	var inner []byte
+	if args != nil {
+		a, err := json.Marshal(args)
+		if err != nil {
+			return nil, fmt.Errorf("%w: admin arguments: %v", ErrInvalidArgument, err)
+		}
+		a = bytes.TrimSpace(a)
+		if bytes.Equal(a, []byte("null")) {
+			a = []byte("{}")
+		}
+		if len(a) < 2 || a[0] != '{' {
+			return nil, fmt.Errorf("%w: admin arguments must encode to a JSON object", ErrInvalidArgument)
+		}
+		inner = bytes.TrimSpace(a[1 : len(a)-1])
+	}
+	body := make([]byte, 0, len(inner)+len(cmdJSON)+10)
+	body = append(body, '{')
+	if len(inner) > 0 {
+		body = append(body, inner...)
+		body = append(body, ',')
+	}
+	body = append(body, `"cmd":`...)
+	body = append(body, cmdJSON...)
+	body = append(body, '}')
+	if len(body) > wire.MaxAdminBody {
+		return nil, fmt.Errorf("%w: admin query of %d bytes exceeds %d", ErrInvalidArgument, len(body), wire.MaxAdminBody)
+	}
+	return body, nil
+}

@@ -1,0 +1,86 @@
+package client
+
+import (
+	"crypto/tls"
+	"log/slog"
+	"time"
+)
+
+// Option configures Dial.
+type Option func(*config)
+
+// WithToken sets the client token (role client). Without a token the client
+// connects to servers that have none configured (the development default);
+// with one, it also checks that the server proves the same token and refuses
+// an impostor with ErrAuth.
+func WithToken(token string) Option { return func(c *config) { c.token = token } }
+
+// WithAdminToken connects with role admin (protocol.md §1) using the admin
+// token, which allows the admin queries of Admin besides lock operations.
+// It takes precedence over WithToken. An empty token connects as admin to a
+// server without tokens.
+func WithAdminToken(token string) Option {
+	return func(c *config) { c.admin, c.adminToken = true, token }
+}
+
+// WithTLS enables TLS (1.2 or later) with the given configuration. When its
+// ServerName is empty, the host part of each address is used.
+func WithTLS(cfg *tls.Config) Option { return func(c *config) { c.tls = cfg } }
+
+// WithDialTimeout bounds one connection attempt (TCP, TLS and the protocol
+// handshake), how long Dial waits for the first connection, and how long an
+// operation waits for a connection when none is up. Default 5 s.
+func WithDialTimeout(d time.Duration) Option { return func(c *config) { c.dialTimeout = d } }
+
+// WithLogger sets the logger for connection events (connects, losses,
+// rejections) and background releases. Default: discard.
+func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
+
+// Defaults and fixed parameters of the client behaviour (architecture.md,
+// "Client library behaviour").
+const (
+	defaultDialTimeout = 5 * time.Second
+	backoffBase        = 100 * time.Millisecond // first reconnect step
+	backoffCap         = 3200 * time.Millisecond
+	releaseWindow      = 5 * time.Second // releases are retried until this long after they were requested
+	releaseQueueLen    = 4096            // bound of the background release queue
+	maxMoves           = 3               // consecutive M answers followed before backing off (§7)
+	maxExtraEndpoints  = 32              // addresses learned from M answers, beyond those given to Dial
+	maxWriteBuffer     = 4 << 20         // unsent bytes per connection above which new requests go elsewhere or wait
+)
+
+type config struct {
+	token       string
+	admin       bool
+	adminToken  string
+	tls         *tls.Config
+	dialTimeout time.Duration
+	logger      *slog.Logger
+
+	// For tests (unexported options in options_test.go).
+	backoffBase   time.Duration
+	backoffCap    time.Duration
+	releaseWindow time.Duration
+	onReconnect   func(cn *conn, attempt int, delay time.Duration) // called with each chosen backoff delay
+	beforeWrite   func(cn *conn)                                   // called by a writer before it takes a batch
+	afterEnqueue  func(c *call)                                    // called by send once c is queued on a connection
+}
+
+func newConfig(opts []Option) config {
+	c := config{
+		dialTimeout:   defaultDialTimeout,
+		backoffBase:   backoffBase,
+		backoffCap:    backoffCap,
+		releaseWindow: releaseWindow,
+	}
+	for _, o := range opts {
+		o(&c)
+	}
+	if c.dialTimeout <= 0 {
+		c.dialTimeout = defaultDialTimeout
+	}
+	if c.logger == nil {
+		c.logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}

@@ -1,0 +1,356 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/ticketing/ticketing/client/wire"
+)
+
+// Releases.
+//
+// A release is authorized by its token alone and is safe to repeat: a
+// repeated release after the first one worked gets N and changes nothing.
+// So a release is retried until it gets a definite answer (O, N, E) or
+// until 5 s after it was requested, never longer — past that the lease is
+// the safety net. Client.Release makes its attempts in the caller's
+// goroutine; compensations (grants that won the race against a cancel), and
+// releases whose caller stopped waiting, are retried by one background
+// goroutine (the releaser) that holds them in a bounded queue and pipelines
+// their attempts over the shared connections.
+
+// relState interprets the answers to one release's attempts.
+type relState struct {
+	key      string
+	token    uint64
+	deadline time.Time
+	maybe    bool // an earlier attempt may have been executed
+	moves    int  // consecutive M answers
+	retries  int
+}
+
+// outcome interprets one attempt; final reports a definite answer (err nil
+// for O), otherwise retry after wait.
+func (s *relState) outcome(cl *Client, c *call) (err error, final bool, wait time.Duration) {
+	if c.fail != failNone {
+		if errors.Is(c.failErr, ErrClosed) || cl.closed.Load() {
+			return both(ErrIndeterminate, ErrClosed), true, 0
+		}
+		if c.fail == failUnsent {
+			return nil, false, 0
+		}
+		s.maybe = true
+		s.retries++
+		return nil, false, s.backoff(cl)
+	}
+	switch c.status {
+	case wire.StatusReleased:
+		return nil, true, 0
+	case wire.StatusNotHolder:
+		if s.maybe {
+			return fmt.Errorf("%w: the token no longer holds the key; an earlier unconfirmed attempt may have released it", ErrIndeterminate), true, 0
+		}
+		return ErrNotHolder, true, 0
+	case wire.StatusMoved:
+		cl.follow(string(c.payload))
+		s.moves++
+		if s.moves > maxMoves {
+			s.moves = 0
+			s.retries++
+			return nil, false, s.backoff(cl)
+		}
+		return nil, false, 0
+	case wire.StatusUnknown:
+		s.maybe = true
+		s.retries++
+		return nil, false, s.backoff(cl)
+	default: // E
+		return &ProtocolError{Code: c.code, Msg: string(c.payload)}, true, 0
+	}
+}
+
+// backoff is the pause before the next try: 0.1 s doubling, at most 1 s, jittered.
+func (s *relState) backoff(cl *Client) time.Duration {
+	return jitter(backoffStep(cl.cfg.backoffBase, time.Second, s.retries))
+}
+
+func (s *relState) giveUp(cause error) error {
+	if cause == nil {
+		return fmt.Errorf("%w: release not confirmed within %v", ErrIndeterminate, releaseWindow)
+	}
+	return fmt.Errorf("%w: release not confirmed within %v: %w", ErrIndeterminate, releaseWindow, cause)
+}
+
+// Release releases the lock on key held with token — from any process that
+// knows the token (protocol.md §5). It returns nil only when the server
+// answered O. ErrNotHolder: the key is free or held under another token
+// (the lease had ended). ErrIndeterminate: no confirmation within 5 s of
+// the call (or ctx ended first, or the client closed); attempts that may
+// have reached the server are repeated meanwhile, and when ctx ends first
+// they go on in the background until those 5 s are up.
+func (cl *Client) Release(ctx context.Context, key string, token uint64) error {
+	if !validKey(key) {
+		return opErr("release", key, fmt.Errorf("%w: key must be 1..250 bytes of UTF-8 without control characters", ErrInvalidArgument))
+	}
+	s := relState{key: key, token: token, deadline: time.Now().Add(cl.cfg.releaseWindow)}
+	var cause error
+	for {
+		if err := ctx.Err(); err != nil {
+			cl.rel.submit(&relJob{st: s})
+			return opErr("release", key, both(ErrIndeterminate, err))
+		}
+		if time.Until(s.deadline) <= 0 {
+			return opErr("release", key, s.giveUp(cause))
+		}
+		c := getCall()
+		c.op = wire.OpRelease
+		c.key = key
+		c.arg = token
+		if err := cl.send(ctx, c, s.deadline, s.deadline); err != nil {
+			putCall(c)
+			switch {
+			case errors.Is(err, ErrClosed):
+				return opErr("release", key, both(ErrIndeterminate, ErrClosed))
+			case ctx.Err() != nil:
+				cl.rel.submit(&relJob{st: s})
+				return opErr("release", key, both(ErrIndeterminate, err))
+			}
+			return opErr("release", key, s.giveUp(err))
+		}
+		select {
+		case <-c.done:
+		case <-ctx.Done():
+			if cl.rel.adopt(c, &relJob{st: s}) {
+				return opErr("release", key, both(ErrIndeterminate, ctx.Err()))
+			}
+			<-c.done // answered meanwhile
+		case <-c.after(time.Until(s.deadline)):
+			// The window is over and this attempt is unanswered: never wait longer.
+			if c.cn.drop(c) {
+				return opErr("release", key, s.giveUp(cause))
+			}
+			<-c.done
+		}
+		if c.fail != failNone {
+			cause = c.failErr
+		}
+		err, final, wait := s.outcome(cl, c)
+		putCall(c)
+		if final {
+			if err != nil {
+				return opErr("release", key, err)
+			}
+			return nil
+		}
+		// Retry; the last try happens shortly before the window ends.
+		if err := cl.sleepCtx(ctx, min(wait, time.Until(s.deadline)-10*time.Millisecond)); err != nil {
+			if errors.Is(err, ErrClosed) {
+				return opErr("release", key, both(ErrIndeterminate, ErrClosed))
+			}
+			cl.rel.submit(&relJob{st: s})
+			return opErr("release", key, both(ErrIndeterminate, err))
+		}
+	}
+}
+
+// compensate releases, in the background, a lock granted to an acquire
+// whose caller had already given up.
+func (cl *Client) compensate(key string, token uint64) {
+	cl.stats.compensations.Add(1)
+	j := &relJob{compensation: true, st: relState{key: key, token: token, deadline: time.Now().Add(cl.cfg.releaseWindow)}}
+	if !cl.rel.submit(j) {
+		cl.log.Warn("ticketing: release queue full; an abandoned grant stays held until its lease ends", "key", key, "token", token)
+	}
+}
+
+// relJob is one release retried in the background.
+type relJob struct {
+	st           relState
+	compensation bool
+	next         time.Time // when to try again (when call is nil)
+	call         *call     // the attempt in flight
+	done         bool
+}
+
+// releaser retries releases in the background. Its goroutine (run) owns
+// the jobs; others hand it jobs and completed calls under mu.
+type releaser struct {
+	cl       *Client
+	mu       sync.Mutex
+	count    int       // live jobs, bounded by releaseQueueLen
+	incoming []*relJob // submitted, not yet seen by run
+	done     []*call   // attempts answered or lost
+	wake     chan struct{}
+}
+
+func (r *releaser) init(cl *Client) {
+	r.cl = cl
+	r.wake = make(chan struct{}, 1)
+}
+
+func (r *releaser) poke() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// submit queues a job; false when the queue is full or the client closed.
+func (r *releaser) submit(j *relJob) bool {
+	r.mu.Lock()
+	if r.count >= releaseQueueLen || r.cl.closed.Load() {
+		r.mu.Unlock()
+		return false
+	}
+	r.count++
+	r.incoming = append(r.incoming, j)
+	r.mu.Unlock()
+	r.poke()
+	return true
+}
+
+// adopt hands an attempt in flight, whose caller stops waiting, to the
+// releaser. False when the call was already answered (the caller takes the
+// answer from c.done).
+func (r *releaser) adopt(c *call, j *relJob) bool {
+	cn := c.cn
+	cn.mu.Lock()
+	if !c.pending {
+		cn.mu.Unlock()
+		return false
+	}
+	r.mu.Lock()
+	if r.count >= releaseQueueLen || r.cl.closed.Load() {
+		r.mu.Unlock()
+		c.owner = ownerDropped // queue full: the lease is the safety net
+		cn.mu.Unlock()
+		return true
+	}
+	r.count++
+	j.call = c
+	c.job = j
+	c.owner = ownerReleaser
+	r.incoming = append(r.incoming, j)
+	r.mu.Unlock()
+	cn.mu.Unlock()
+	r.poke()
+	return true
+}
+
+func (r *releaser) completed(c *call) {
+	r.mu.Lock()
+	r.done = append(r.done, c)
+	r.mu.Unlock()
+	r.poke()
+}
+
+func (r *releaser) finish(j *relJob, err error) {
+	j.done = true
+	r.mu.Lock()
+	r.count--
+	r.mu.Unlock()
+	cl := r.cl
+	switch {
+	case err == nil && j.compensation:
+		cl.log.Info("ticketing: released a grant that arrived after its acquire was cancelled", "key", j.st.key, "token", j.st.token)
+	case err != nil:
+		cl.log.Warn("ticketing: background release failed", "key", j.st.key, "token", j.st.token, "err", err)
+	}
+}
+
+func (r *releaser) run() {
+	cl := r.cl
+	defer cl.wg.Done()
+	var active []*relJob
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		r.mu.Lock()
+		incoming, completed := r.incoming, r.done
+		r.incoming, r.done = nil, nil
+		r.mu.Unlock()
+		active = append(active, incoming...)
+		now := time.Now()
+		for _, c := range completed {
+			j := c.job
+			j.call = nil
+			if j.done {
+				putCall(c)
+				continue
+			}
+			err, final, wait := j.st.outcome(cl, c)
+			putCall(c)
+			if final {
+				r.finish(j, err)
+			} else {
+				j.next = now.Add(min(wait, j.st.deadline.Sub(now)-10*time.Millisecond))
+			}
+		}
+		var wakeAt time.Time
+		keep := active[:0]
+		for _, j := range active {
+			if j.done {
+				continue
+			}
+			if !now.Before(j.st.deadline) {
+				if c := j.call; c != nil {
+					c.cn.mu.Lock()
+					if c.pending {
+						c.owner = ownerDropped // given up: its answer changes nothing
+					}
+					c.cn.mu.Unlock()
+				}
+				r.finish(j, j.st.giveUp(nil))
+				continue
+			}
+			if j.call == nil && !now.Before(j.next) {
+				c := getCall()
+				c.op = wire.OpRelease
+				c.key = j.st.key
+				c.arg = j.st.token
+				c.owner = ownerReleaser
+				c.job = j
+				j.call = c // before enqueue: the answer may come at once
+				if cl.tryEnqueue(c) != enqOK {
+					j.call = nil
+					putCall(c)
+					j.next = now.Add(50 * time.Millisecond)
+				}
+			}
+			keep = append(keep, j)
+			t := j.st.deadline
+			if j.call == nil && j.next.Before(t) {
+				t = j.next
+			}
+			if wakeAt.IsZero() || t.Before(wakeAt) {
+				wakeAt = t
+			}
+		}
+		clear(active[len(keep):])
+		active = keep
+		if !wakeAt.IsZero() {
+			timer.Reset(time.Until(wakeAt))
+		}
+		select {
+		case <-r.wake:
+		case <-timer.C:
+		case <-cl.closing:
+			for _, j := range active {
+				if !j.done {
+					r.finish(j, both(ErrIndeterminate, ErrClosed))
+				}
+			}
+			r.mu.Lock()
+			pending := r.incoming
+			r.incoming = nil
+			r.mu.Unlock()
+			for _, j := range pending {
+				r.finish(j, both(ErrIndeterminate, ErrClosed))
+			}
+			return
+		}
+	}
+}

@@ -1,0 +1,82 @@
+package client
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/ticketing/ticketing/server"
+)
+
+// selfSigned writes a self-signed certificate for 127.0.0.1/localhost.
+func selfSigned(t *testing.T) (certFile, keyFile string, pool *x509.CertPool) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "ticketing-test"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(time.Hour),
+		IPAddresses:           []net.IP{net.ParseIP("127.0.0.1")},
+		DNSNames:              []string{"localhost"},
+		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600)
+	os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kder}), 0o600)
+	cert, _ := x509.ParseCertificate(der)
+	pool = x509.NewCertPool()
+	pool.AddCert(cert)
+	return certFile, keyFile, pool
+}
+
+func TestRealTLS(t *testing.T) {
+	certFile, keyFile, pool := selfSigned(t)
+	srv := startServer(t, func(c *server.Config) {
+		c.TLSCertFile, c.TLSKeyFile = certFile, keyFile
+		c.ClientToken = "tls-token"
+	})
+	cl := dial(t, []string{srv.Addr()}, WithTLS(&tls.Config{RootCAs: pool}), WithToken("tls-token"))
+	l, err := cl.Acquire(context.Background(), "tls/k", time.Second, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// Plaintext to a TLS server: no connection.
+	if _, err := Dial(context.Background(), []string{srv.Addr()}, WithToken("tls-token"), WithDialTimeout(500*time.Millisecond)); !errors.Is(err, ErrConnect) {
+		t.Errorf("plaintext: %v, want ErrConnect", err)
+	}
+	// An untrusted certificate: no connection either.
+	if _, err := Dial(context.Background(), []string{srv.Addr()}, WithTLS(&tls.Config{}), WithToken("tls-token"), WithDialTimeout(500*time.Millisecond)); !errors.Is(err, ErrConnect) {
+		t.Errorf("untrusted: %v, want ErrConnect", err)
+	}
+}
