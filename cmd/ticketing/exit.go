@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strings"
 )
 
 // Exit codes (stable; README "Exit codes" and `ticketing --help`).
@@ -82,10 +81,6 @@ func exitCode(err error, stderr io.Writer) int {
 			}
 		}
 	}
-	msg := strings.TrimSpace(err.Error())
-	if i := strings.IndexByte(msg, '\n'); i >= 0 {
-		msg = msg[:i]
-	}
-	fmt.Fprintf(stderr, "ticketing: %s\n", msg)
+	fmt.Fprintf(stderr, "ticketing: %s\n", oneLine(err))
 	return code
 }

@@ -101,7 +101,9 @@ func newViper(cmd *cobra.Command) (*viper.Viper, error) {
 	if bindErr != nil {
 		return nil, usageError("%v", bindErr)
 	}
-	if f := v.GetString("config"); f != "" {
+	// Only commands with a --config flag (serve) read a config file: a
+	// TICKETING_CONFIG meant for the server must not feed client commands.
+	if f := v.GetString("config"); f != "" && cmd.Flags().Lookup("config") != nil {
 		v.SetConfigFile(f)
 		if err := v.ReadInConfig(); err != nil {
 			return nil, usageError("config file %s: %v", f, err)

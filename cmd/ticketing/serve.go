@@ -71,7 +71,23 @@ SIGHUP reloads the TLS certificate files.`,
 	f.String("data-dir", "", "directory for the fencing-token high-water mark (tokens then survive restarts)")
 	f.String("metrics-listen", "", "Prometheus /metrics listen address (off when empty)")
 	f.String("log-level", "info", "debug, info, warn or error")
-	f.String("node-id", def.NodeID, "node id reported by status")
+	f.String("node-id", def.NodeID, "node id (a cluster member's raft id)")
+	// cluster (protocol.md §7; docs/operations.md)
+	f.String("peers", "", "initial voters of a new cluster: id=peer_host:port,... (3 or 5; enables cluster mode)")
+	f.Bool("bootstrap", false, "first start of a new cluster only: bootstrap it from --peers")
+	f.Bool("join", false, "cluster mode without --peers: wait to be added with `ticketing node add`")
+	f.String("peer-listen", "127.0.0.1:7471", "cluster peer port listen address")
+	f.String("peer-advertise", "", "this node's peer address as other nodes dial it (default: its --peers entry)")
+	f.String("advertise", "", "this node's client address that other nodes' M answers name (not a wildcard)")
+	f.String("peer-token", "", "peer token (default: the admin token)")
+	f.String("peer-token-file", "", "file holding the peer token")
+	f.Duration("max-clock-skew", 500*time.Millisecond, "clock skew bound between nodes; above it new grants fail closed")
+	f.Duration("raft-heartbeat-timeout", 300*time.Millisecond, "raft heartbeat timeout")
+	f.Duration("raft-election-timeout", 300*time.Millisecond, "raft election timeout")
+	f.Duration("raft-leader-lease-timeout", 250*time.Millisecond, "raft leader lease timeout")
+	f.Duration("transfer-timeout", 3*time.Second, "bound of the leadership hand-over on shutdown and transfer-leader")
+	f.Duration("test-clock-offset", 0, "shift this node's wall clock (clock-health tests only)")
+	_ = f.MarkHidden("test-clock-offset")
 	return cmd
 }
 
@@ -103,6 +119,34 @@ func serveOptions(cmd *cobra.Command) (*ServeOptions, error) {
 	cfg.DataDir = v.GetString("data-dir")
 	cfg.MetricsListen = v.GetString("metrics-listen")
 	cfg.NodeID = v.GetString("node-id")
+	if cfg.PeerToken, err = readSecret(v, "peer-token", "peer-token-file"); err != nil {
+		return nil, err
+	}
+	if peers := v.GetString("peers"); peers != "" || v.GetBool("join") || v.GetBool("bootstrap") {
+		ps, err := server.ParsePeers(peers)
+		if err != nil {
+			return nil, withExit(ExitUsage, err)
+		}
+		if len(ps) == 1 {
+			return nil, usageError("--peers: one voter is a single node; omit --peers to run without raft")
+		}
+		cfg.Cluster = &server.ClusterConfig{
+			PeerListen:         v.GetString("peer-listen"),
+			PeerAdvertise:      v.GetString("peer-advertise"),
+			Advertise:          v.GetString("advertise"),
+			Peers:              ps,
+			Bootstrap:          v.GetBool("bootstrap"),
+			MaxClockSkew:       v.GetDuration("max-clock-skew"),
+			HeartbeatTimeout:   v.GetDuration("raft-heartbeat-timeout"),
+			ElectionTimeout:    v.GetDuration("raft-election-timeout"),
+			LeaderLeaseTimeout: v.GetDuration("raft-leader-lease-timeout"),
+			TransferTimeout:    v.GetDuration("transfer-timeout"),
+			ClockOffset:        v.GetDuration("test-clock-offset"),
+		}
+		if cfg.Cluster.Advertise == "" {
+			cfg.Cluster.Advertise = cfg.Listen
+		}
+	}
 	cfg.Version = versionString()
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(v.GetString("log-level"))); err != nil {
@@ -132,6 +176,11 @@ func runServe(ctx context.Context, ios *IO, opts *ServeOptions) error {
 	}
 	log.Info("serving", "addr", srv.Addr(), "tokens", cfg.ClientToken != "", "tls", cfg.TLSCertFile != "",
 		"metrics", srv.MetricsAddr(), "data_dir", cfg.DataDir, "version", cfg.Version)
+	tuneServeMemory()
+	if cfg.Cluster != nil {
+		log.Info("cluster member", "node_id", cfg.NodeID, "peer_addr", srv.PeerAddr(), "advertise", cfg.Cluster.Advertise,
+			"voters", len(cfg.Cluster.Peers), "bootstrap", cfg.Cluster.Bootstrap)
+	}
 	if opts.Ready != nil {
 		opts.Ready(srv.Addr())
 	}

@@ -1,0 +1,222 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/viper"
+
+	"github.com/ticketing/ticketing/admin"
+	"github.com/ticketing/ticketing/client"
+	"github.com/ticketing/ticketing/client/wire"
+)
+
+func init() {
+	extraCommands = append(extraCommands, func(ios *IO) *cobra.Command { return newCmdAcquire(ios, nil) })
+}
+
+// AcquireOptions is `ticketing acquire` after flags and environment are merged.
+type AcquireOptions struct {
+	Conn             ConnOptions
+	Output           string
+	Key              string
+	Lease            time.Duration
+	Wait             time.Duration // 0: try once (-n)
+	ConflictExitCode int           // exit code when not acquired because the wait timed out
+
+	Connect func(context.Context) (lockClient, error)
+	Signals signalSource
+}
+
+// acquireJSON is acquire's --output json. The token is a string: fencing
+// tokens exceed 2^53, which JSON tools that use doubles would round.
+type acquireJSON struct {
+	Key      string `json:"key"`
+	Token    string `json:"token"`
+	LeaseMS  int64  `json:"lease_ms"`
+	Deadline string `json:"deadline"` // RFC 3339, the conservative local end of the lease
+}
+
+const lockFlagsHelp = `Durations take Go syntax (30s, 1m30s, 250ms) or plain seconds (2.5).`
+
+func newCmdAcquire(ios *IO, runF func(context.Context, *IO, *AcquireOptions) error) *cobra.Command {
+	if runF == nil {
+		runF = runAcquire
+	}
+	cmd := &cobra.Command{
+		Use:   "acquire KEY [--lease D] [--wait D | -n]",
+		Short: "Take a lock and print its fencing token",
+		Long: `Take the lock on KEY and print its fencing token alone on stdout.
+
+The lock outlives this process: it ends when ` + "`ticketing release KEY TOKEN`" + ` is
+called (from any process) or when its lease runs out. Pass the token to
+every resource the lock protects, which must reject tokens lower than the
+highest it has seen.
+
+Waits up to --wait for the lock (FIFO); -n tries once. Not acquired: exit 3
+(timed out; -E changes it) or 4 (busy). A signal while waiting withdraws the
+wait and exits 128+N.
+
+` + lockFlagsHelp + "\n\n" + exitCodesHelp,
+		Example: `  token=$(ticketing acquire backups/db --lease 10m --wait 30s) || exit
+  ticketing acquire jobs/nightly -n -E 0 || exit   # skip quietly when held
+  ticketing acquire k -o json | jq -r .token`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts, err := acquireOptions(cmd, args)
+			if err != nil {
+				return err
+			}
+			return runF(cmd.Context(), ios, opts)
+		},
+	}
+	addLockFlags(cmd)
+	addConnFlags(cmd)
+	addOutputFlag(cmd)
+	return cmd
+}
+
+// addLockFlags adds the flags acquire and run share.
+func addLockFlags(cmd *cobra.Command) {
+	durationFlag(cmd, "lease", "l", "30s", "lease: the lock ends this long after it is granted unless released")
+	durationFlag(cmd, "wait", "w", "10s", "wait up to this long for the lock (the server's max_wait bounds it)")
+	cmd.Flags().BoolP("nonblock", "n", false, "try once; do not wait (like --wait 0)")
+	cmd.Flags().IntP("conflict-exit-code", "E", ExitTimeout, "exit code when the lock was not acquired because it was held (timed out)")
+}
+
+type lockArgs struct {
+	Lease, Wait      time.Duration
+	ConflictExitCode int
+}
+
+func lockOptions(cmd *cobra.Command, v *viper.Viper, key string) (lockArgs, error) {
+	var a lockArgs
+	if !wire.ValidKey([]byte(key)) {
+		return a, usageError("key %s: want 1..250 bytes of UTF-8 without control characters", admin.EscapeKey(key))
+	}
+	var err error
+	if a.Lease, err = getDuration(v, "lease"); err != nil {
+		return a, err
+	}
+	if a.Lease < time.Millisecond {
+		return a, usageError("--lease must be at least 1ms")
+	}
+	if a.Wait, err = getDuration(v, "wait"); err != nil {
+		return a, err
+	}
+	if v.GetBool("nonblock") {
+		if cmd.Flags().Changed("wait") && cmd.Flags().Changed("nonblock") {
+			return a, usageError("--wait and --nonblock exclude each other")
+		}
+		a.Wait = 0
+	}
+	a.ConflictExitCode = v.GetInt("conflict-exit-code")
+	if a.ConflictExitCode < 0 || a.ConflictExitCode > 255 {
+		return a, usageError("--conflict-exit-code %d: want 0..255", a.ConflictExitCode)
+	}
+	return a, nil
+}
+
+func acquireOptions(cmd *cobra.Command, args []string) (*AcquireOptions, error) {
+	v, err := newViper(cmd)
+	if err != nil {
+		return nil, err
+	}
+	opts := &AcquireOptions{Key: args[0], Signals: osSignals}
+	la, err := lockOptions(cmd, v, opts.Key)
+	if err != nil {
+		return nil, err
+	}
+	opts.Lease, opts.Wait, opts.ConflictExitCode = la.Lease, la.Wait, la.ConflictExitCode
+	if opts.Output, err = getOutput(v); err != nil {
+		return nil, err
+	}
+	if opts.Conn, err = connOptions(cmd, v); err != nil {
+		return nil, err
+	}
+	opts.Connect = lockDialer(opts.Conn)
+	return opts, nil
+}
+
+// drainBudget bounds how long an interrupted command waits for its
+// withdrawn acquire (and the release of a grant that won the race).
+const drainBudget = 5 * time.Second
+
+// acquireLock connects and acquires, withdrawing the wait when a signal
+// arrives. It returns the client (to close) and the lock, or the signal
+// that interrupted it, or the error. On error the client is closed.
+func acquireLock(ctx context.Context, connect func(context.Context) (lockClient, error), signals signalSource,
+	key string, lease, wait time.Duration) (lockClient, heldLock, error) {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	sigs, stopSigs := signals()
+	w := watchSignals(sigs, cancel)
+	cl, err := connect(ctx)
+	var l heldLock
+	if err == nil {
+		l, err = cl.Acquire(ctx, key, lease, wait)
+	}
+	sig := w.stop()
+	stopSigs()
+	if sig == nil && err == nil {
+		return cl, l, nil
+	}
+	if cl != nil {
+		dctx, dcancel := context.WithTimeout(context.Background(), drainBudget)
+		if err == nil {
+			// The grant arrived with the signal: give it back.
+			_ = l.Release(dctx)
+		}
+		_ = cl.Drain(dctx) // the cancel, or the release of a grant that won the race
+		dcancel()
+		cl.Close()
+	}
+	if sig != nil {
+		return nil, nil, withExit(signalExit(sig), fmt.Errorf("%s while waiting for %s: not acquired (the wait was withdrawn)", signalName(sig), admin.EscapeKey(key)))
+	}
+	return nil, nil, err
+}
+
+// notAcquired applies -E to a timed-out acquire.
+func notAcquired(err error, conflictExit int) error {
+	if errors.Is(err, client.ErrTimeout) && conflictExit != ExitTimeout {
+		return withExit(conflictExit, err)
+	}
+	return err
+}
+
+func runAcquire(ctx context.Context, ios *IO, opts *AcquireOptions) error {
+	if opts.Signals == nil {
+		opts.Signals = osSignals
+	}
+	cl, l, err := acquireLock(ctx, opts.Connect, opts.Signals, opts.Key, opts.Lease, opts.Wait)
+	if err != nil {
+		return notAcquired(err, opts.ConflictExitCode)
+	}
+	defer cl.Close()
+	if opts.Output == "json" {
+		return writeJSON(ios, acquireJSON{
+			Key:      l.Key(),
+			Token:    strconv.FormatUint(l.Token(), 10),
+			LeaseMS:  opts.Lease.Milliseconds(),
+			Deadline: l.Deadline().UTC().Format(time.RFC3339Nano),
+		})
+	}
+	_, err = fmt.Fprintln(ios.Out, l.Token())
+	return err
+}
+
+// writeJSON writes v as indented JSON and a newline.
+func writeJSON(ios *IO, v any) error {
+	enc := json.NewEncoder(ios.Out)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}

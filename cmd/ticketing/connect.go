@@ -1,0 +1,258 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/viper"
+
+	"github.com/ticketing/ticketing/admin"
+	"github.com/ticketing/ticketing/client"
+	"github.com/ticketing/ticketing/client/wire"
+)
+
+// Connection settings shared by every client command (acquire, release,
+// run, status, locks, health, ping). They are flags of each of those
+// commands rather than persistent flags of the root, because `serve` has
+// flags of the same names (--token, --tls-cert …) that mean the server's side.
+
+const (
+	defaultAddr    = "127.0.0.1:7470"
+	defaultTimeout = 5 * time.Second
+
+	// envLeaseDeadline is set by `ticketing run` in its child's environment,
+	// together with TICKETING_KEY and TICKETING_TOKEN (the fencing token).
+	envLeaseDeadline = "TICKETING_LEASE_DEADLINE"
+)
+
+// ConnOptions are the connection settings after flags and environment are merged.
+type ConnOptions struct {
+	Addrs      []string
+	Token      string // client token ("" = none)
+	AdminToken string // admin token ("" = use Token)
+	TLS        *tls.Config
+	Timeout    time.Duration // connect budget
+}
+
+// lookupEnv is os.LookupEnv; tests replace it.
+var lookupEnv = os.LookupEnv
+
+// addConnFlags adds the connection flags to a client command.
+func addConnFlags(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.String("addr", defaultAddr, "server address(es) host:port, comma-separated (a cluster: any of its nodes)")
+	f.String("token", "", "client token (prefer --token-file: a flag value shows in ps)")
+	f.String("token-file", "", "file holding the client token")
+	f.String("admin-token", "", "admin token for status, locks, health (default: the client token)")
+	f.String("admin-token-file", "", "file holding the admin token")
+	f.String("tls-ca", "", "CA certificate file (PEM) to verify the server; enables TLS")
+	f.String("tls-cert", "", "client certificate file (PEM) for mutual TLS; enables TLS")
+	f.String("tls-key", "", "client private key file (PEM) for --tls-cert")
+	f.String("tls-server-name", "", "server name to verify (default: the address's host); enables TLS")
+	durationFlag(cmd, "timeout", "", defaultTimeout.String(), "connect budget: give up (exit 7) when no server answers within it")
+}
+
+// addOutputFlag adds --output to a command whose output is data.
+func addOutputFlag(cmd *cobra.Command) {
+	cmd.Flags().StringP("output", "o", "text", "output format: text or json")
+}
+
+// getOutput reads and checks --output.
+func getOutput(v *viper.Viper) (string, error) {
+	o := strings.ToLower(strings.TrimSpace(v.GetString("output")))
+	if o != "text" && o != "json" {
+		return "", usageError("--output %q: want text or json", v.GetString("output"))
+	}
+	return o, nil
+}
+
+// connOptions merges the connection flags, TICKETING_* variables and secret files.
+func connOptions(cmd *cobra.Command, v *viper.Viper) (ConnOptions, error) {
+	var o ConnOptions
+	for _, a := range strings.Split(v.GetString("addr"), ",") {
+		a = strings.TrimSpace(a)
+		if a == "" {
+			continue
+		}
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			return o, usageError("--addr %q: want host:port", a)
+		}
+		o.Addrs = append(o.Addrs, a)
+	}
+	if len(o.Addrs) == 0 {
+		return o, usageError("--addr: no server address")
+	}
+	var err error
+	if o.Token, err = readSecret(v, "token", "token-file"); err != nil {
+		return o, err
+	}
+	if insideRun(cmd, v) {
+		// Inside `ticketing run`, TICKETING_TOKEN is the enclosing lock's
+		// fencing token, not a credential: take the credential only from
+		// --token or --token-file / TICKETING_TOKEN_FILE.
+		o.Token = ""
+	}
+	if o.AdminToken, err = readSecret(v, "admin-token", "admin-token-file"); err != nil {
+		return o, err
+	}
+	if o.Timeout, err = getDuration(v, "timeout"); err != nil {
+		return o, err
+	}
+	if o.Timeout <= 0 {
+		return o, usageError("--timeout must be positive")
+	}
+	if o.TLS, err = tlsConfig(v); err != nil {
+		return o, err
+	}
+	return o, nil
+}
+
+// insideRun reports whether the token came from TICKETING_TOKEN set by an
+// enclosing `ticketing run` (which also sets TICKETING_LEASE_DEADLINE).
+func insideRun(cmd *cobra.Command, v *viper.Viper) bool {
+	if cmd.Flags().Changed("token") || v.GetString("token-file") != "" {
+		return false
+	}
+	_, ok := lookupEnv(envLeaseDeadline)
+	return ok
+}
+
+func tlsConfig(v *viper.Viper) (*tls.Config, error) {
+	ca, cert, key, name := v.GetString("tls-ca"), v.GetString("tls-cert"), v.GetString("tls-key"), v.GetString("tls-server-name")
+	if ca == "" && cert == "" && key == "" && name == "" {
+		return nil, nil
+	}
+	cfg := &tls.Config{ServerName: name, MinVersion: tls.VersionTLS12}
+	if ca != "" {
+		pem, err := os.ReadFile(ca)
+		if err != nil {
+			return nil, usageError("--tls-ca: %v", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, usageError("--tls-ca %s: no PEM certificate found", ca)
+		}
+		cfg.RootCAs = pool
+	}
+	if (cert == "") != (key == "") {
+		return nil, usageError("--tls-cert and --tls-key go together")
+	}
+	if cert != "" {
+		kp, err := tls.LoadX509KeyPair(cert, key)
+		if err != nil {
+			return nil, usageError("--tls-cert/--tls-key: %v", err)
+		}
+		cfg.Certificates = []tls.Certificate{kp}
+	}
+	return cfg, nil
+}
+
+// clientOptions are the client.Dial options for role client, or role admin
+// (the admin token, defaulting to the client token as on the server).
+func (o ConnOptions) clientOptions(asAdmin bool) []client.Option {
+	opts := []client.Option{client.WithDialTimeout(o.Timeout)}
+	if o.TLS != nil {
+		opts = append(opts, client.WithTLS(o.TLS))
+	}
+	if asAdmin {
+		tok := o.AdminToken
+		if tok == "" {
+			tok = o.Token
+		}
+		return append(opts, client.WithAdminToken(tok))
+	}
+	return append(opts, client.WithToken(o.Token))
+}
+
+// ---------------------------------------------------------------------------
+// What the commands need from a connection, as interfaces so that tests
+// substitute fakes (the cli/cli factory's HttpClient, in our terms).
+
+// lockClient is what acquire, release and run use.
+type lockClient interface {
+	Acquire(ctx context.Context, key string, lease, wait time.Duration) (heldLock, error)
+	Release(ctx context.Context, key string, token uint64) error
+	// Drain waits for withdrawn acquires and background releases (client.Client.Drain).
+	Drain(ctx context.Context) error
+	Close() error
+}
+
+// heldLock is a granted lock (*client.Lock).
+type heldLock interface {
+	Key() string
+	Token() uint64
+	Deadline() time.Time
+	Release(ctx context.Context) error
+}
+
+// adminClient is what status, locks and ping use.
+type adminClient interface {
+	Status(ctx context.Context) (wire.StatusReply, error)
+	Locks(ctx context.Context, prefix string, limit int) (wire.LocksReply, error)
+	Ping(ctx context.Context) (admin.PingResult, error)
+	Close() error
+}
+
+// lockDialer returns the real connector for lock commands.
+func lockDialer(o ConnOptions) func(context.Context) (lockClient, error) {
+	return func(ctx context.Context) (lockClient, error) {
+		c, err := client.Dial(ctx, o.Addrs, o.clientOptions(false)...)
+		if err != nil {
+			return nil, err
+		}
+		return realLockClient{c}, nil
+	}
+}
+
+// adminDialer returns the real connector for admin commands: addrs is the
+// whole --addr list (status, locks) or one address (ping).
+func adminDialer(o ConnOptions) func(context.Context, []string) (adminClient, error) {
+	return func(ctx context.Context, addrs []string) (adminClient, error) {
+		c, err := client.Dial(ctx, addrs, o.clientOptions(true)...)
+		if err != nil {
+			return nil, err
+		}
+		return realAdminClient{c}, nil
+	}
+}
+
+type realLockClient struct{ *client.Client }
+
+func (c realLockClient) Acquire(ctx context.Context, key string, lease, wait time.Duration) (heldLock, error) {
+	l, err := c.Client.Acquire(ctx, key, lease, wait)
+	if err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+type realAdminClient struct{ c *client.Client }
+
+func (a realAdminClient) Status(ctx context.Context) (wire.StatusReply, error) {
+	return admin.Status(ctx, a.c)
+}
+
+func (a realAdminClient) Locks(ctx context.Context, prefix string, limit int) (wire.LocksReply, error) {
+	return admin.Locks(ctx, a.c, prefix, limit)
+}
+
+func (a realAdminClient) Ping(ctx context.Context) (admin.PingResult, error) {
+	return admin.Ping(ctx, a.c)
+}
+
+func (a realAdminClient) Close() error { return a.c.Close() }
+
+// withTimeout bounds an admin operation by the connect budget (a server
+// that accepts but never answers counts as unreachable).
+func withTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	return context.WithTimeout(ctx, d)
+}

@@ -1,0 +1,127 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ticketing/ticketing/admin"
+	"github.com/ticketing/ticketing/client/wire"
+)
+
+func init() {
+	extraCommands = append(extraCommands, func(ios *IO) *cobra.Command { return newCmdLocks(ios, nil) })
+}
+
+// LocksOptions is `ticketing locks` after flags and environment are merged.
+type LocksOptions struct {
+	Conn   ConnOptions
+	Output string
+	Prefix string
+	Limit  int
+
+	Connect func(ctx context.Context, addrs []string) (adminClient, error)
+}
+
+func newCmdLocks(ios *IO, runF func(context.Context, *IO, *LocksOptions) error) *cobra.Command {
+	if runF == nil {
+		runF = runLocks
+	}
+	cmd := &cobra.Command{
+		Use:   "locks [--prefix P] [--limit N]",
+		Short: "List held locks and their queues",
+		Long: `List held keys: key, holder's fencing token, lease left, queue depth and the
+age of the oldest waiter, deepest queue first. Keys with unusual characters
+are shown quoted and escaped. Needs the admin token (default: the client
+token). --output json prints the server's locks reply (protocol.md §8).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			opts, err := locksOptions(cmd)
+			if err != nil {
+				return err
+			}
+			return runF(cmd.Context(), ios, opts)
+		},
+	}
+	cmd.Flags().String("prefix", "", "only keys starting with this prefix")
+	cmd.Flags().Int("limit", wire.LocksDefaultLimit, fmt.Sprintf("show at most this many keys (1..%d)", wire.LocksMaxLimit))
+	addConnFlags(cmd)
+	addOutputFlag(cmd)
+	return cmd
+}
+
+func locksOptions(cmd *cobra.Command) (*LocksOptions, error) {
+	v, err := newViper(cmd)
+	if err != nil {
+		return nil, err
+	}
+	opts := &LocksOptions{Prefix: v.GetString("prefix"), Limit: v.GetInt("limit")}
+	if opts.Limit < 1 || opts.Limit > wire.LocksMaxLimit {
+		return nil, usageError("--limit %d: want 1..%d", opts.Limit, wire.LocksMaxLimit)
+	}
+	if opts.Output, err = getOutput(v); err != nil {
+		return nil, err
+	}
+	if opts.Conn, err = connOptions(cmd, v); err != nil {
+		return nil, err
+	}
+	opts.Connect = adminDialer(opts.Conn)
+	return opts, nil
+}
+
+func runLocks(ctx context.Context, ios *IO, opts *LocksOptions) error {
+	ctx, cancel := withTimeout(ctx, 2*opts.Conn.Timeout)
+	defer cancel()
+	ac, err := opts.Connect(ctx, opts.Conn.Addrs)
+	if err != nil {
+		return err
+	}
+	defer ac.Close()
+	lr, err := ac.Locks(ctx, opts.Prefix, opts.Limit)
+	if err != nil {
+		return err
+	}
+	if opts.Output == "json" {
+		if lr.Locks == nil {
+			lr.Locks = []wire.LockEntry{}
+		}
+		return writeJSON(ios, lr)
+	}
+	if len(lr.Locks) == 0 {
+		if opts.Prefix != "" {
+			fmt.Fprintf(ios.ErrOut, "no locks held under prefix %s\n", admin.EscapeKey(opts.Prefix))
+		} else {
+			fmt.Fprintln(ios.ErrOut, "no locks held")
+		}
+		return nil
+	}
+	header, rows := locksTable(lr.Locks)
+	if err := renderTable(ios.Out, header, rows); err != nil {
+		return err
+	}
+	if lr.Truncated {
+		fmt.Fprintf(ios.ErrOut, "showing %d of %d keys (--limit, --prefix)\n", len(lr.Locks), lr.Total)
+	}
+	return nil
+}
+
+// locksTable is the text form of a locks reply.
+func locksTable(locks []wire.LockEntry) (header []string, rows [][]string) {
+	header = []string{"KEY", "TOKEN", "LEASE LEFT", "QUEUE", "OLDEST WAITER"}
+	for _, e := range locks {
+		oldest := "-"
+		if e.QueueDepth > 0 {
+			oldest = fmtMS(e.OldestWaiterAgeMS)
+		}
+		rows = append(rows, []string{
+			admin.EscapeKey(e.Key),
+			strconv.FormatUint(e.Token, 10),
+			fmtMS(e.LeaseRemainingMS),
+			strconv.Itoa(e.QueueDepth),
+			oldest,
+		})
+	}
+	return header, rows
+}

@@ -1,0 +1,141 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ticketing/ticketing/admin"
+	"github.com/ticketing/ticketing/client/wire"
+)
+
+func init() {
+	extraCommands = append(extraCommands, func(ios *IO) *cobra.Command { return newCmdRelease(ios, nil) })
+}
+
+// ReleaseOptions is `ticketing release` after flags and environment are merged.
+type ReleaseOptions struct {
+	Conn      ConnOptions
+	Key       string
+	Token     uint64
+	FromStdin bool // TOKEN was "-": read it from stdin
+
+	Connect func(context.Context) (lockClient, error)
+}
+
+func newCmdRelease(ios *IO, runF func(context.Context, *IO, *ReleaseOptions) error) *cobra.Command {
+	if runF == nil {
+		runF = runRelease
+	}
+	cmd := &cobra.Command{
+		Use:   "release KEY TOKEN",
+		Short: "Release a lock by its fencing token",
+		Long: `Release the lock on KEY held under TOKEN. Any process that knows the token
+may release it. TOKEN "-" reads it from stdin (a token, or acquire's JSON).
+
+Exit 0 when released; 6 when TOKEN does not hold KEY (already released, or
+the lease ended); 5 when the release could not be confirmed (the lock ends
+with its lease at the latest).
+
+` + exitCodesHelp,
+		Example: `  ticketing release backups/db "$token"
+  ticketing acquire k | ticketing release k -`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts, err := releaseOptions(cmd, args)
+			if err != nil {
+				return err
+			}
+			return runF(cmd.Context(), ios, opts)
+		},
+	}
+	addConnFlags(cmd)
+	return cmd
+}
+
+func releaseOptions(cmd *cobra.Command, args []string) (*ReleaseOptions, error) {
+	v, err := newViper(cmd)
+	if err != nil {
+		return nil, err
+	}
+	opts := &ReleaseOptions{Key: args[0]}
+	if !wire.ValidKey([]byte(opts.Key)) {
+		return nil, usageError("key %s: want 1..250 bytes of UTF-8 without control characters", admin.EscapeKey(opts.Key))
+	}
+	if args[1] == "-" {
+		opts.FromStdin = true
+	} else if opts.Token, err = parseToken(args[1]); err != nil {
+		return nil, err
+	}
+	if opts.Conn, err = connOptions(cmd, v); err != nil {
+		return nil, err
+	}
+	opts.Connect = lockDialer(opts.Conn)
+	return opts, nil
+}
+
+// parseToken parses a fencing token (a decimal u64 > 0). The error does not
+// repeat the input.
+func parseToken(s string) (uint64, error) {
+	t, err := strconv.ParseUint(strings.TrimSpace(s), 10, 64)
+	if err != nil || t == 0 {
+		return 0, usageError("TOKEN: want the decimal fencing token printed by acquire")
+	}
+	return t, nil
+}
+
+// readToken reads a token from r: its first line, either the token or
+// acquire's JSON output.
+func readToken(r io.Reader) (uint64, error) {
+	if r == nil {
+		return 0, usageError("TOKEN -: no stdin")
+	}
+	b, err := io.ReadAll(io.LimitReader(bufio.NewReader(r), 64<<10))
+	if err != nil {
+		return 0, usageError("TOKEN -: reading stdin: %v", err)
+	}
+	s := strings.TrimSpace(string(b))
+	if strings.HasPrefix(s, "{") {
+		var j struct {
+			Token json.RawMessage `json:"token"`
+		}
+		if json.Unmarshal([]byte(s), &j) != nil || len(j.Token) == 0 {
+			return 0, usageError("TOKEN -: stdin holds JSON without a token")
+		}
+		return parseToken(strings.Trim(string(j.Token), `"`))
+	}
+	if i := strings.IndexAny(s, "\r\n"); i >= 0 {
+		s = s[:i]
+	}
+	if s == "" {
+		return 0, usageError("TOKEN -: stdin is empty")
+	}
+	return parseToken(s)
+}
+
+func runRelease(ctx context.Context, ios *IO, opts *ReleaseOptions) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	token := opts.Token
+	if opts.FromStdin {
+		var err error
+		if token, err = readToken(ios.In); err != nil {
+			return err
+		}
+	}
+	cl, err := opts.Connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	if err := cl.Release(ctx, opts.Key, token); err != nil {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,288 @@
+//go:build unix
+
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ticketing/ticketing/admin"
+	"github.com/ticketing/ticketing/client"
+)
+
+func init() {
+	extraCommands = append(extraCommands, func(ios *IO) *cobra.Command { return newCmdRun(ios, nil) })
+}
+
+// Environment of run's child.
+const (
+	envKey   = "TICKETING_KEY"
+	envToken = "TICKETING_TOKEN"
+)
+
+// RunOptions is `ticketing run` after flags and environment are merged.
+type RunOptions struct {
+	Conn             ConnOptions
+	Key              string
+	Lease            time.Duration
+	Wait             time.Duration
+	ConflictExitCode int
+	KillGrace        time.Duration // SIGTERM → SIGKILL
+	LeaseMargin      time.Duration // SIGTERM this long before the lease deadline
+	Command          []string      // CMD ARGS…, run directly (no shell)
+	Env              []string      // the child's base environment (os.Environ())
+
+	Connect func(context.Context) (lockClient, error)
+	Signals signalSource
+}
+
+func newCmdRun(ios *IO, runF func(context.Context, *IO, *RunOptions) error) *cobra.Command {
+	if runF == nil {
+		runF = runRun
+	}
+	cmd := &cobra.Command{
+		Use:   "run KEY [flags] -- CMD [ARGS...]",
+		Short: "Run a command while holding a lock",
+		Long: `Acquire the lock on KEY, run CMD directly (no shell) in its own process
+group, release the lock when CMD exits, and exit with CMD's code (128+N when
+a signal N killed it).
+
+CMD's environment adds TICKETING_KEY, TICKETING_TOKEN (the fencing token:
+pass it to what the lock protects) and TICKETING_LEASE_DEADLINE (RFC 3339).
+Inside CMD, ticketing commands do not take TICKETING_TOKEN as a credential:
+give them one with --token-file or TICKETING_TOKEN_FILE.
+
+SIGINT, SIGTERM and SIGHUP are forwarded to CMD's process group. If CMD is
+still running --lease-margin before the lease ends, its process group gets
+SIGTERM, then SIGKILL after --kill-grace; the lock is released and run exits
+9. The default margin is --kill-grace + 1s (at most half the lease), so that
+even SIGKILL lands before the lease ends. Processes CMD leaves behind in its
+group get the same treatment before the lock is released. A signal while
+still waiting for the lock withdraws the wait and exits 128+N without
+starting CMD.
+
+` + lockFlagsHelp + "\n\n" + exitCodesHelp,
+		Example: `  ticketing run backups/db --lease 1h --wait 0 -E 0 -- /usr/local/bin/backup.sh
+  ticketing run reports --lease 5m -- sh -c 'generate --fence "$TICKETING_TOKEN"'`,
+		Args: cobra.MinimumNArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts, err := runOptions(cmd, args)
+			if err != nil {
+				return err
+			}
+			return runF(cmd.Context(), ios, opts)
+		},
+	}
+	addLockFlags(cmd)
+	durationFlag(cmd, "kill-grace", "", "5s", "after SIGTERM, wait this long before SIGKILL")
+	durationFlag(cmd, "lease-margin", "", "", "send SIGTERM this long before the lease deadline (default: --kill-grace + 1s, at most half the lease)")
+	addConnFlags(cmd)
+	return cmd
+}
+
+func runOptions(cmd *cobra.Command, args []string) (*RunOptions, error) {
+	dash := cmd.ArgsLenAtDash()
+	if dash != 1 || len(args) < 2 {
+		return nil, usageError("usage: ticketing run KEY [flags] -- CMD [ARGS...] (the -- is required)")
+	}
+	v, err := newViper(cmd)
+	if err != nil {
+		return nil, err
+	}
+	opts := &RunOptions{Key: args[0], Command: args[1:], Env: os.Environ(), Signals: osSignals}
+	la, err := lockOptions(cmd, v, opts.Key)
+	if err != nil {
+		return nil, err
+	}
+	opts.Lease, opts.Wait, opts.ConflictExitCode = la.Lease, la.Wait, la.ConflictExitCode
+	if opts.KillGrace, err = getDuration(v, "kill-grace"); err != nil {
+		return nil, err
+	}
+	if s := v.GetString("lease-margin"); s != "" {
+		if opts.LeaseMargin, err = getDuration(v, "lease-margin"); err != nil {
+			return nil, err
+		}
+		if opts.LeaseMargin >= opts.Lease {
+			return nil, usageError("--lease-margin %v must be less than --lease %v", opts.LeaseMargin, opts.Lease)
+		}
+	} else {
+		opts.LeaseMargin = min(opts.KillGrace+time.Second, opts.Lease/2)
+	}
+	if opts.Conn, err = connOptions(cmd, v); err != nil {
+		return nil, err
+	}
+	opts.Connect = lockDialer(opts.Conn)
+	return opts, nil
+}
+
+// childEnv is base without variables run sets, plus the lock's.
+func childEnv(base []string, l heldLock) []string {
+	env := make([]string, 0, len(base)+3)
+	for _, kv := range base {
+		k, _, _ := strings.Cut(kv, "=")
+		if k == envKey || k == envToken || k == envLeaseDeadline {
+			continue
+		}
+		env = append(env, kv)
+	}
+	return append(env,
+		envKey+"="+l.Key(),
+		envToken+"="+strconv.FormatUint(l.Token(), 10),
+		// Rounded down: the lease cannot end before it.
+		envLeaseDeadline+"="+l.Deadline().UTC().Truncate(time.Second).Format(time.RFC3339),
+	)
+}
+
+// releaseBudget bounds the final release (the client retries for 5 s).
+const releaseBudget = 10 * time.Second
+
+func runRun(ctx context.Context, ios *IO, opts *RunOptions) error {
+	if opts.Signals == nil {
+		opts.Signals = osSignals
+	}
+	// Watch signals from the start; acquireLock takes them while waiting,
+	// the loop below forwards them once CMD runs.
+	sigs, stopSigs := opts.Signals()
+	defer stopSigs()
+	cl, l, err := acquireLock(ctx, opts.Connect, func() (<-chan os.Signal, func()) { return sigs, func() {} },
+		opts.Key, opts.Lease, opts.Wait)
+	if err != nil {
+		return notAcquired(err, opts.ConflictExitCode)
+	}
+	defer cl.Close()
+	leaseLost := false
+	release := func() {
+		rctx, cancel := context.WithTimeout(context.Background(), releaseBudget)
+		defer cancel()
+		err := l.Release(rctx)
+		if err != nil && !(leaseLost && errors.Is(err, client.ErrNotHolder)) {
+			fmt.Fprintf(ios.ErrOut, "ticketing: warning: %s\n", oneLine(err))
+		}
+	}
+
+	killAt := l.Deadline().Add(-opts.LeaseMargin)
+	if !time.Now().Before(killAt) {
+		leaseLost = true
+		release()
+		return withExit(ExitLeaseLost, fmt.Errorf("lease of %s ends within --lease-margin of its grant: %s not started", admin.EscapeKey(opts.Key), opts.Command[0]))
+	}
+
+	c := exec.Command(opts.Command[0], opts.Command[1:]...)
+	c.Env = childEnv(opts.Env, l)
+	c.Stdin, c.Stdout, c.Stderr = ios.In, ios.Out, ios.ErrOut
+	c.WaitDelay = time.Second // stdio copies, when not files: do not wait on grandchildren
+	tty := setProcAttr(c, ios.In)
+	if err := c.Start(); err != nil {
+		release()
+		code := ExitError
+		switch {
+		case errors.Is(err, exec.ErrNotFound), errors.Is(err, os.ErrNotExist):
+			code = 127
+		case errors.Is(err, os.ErrPermission):
+			code = 126
+		}
+		return withExit(code, fmt.Errorf("run %s: %w", opts.Command[0], err))
+	}
+	pgid := c.Process.Pid
+	waited := make(chan error, 1)
+	go func() { waited <- c.Wait() }()
+
+	leaseTimer := time.NewTimer(time.Until(killAt))
+	defer leaseTimer.Stop()
+	var graceC <-chan time.Time
+	var waitErr error
+loop:
+	for {
+		select {
+		case s := <-sigs:
+			if n, ok := s.(syscall.Signal); ok {
+				_ = signalGroup(pgid, n)
+			}
+		case <-leaseTimer.C:
+			select {
+			case waitErr = <-waited: // CMD ended just in time
+				break loop
+			default:
+			}
+			leaseLost = true
+			fmt.Fprintf(ios.ErrOut, "ticketing: lease of %s ends in %v: stopping %s (SIGTERM, SIGKILL after %v)\n",
+				admin.EscapeKey(opts.Key), time.Until(l.Deadline()).Round(time.Millisecond), opts.Command[0], opts.KillGrace)
+			_ = signalGroup(pgid, syscall.SIGTERM)
+			graceC = time.After(opts.KillGrace)
+		case <-graceC:
+			_ = signalGroup(pgid, syscall.SIGKILL)
+			graceC = nil
+		case waitErr = <-waited:
+			break loop
+		}
+	}
+	tty.restore()
+	// Nothing of CMD's may go on outside the lock: stop what it left in its
+	// group, with SIGKILL no later than the lease-lost schedule would send it.
+	stopGroup(pgid, max(0, min(opts.KillGrace, time.Until(killAt.Add(opts.KillGrace)))))
+	release()
+
+	if leaseLost {
+		return withExit(ExitLeaseLost, fmt.Errorf("lease of %s lost: %s stopped", admin.EscapeKey(opts.Key), opts.Command[0]))
+	}
+	return childExit(c.ProcessState, waitErr)
+}
+
+// childExit passes the child's exit status through: its code, or 128+N
+// when signal N ended it.
+func childExit(ps *os.ProcessState, waitErr error) error {
+	if ps == nil {
+		return waitErr
+	}
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return withExit(128+int(ws.Signal()), nil)
+	}
+	if code := ps.ExitCode(); code != 0 {
+		return withExit(code, nil)
+	}
+	return nil
+}
+
+// signalGroup sends sig to the process group pgid.
+func signalGroup(pgid int, sig syscall.Signal) error { return syscall.Kill(-pgid, sig) }
+
+// killAlive reports whether process group pgid still has a member
+// (zombies included).
+func killAlive(pgid int) bool {
+	err := syscall.Kill(-pgid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
+}
+
+// stopGroup ends what is left of process group pgid: SIGTERM, then SIGKILL
+// after grace. It returns at once when the group is empty.
+func stopGroup(pgid int, grace time.Duration) {
+	if !groupAlive(pgid) {
+		return
+	}
+	_ = signalGroup(pgid, syscall.SIGTERM)
+	if waitGroupGone(pgid, grace) {
+		return
+	}
+	_ = signalGroup(pgid, syscall.SIGKILL)
+	waitGroupGone(pgid, time.Second)
+}
+
+func waitGroupGone(pgid int, d time.Duration) bool {
+	end := time.Now().Add(d)
+	for groupAlive(pgid) {
+		if time.Now().After(end) {
+			return false
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return true
+}
