@@ -1,11 +1,12 @@
 package server
 
 import (
-	"bytes"
 	"container/heap"
 	"context"
 	"encoding/json"
 	"fmt"
+	"reflect"
+	"strings"
 	"time"
 
 	"github.com/ticketing/ticketing/client/wire"
@@ -23,6 +24,39 @@ type adminQuery struct {
 	PeerAddr   *string `json:"peer_addr"`
 	ClientAddr *string `json:"client_addr"`
 	Voter      *bool   `json:"voter"`
+}
+
+// adminQueryFields are the JSON member names of adminQuery.
+var adminQueryFields = func() map[string]bool {
+	t := reflect.TypeFor[adminQuery]()
+	names := make(map[string]bool, t.NumField())
+	for i := range t.NumField() {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		names[name] = true
+	}
+	return names
+}()
+
+// decodeAdminQuery decodes a Q body (§2.1 check 8): a JSON object with a
+// string member "cmd". Member names match exactly: encoding/json alone folds
+// case ("CMD" would set cmd), so the object is split into members first and
+// only those named exactly like a field are decoded.
+func decodeAdminQuery(body []byte, q *adminQuery) bool {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(body, &m) != nil || m == nil {
+		return false
+	}
+	exact := make(map[string]json.RawMessage, len(m))
+	for name, raw := range m {
+		if adminQueryFields[name] {
+			exact[name] = raw
+		}
+	}
+	b, err := json.Marshal(exact)
+	if err != nil || json.Unmarshal(b, q) != nil {
+		return false
+	}
+	return q.Cmd != nil
 }
 
 func isChanging(cmd string) bool {
@@ -48,8 +82,7 @@ func (c *conn) query(req *wire.Request) {
 		return
 	}
 	var q adminQuery
-	body := bytes.TrimSpace(req.Body)
-	if len(body) == 0 || body[0] != '{' || json.Unmarshal(body, &q) != nil || q.Cmd == nil {
+	if !decodeAdminQuery(req.Body, &q) {
 		c.replyErrorMsg(req.ReqID, wire.CodeBadAdmin, "body must be a JSON object with a string member \"cmd\"")
 		return
 	}

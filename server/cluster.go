@@ -143,6 +143,9 @@ func (s *Server) startCluster(ctx context.Context) error {
 		}
 	}
 	s.peerLn = ln
+	if _, port, _ := net.SplitHostPort(cc.Advertise); port == "0" {
+		cc.Advertise = s.Addr()
+	}
 	peerAddr := s.peerAdvertise()
 	if _, port, _ := net.SplitHostPort(peerAddr); port == "0" {
 		peerAddr = ln.Addr().String()
@@ -280,6 +283,7 @@ func (s *Server) leaderAddr() string {
 func (c *conn) clusterLockOp(req *wire.Request) {
 	n := c.s.node
 	if !n.Serving() {
+		c.s.lastMoved.Store(c.s.nanotime())
 		c.wbuf = wire.AppendMoved(c.wbuf, req.ReqID, n.LeaderClientAddr())
 		return
 	}
@@ -317,6 +321,34 @@ func (c *conn) clusterLockOp(req *wire.Request) {
 	}
 }
 
+// movedGrace runs at the start of Shutdown, after a leader handed over: the
+// node keeps answering M (naming the new leader) until its clients have
+// moved on — no lock request for movedQuiet, at most movedGraceMax — before
+// it closes their connections. A request that arrives on a connection
+// being closed is lost, and the client must report it indeterminate;
+// clients send to the leader they know, so once each was answered M they
+// stop sending here.
+func (s *Server) movedGrace() {
+	const (
+		movedQuiet    = 200 * time.Millisecond
+		movedGraceMax = 1500 * time.Millisecond
+	)
+	start := s.nanotime()
+	for {
+		now := s.nanotime()
+		if now-start >= int64(movedGraceMax) {
+			return
+		}
+		if now-max(start, s.lastMoved.Load()) >= int64(movedQuiet) && s.node.LeaderClientAddr() != "" {
+			return
+		}
+		if now-start >= int64(movedQuiet) && s.live.Load() == 0 {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // clusterConnGone replicates that a client connection closed, so its
 // waiters leave their queues (its locks stay held).
 func (s *Server) clusterConnGone(c *conn) {
@@ -329,10 +361,16 @@ func (s *Server) clusterConnGone(c *conn) {
 	_ = s.node.Submit(cluster.Command{Op: cluster.OpDropConn, Conn: c.id})
 }
 
-// failPending answers U to every request in flight on every connection: this
-// node stopped being the serving leader, so their outcome is unknown
-// (protocol.md §7).
-func (s *Server) failPending() {
+// failPending answers every request in flight on every connection: this
+// node stopped being the serving leader, so their outcome is unknown: U
+// (protocol.md §7) — or, after a clean hand-over (every command of ours
+// applied before the transfer, so the new leader drops our waiters and
+// grants them nothing), M: not acquired, retry on the new leader.
+func (s *Server) failPending(clean bool) {
+	st := wire.StatusUnknown
+	if clean {
+		st = wire.StatusMoved
+	}
 	s.connsMu.RLock()
 	cs := make([]*conn, 0, len(s.conns))
 	for _, c := range s.conns {
@@ -347,10 +385,18 @@ func (s *Server) failPending() {
 		}
 		c.mu.Unlock()
 		for _, id := range ids {
-			c.deliver(locktable.Effect{Owner: locktable.Owner{Conn: c.id, ReqID: id}, Status: wire.StatusUnknown})
+			c.deliver(locktable.Effect{Owner: locktable.Owner{Conn: c.id, ReqID: id}, Status: st})
 		}
 	}
 }
 
 // ClusterNode returns the raft node (nil on a single node).
 func (s *Server) ClusterNode() *cluster.Node { return s.node }
+
+// PeerAddr returns the peer listener's address, "" on a single node.
+func (s *Server) PeerAddr() string {
+	if s.peerLn == nil {
+		return ""
+	}
+	return s.peerLn.Addr().String()
+}

@@ -15,7 +15,7 @@ import (
 )
 
 const (
-	readBufSize  = 16 << 10 // default read buffer; grows for one large Q frame, then shrinks
+	readBufSize  = 4 << 10  // default read buffer (a 64-deep pipeline of 32-byte requests is 2 KiB); grows for one large Q frame, then shrinks
 	keepBufLimit = 64 << 10 // buffers grown past this by an admin reply are dropped after use
 )
 
@@ -73,6 +73,11 @@ func (c *conn) serve() {
 		return
 	}
 	c.s.register(c)
+	if c.s.draining.Load() {
+		// Shutdown may have listed the connections just before this one
+		// registered: shut it down here, or Shutdown would wait for it.
+		c.shutdown()
+	}
 	c.s.wg.Add(1)
 	go c.writeLoop()
 	fatal := c.readLoop()
@@ -207,6 +212,12 @@ func (c *conn) readLoop() (fatal bool) {
 				req, _, _ := wire.ParseRequest(c.rbuf[off : off+flen])
 				c.handle(now, &req)
 				off += flen
+				if len(c.wbuf) >= c.s.cfg.OutBufferLimit {
+					// Large admin replies: flush (and wait for room) inside
+					// the batch so output stays bounded (§3.3).
+					c.flushBatch()
+					now = c.s.nanotime() // the flush may have waited
+				}
 			}
 			if off > 0 {
 				r = copy(c.rbuf, c.rbuf[off:r])
@@ -324,7 +335,9 @@ func (c *conn) acquire(now int64, req *wire.Request) {
 		c.replyError(req.ReqID, wire.CodeBadWait)
 		return
 	}
-	if c.s.draining.Load() {
+	if c.s.draining.Load() && (c.s.node == nil || c.s.node.Serving()) {
+		// (A cluster node that does not serve answers M even while it
+		// drains: the acquire can go to the leader.)
 		c.s.busyExtra.Add(1)
 		c.wbuf = wire.AppendStatus(c.wbuf, wire.StatusBusy, wire.CodeShuttingDown, req.ReqID)
 		return
@@ -336,6 +349,14 @@ func (c *conn) acquire(now int64, req *wire.Request) {
 	owner := locktable.Owner{Conn: c.id, ReqID: req.ReqID}
 	sh := c.s.shardFor(req.Key)
 	sh.mu.Lock()
+	if c.s.draining.Load() {
+		// Checked again under the shard lock: Shutdown sets draining, then
+		// drains each shard under its lock, so no waiter can slip in after.
+		sh.mu.Unlock()
+		c.s.busyExtra.Add(1)
+		c.wbuf = wire.AppendStatus(c.wbuf, wire.StatusBusy, wire.CodeShuttingDown, req.ReqID)
+		return
+	}
 	if wait > 0 && c.inflight.Load() >= c.maxInflight {
 		// Queueing would exceed max_inflight (§3.3): B OVERLOADED instead,
 		// but a free key is still granted at once.

@@ -17,6 +17,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"io"
 	"log/slog"
 	"math"
@@ -47,8 +48,14 @@ type Server struct {
 	start  time.Time // monotonic base of the table clock
 	now    func() time.Time
 	tokens locktable.TokenSource
-	counts locktable.SharedCounts
 	shards []*shard
+	seed   maphash.Seed // shard choice
+	// counts is written by every grant and release on any core: alone on
+	// its cache lines, so that reading the fields around it (cfg, shards)
+	// does not miss (docs/benchmarks.md).
+	_      [64]byte
+	counts locktable.SharedCounts
+	_      [64]byte
 	tlsCfg atomic.Pointer[tls.Config]
 	certs  *certStore
 
@@ -70,6 +77,7 @@ type Server struct {
 	errorsCount atomic.Uint64
 	busyExtra   atomic.Uint64 // B answered by the server itself (draining, max_inflight)
 	draining    atomic.Bool
+	lastMoved   atomic.Int64 // nanotime of the last lock request answered M (cluster)
 	closed      chan struct{}
 	closeOnce   sync.Once
 	wg          sync.WaitGroup // accept loop, timers, connections
@@ -80,6 +88,7 @@ type shard struct {
 	t     *locktable.Table
 	armed int64 // deadline the timer goroutine sleeps until (ns); MaxInt64 = none
 	kick  chan struct{}
+	_     [128 - 32]byte // one shard per pair of cache lines: no false sharing of mu
 }
 
 // Start validates cfg, opens the listener (and metrics listener) and serves
@@ -174,6 +183,7 @@ func New(cfg Config) (*Server, error) {
 		}
 		s.incarnation = inc
 	}
+	s.seed = maphash.MakeSeed()
 	s.shards = make([]*shard, cfg.Shards)
 	for i := range s.shards {
 		s.shards[i] = &shard{armed: math.MaxInt64, kick: make(chan struct{}, 1)}
@@ -275,13 +285,10 @@ func isTemporary(err error) bool {
 func (s *Server) nanotime() int64 { return int64(time.Since(s.start)) }
 
 func (s *Server) shardFor(key []byte) *shard {
-	// FNV-1a, inline so it does not allocate.
-	h := uint32(2166136261)
-	for _, b := range key {
-		h ^= uint32(b)
-		h *= 16777619
-	}
-	return s.shards[h%uint32(len(s.shards))]
+	// maphash (AES-based, allocation-free) and a multiply-shift range
+	// reduction instead of a byte-at-a-time hash and a division.
+	h := maphash.Bytes(s.seed, key)
+	return s.shards[(h>>32)*uint64(len(s.shards))>>32]
 }
 
 // rearm wakes the shard's timer goroutine when the table's earliest deadline
@@ -353,6 +360,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		if err := s.node.TransferLeader(""); err != nil && !errors.Is(err, cluster.ErrNotLeader) {
 			s.log.Warn("leadership hand-over failed; stopping anyway", "err", err)
 		}
+		s.movedGrace()
 	}
 	s.draining.Store(true)
 	if ln := s.listener(); ln != nil {

@@ -42,6 +42,7 @@ type clockHealth struct {
 	samples map[string]ClockSample
 	healthy bool
 	reason  string
+	verdict chan struct{} // closed once healthy or the first round is complete
 }
 
 func newClockHealth(n *Node) *clockHealth {
@@ -66,11 +67,32 @@ func (c *clockHealth) Samples() []ClockSample {
 	return out
 }
 
-func (c *clockHealth) run(ctx context.Context) {
+// start resets the health for a new term of leadership and returns a
+// channel closed at the first verdict of run: healthy, or the first round
+// of samples complete.
+func (c *clockHealth) start() <-chan struct{} {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	c.healthy, c.reason = false, "not sampled yet"
 	c.samples = map[string]ClockSample{}
-	c.mu.Unlock()
+	c.verdict = make(chan struct{})
+	return c.verdict
+}
+
+func (c *clockHealth) decidedLocked() {
+	if c.verdict == nil {
+		return
+	}
+	select {
+	case <-c.verdict:
+	default:
+		close(c.verdict)
+	}
+}
+
+// run samples the peers' clocks about once a second until ctx ends; start
+// must have been called first.
+func (c *clockHealth) run(ctx context.Context) {
 	clients := map[string]*peerClient{}
 	defer func() {
 		for _, pc := range clients {
@@ -123,21 +145,26 @@ func (c *clockHealth) round(ctx context.Context, clients map[string]*peerClient)
 			delete(clients, id)
 		}
 	}
-	var wg sync.WaitGroup
+	// Samples are taken in parallel and health is re-evaluated as each one
+	// arrives: an unreachable peer (its sample runs into the timeout) must
+	// not hold back the verdict of the quorum that answered, or a new
+	// leader would refuse grants for a whole sample timeout after every
+	// election that left a peer partitioned.
 	results := make(chan ClockSample, len(clients))
 	for id, pc := range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			results <- c.sample(ctx, id, pc)
-		}()
+		go func() { results <- c.sample(ctx, id, pc) }()
 	}
-	wg.Wait()
-	close(results)
-	now := c.n.now()
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	for s := range results {
+	for id := range c.samples {
+		if !seen[id] {
+			delete(c.samples, id)
+		}
+	}
+	c.evaluateLocked(voters)
+	c.mu.Unlock()
+	for range len(clients) {
+		s := <-results
+		c.mu.Lock()
 		if s.Err != "" {
 			if old, ok := c.samples[s.ID]; ok {
 				old.Err = s.Err
@@ -145,14 +172,19 @@ func (c *clockHealth) round(ctx context.Context, clients map[string]*peerClient)
 			}
 		}
 		c.samples[s.ID] = s
+		c.evaluateLocked(voters)
+		c.mu.Unlock()
 	}
-	for id := range c.samples {
-		if !seen[id] {
-			delete(c.samples, id)
-		}
-	}
-	// Healthy: every voter in contact has a fresh sample within the bound,
-	// and (with this node) a quorum of voters is verified.
+	c.mu.Lock()
+	c.decidedLocked()
+	c.mu.Unlock()
+}
+
+// evaluateLocked decides clock health from the latest samples. Healthy:
+// every voter in contact has a fresh sample within the bound, and (with
+// this node) a quorum of voters is verified.
+func (c *clockHealth) evaluateLocked(voters []raft.Server) {
+	now := c.n.now()
 	verified := 1
 	healthy, reason := true, ""
 	for _, v := range voters {
@@ -183,6 +215,9 @@ func (c *clockHealth) round(ctx context.Context, clients map[string]*peerClient)
 		}
 	}
 	c.healthy, c.reason = healthy, reason
+	if healthy {
+		c.decidedLocked()
+	}
 }
 
 func (c *clockHealth) sample(ctx context.Context, id string, pc *peerClient) ClockSample {

@@ -179,12 +179,7 @@ func (n *Node) RemoveNode(ctx context.Context, id string) error {
 
 // TransferLeader hands leadership to id (any caught-up voter when empty),
 // answering within TransferTimeout.
-func (n *Node) TransferLeader(id string) error {
-	if n.raft.State() != raft.Leader {
-		return ErrNotLeader
-	}
-	return n.transfer(id)
-}
+func (n *Node) TransferLeader(id string) error { return n.Handover(id) }
 
 // Info is the cluster part of admin `status` (protocol.md §8 plus issue #7).
 type Info struct {

@@ -88,12 +88,15 @@ type Node struct {
 	trans       *raft.NetworkTransport
 	stream      *StreamLayer
 	out         Delivery
-	onLost      func()
+	onLost      func(clean bool)
 	prop        *proposer
 	clock       *clockHealth
 	serving     atomic.Bool
-	leaderStart atomic.Int64 // wall ns when this node started serving as leader
-	memberMu    sync.Mutex   // one membership change at a time
+	handover    atomic.Bool   // stop taking commands: leadership is being handed over
+	cleanLoss   atomic.Bool   // every command of ours was applied before leadership went
+	leaderStart atomic.Int64  // wall ns when this node started serving as leader
+	lostGen     atomic.Uint64 // counts completed onLost calls (Handover waits for one)
+	memberMu    sync.Mutex    // one membership change at a time
 	closeOnce   sync.Once
 	done        chan struct{}
 	wg          sync.WaitGroup
@@ -103,9 +106,11 @@ type Node struct {
 // New starts a node: raft with its stores, the stream layer (the server
 // hands it inbound raft streams with HandOff), and the leadership loop.
 // out receives answers for this node's connections; onLost is called when
-// this node stops being the serving leader (the server answers every
-// request in flight U).
-func New(cfg Config, out Delivery, onLost func()) (*Node, error) {
+// this node stops being the serving leader: the server answers every request
+// in flight U, or M when clean (a hand-over that first saw every command of
+// ours applied: the new leader drops our waiters, nothing of ours is left
+// undecided in the log).
+func New(cfg Config, out Delivery, onLost func(clean bool)) (*Node, error) {
 	if cfg.HeartbeatTimeout == 0 {
 		cfg.HeartbeatTimeout = DefaultHeartbeatTimeout
 	}
@@ -246,20 +251,26 @@ func (n *Node) Serving() bool { return n.serving.Load() }
 // unknown (protocol.md §7: never its raft address).
 func (n *Node) LeaderClientAddr() string {
 	_, id := n.raft.LeaderWithID()
-	if id == "" {
+	if id == "" || string(id) == n.cfg.NodeID && (n.handover.Load() || !n.serving.Load()) {
+		// No leader, or ourselves while not (or no longer) serving: naming
+		// ourselves would send clients in a loop.
 		return ""
 	}
 	m := n.fsm.Leader()
-	if m.ID != string(id) {
-		return ""
+	if m.ID == string(id) {
+		return m.ClientAddr
 	}
-	return m.ClientAddr
+	// A new leader whose LeaderStart is not applied here yet (an old
+	// leader right after handing over, a lagging follower): name it from
+	// the member metadata, so clients of this node learn the new leader's
+	// address, even one they were never given (a node added later).
+	return n.fsm.Nodes()[string(id)].ClientAddr
 }
 
 // Submit queues commands for the next batch. It fails with ErrNotLeader
 // when this node is not serving.
 func (n *Node) Submit(cmds ...Command) error {
-	if !n.serving.Load() {
+	if !n.serving.Load() || n.handover.Load() {
 		return ErrNotLeader
 	}
 	n.prop.add(cmds)
@@ -288,11 +299,15 @@ func (n *Node) leadershipLoop() {
 			stop = nil
 		}
 		if n.serving.Swap(false) {
-			n.log.Warn("stopped serving as leader")
+			n.prop.dropPending()
+			clean := n.cleanLoss.Swap(false)
+			n.log.Warn("stopped serving as leader", "clean_handover", clean)
 			if n.onLost != nil {
-				n.onLost()
+				n.onLost(clean)
 			}
+			n.lostGen.Add(1)
 		}
+		n.handover.Store(false)
 	}
 	for {
 		select {
@@ -337,12 +352,29 @@ func (n *Node) lead(ctx context.Context, loops *sync.WaitGroup) {
 	default:
 	}
 	n.leaderStart.Store(b.Time)
+	// Sample the clocks before serving (bounded): a leader that served at
+	// once would answer its first acquires B CLOCK_UNHEALTHY ("not sampled
+	// yet") after every election and hand-over; not serving yet, it
+	// answers M with no address and clients retry within their budget.
+	verdict := n.clock.start()
+	loops.Add(1)
+	go func() { defer loops.Done(); n.clock.run(ctx) }()
+	select {
+	case <-verdict:
+	case <-time.After(firstVerdictWait):
+		n.log.Warn("clock health not verified before serving; acquires fail closed until it is", "waited", firstVerdictWait)
+	case <-ctx.Done():
+		return
+	}
 	n.serving.Store(true)
 	n.log.Info("serving as leader", "term", n.raft.CurrentTerm())
-	loops.Add(2)
+	loops.Add(1)
 	go func() { defer loops.Done(); n.runTimers(ctx) }()
-	go func() { defer loops.Done(); n.clock.run(ctx) }()
 }
+
+// firstVerdictWait bounds how long a new leader waits for its first clock
+// verdict before serving.
+const firstVerdictWait = time.Second
 
 // runTimers proposes the expiries and wait timeouts that the leader's clock
 // says are due. Leases granted before this leader started are given the
@@ -414,7 +446,7 @@ func (n *Node) Shutdown(ctx context.Context) error {
 	var err error
 	n.closeOnce.Do(func() {
 		if n.raft != nil && n.raft.State() == raft.Leader {
-			if terr := n.transfer(""); terr != nil {
+			if terr := n.Handover(""); terr != nil {
 				n.log.Warn("leadership transfer before shutdown failed; stopping anyway", "err", terr)
 			}
 		}
@@ -437,6 +469,42 @@ func (n *Node) closeStores() {
 	for _, s := range n.stores {
 		s.Close()
 	}
+}
+
+// Handover hands leadership to id (any caught-up voter when empty) cleanly:
+// stop taking commands (new requests are answered M), wait (bounded) until
+// every command already taken is committed and applied, then transfer. It
+// answers within about TransferTimeout + 1 s.
+func (n *Node) Handover(id string) error {
+	if n.raft.State() != raft.Leader {
+		return ErrNotLeader
+	}
+	n.handover.Store(true)
+	deadline := time.Now().Add(time.Second)
+	for !n.prop.idle() && time.Now().Before(deadline) {
+		time.Sleep(2 * time.Millisecond)
+	}
+	if n.prop.idle() && n.raft.Barrier(time.Second).Error() == nil {
+		n.cleanLoss.Store(true)
+	}
+	gen := n.lostGen.Load()
+	err := n.transfer(id)
+	if err != nil {
+		n.cleanLoss.Store(false)
+		if n.raft.State() == raft.Leader {
+			n.handover.Store(false) // still the leader: keep serving
+		}
+		return err
+	}
+	// raft answers the transfer when its leader loop ends, before the
+	// leadership loop hears of it: wait (bounded) until every request in
+	// flight was answered (onLost), so a caller that closes connections
+	// next (Shutdown) does not cut those answers off.
+	deadline = time.Now().Add(2 * time.Second)
+	for n.lostGen.Load() == gen && time.Now().Before(deadline) {
+		time.Sleep(2 * time.Millisecond)
+	}
+	return nil
 }
 
 // transfer hands leadership to id (any caught-up voter when empty), bounded

@@ -42,6 +42,17 @@ func DialPeer(ctx context.Context, addr string, token string, tlsCfg *tls.Config
 		_ = nc.SetDeadline(time.Now().Add(5 * time.Second))
 	}
 	if tlsCfg != nil {
+		if tlsCfg.ServerName == "" {
+			// Verify the peer's certificate for the host it is dialed at
+			// (crypto/tls refuses an empty ServerName).
+			host, _, err := net.SplitHostPort(addr)
+			if err != nil {
+				nc.Close()
+				return nil, err
+			}
+			tlsCfg = tlsCfg.Clone()
+			tlsCfg.ServerName = host
+		}
 		tc := tls.Client(nc, tlsCfg)
 		if err := tc.HandshakeContext(ctx); err != nil {
 			nc.Close()

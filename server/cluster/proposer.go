@@ -45,6 +45,23 @@ func (p *proposer) add(cmds []Command) {
 	}
 }
 
+// idle reports whether no command is queued or in flight.
+func (p *proposer) idle() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.pending) == 0 && len(p.sem) == 0
+}
+
+// dropPending answers M to every queued, never-proposed lock command: it
+// was definitely not executed (the node stopped leading before proposing it).
+func (p *proposer) dropPending() {
+	p.mu.Lock()
+	cmds := p.pending
+	p.pending = nil
+	p.mu.Unlock()
+	p.fail(cmds, raft.ErrNotLeader)
+}
+
 func (p *proposer) close() {
 	p.once.Do(func() { close(p.done) })
 	p.wg.Wait()

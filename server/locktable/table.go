@@ -204,7 +204,7 @@ func msToNs(ms uint32) int64 { return int64(ms) * 1e6 }
 // already has an acquire queued in this table is answered E DUPLICATE_REQ_ID
 // and nothing changes (re-registering it would corrupt the owner index).
 func (t *Table) Acquire(now int64, owner Owner, key []byte, leaseMS, waitMS uint32) Effect {
-	if len(t.waiters) > 0 && t.waiters[owner] != nil {
+	if t.queued > 0 && t.waiters[owner] != nil { // queued: no map load when nothing waits
 		return Effect{Owner: owner, Status: wire.StatusError, Code: wire.CodeDuplicateReqID}
 	}
 	st := t.keys[string(key)] // no allocation for the lookup

@@ -1,0 +1,6 @@
+package server
+
+// SetDraining flips the draining flag alone (without the rest of Shutdown),
+// so tests can check how a draining server answers new requests and
+// handshakes.
+func SetDraining(s *Server, v bool) { s.draining.Store(v) }
