@@ -1,6 +1,7 @@
 // Package admin is the typed operations API of a Ticketing node: the §8
-// admin queries of protocol.md (status, locks, members), clock probes and a
-// health check built on them. It does no printing: cmd/ticketing renders
+// admin queries of protocol.md (status, locks, members, add-node,
+// remove-node, transfer-leader), clock probes, a cluster view (Discover)
+// and health checks built on them. It does no printing: cmd/ticketing renders
 // the results as tables or JSON, and tui/ displays them.
 //
 // Admin queries need role admin on the connection (protocol.md §1): dial
