@@ -55,11 +55,12 @@ clean:
 
 # The container image: FROM scratch around the static binary, non-root,
 # built from a temporary context (deploy/Dockerfile); nothing is pulled.
+# Tagged $(IMAGE) (ticketing:VERSION) and, unless IMAGE is given, ticketing:latest.
 image:
 	@set -e; ctx=$$(mktemp -d); trap 'rm -rf "$$ctx"' EXIT; \
 	CGO_ENABLED=0 GOOS=linux GOARCH=$(GOARCH_HOST) $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o "$$ctx/ticketing" ./cmd/ticketing; \
 	cp -R deploy/rootfs "$$ctx/rootfs"; mkdir "$$ctx/data"; \
-	docker build -q -f deploy/Dockerfile -t '$(IMAGE)' \
+	docker build -q -f deploy/Dockerfile -t '$(IMAGE)' $(if $(filter file,$(origin IMAGE)),-t ticketing:latest) \
 	  --build-arg VERSION='$(VERSION)' --build-arg COMMIT='$(COMMIT)' --build-arg DATE='$(DATE)' "$$ctx" >/dev/null; \
 	echo "image $(IMAGE)"
 

@@ -184,6 +184,9 @@ func runServe(ctx context.Context, ios *IO, opts *ServeOptions) error {
 	if opts.Ready != nil {
 		opts.Ready(srv.Addr())
 	}
+	// systemd Type=notify: READY=1 once serving, watchdog pings (sdnotify.go).
+	sdStopping, sdDone := systemdReady(log, "serving on "+srv.Addr())
+	defer sdDone()
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
@@ -200,6 +203,7 @@ func runServe(ctx context.Context, ios *IO, opts *ServeOptions) error {
 		}
 		break
 	}
+	sdStopping()
 	log.Info("shutting down", "budget", shutdownBudget)
 	sctx, cancel := context.WithTimeout(context.Background(), shutdownBudget)
 	defer cancel()
