@@ -15,7 +15,7 @@
 //	update.go    Update: messages and keys change the model
 //	view.go      View: a pure function of the model
 //	keys.go      key bindings (bubbles/key, bubbles/help)
-//	styles.go    lipgloss styles, built from one renderer
+//	styles.go    lipgloss styles (light or dark background)
 //	commands.go  tea.Cmds: every piece of I/O (polls, the clock)
 //	messages.go  the messages those commands deliver
 //	source.go    Source, the admin queries the model needs

@@ -4,16 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	tea "github.com/charmbracelet/bubbletea"
-	"github.com/charmbracelet/lipgloss"
-	"github.com/muesli/termenv"
+	tea "charm.land/bubbletea/v2"
 
 	"github.com/ticketing/ticketing/client/wire"
 )
@@ -98,21 +96,13 @@ func (f *fakeSource) takeCalls() []string {
 	return c
 }
 
-// asciiRenderer renders without any escape sequence (stable goldens).
-func asciiRenderer() *lipgloss.Renderer {
-	r := lipgloss.NewRenderer(io.Discard)
-	r.SetColorProfile(termenv.Ascii)
-	r.SetHasDarkBackground(true)
-	return r
-}
+// sgr matches the colour/attribute sequences (SGR) that lipgloss writes.
+var sgr = regexp.MustCompile("\x1b\\[[0-9;:]*m")
 
-// colorRenderer renders with 24-bit colour, as a modern terminal would.
-func colorRenderer() *lipgloss.Renderer {
-	r := lipgloss.NewRenderer(io.Discard)
-	r.SetColorProfile(termenv.TrueColor)
-	r.SetHasDarkBackground(true)
-	return r
-}
+// plain is a rendered view without its SGR sequences: the screen as text,
+// what a terminal without colours or attributes shows (stable goldens).
+// Any other escape sequence stays.
+func plain(view string) string { return sgr.ReplaceAllString(view, "") }
 
 // t0 is the fake clock's start.
 var t0 = time.Date(2025, 3, 14, 15, 9, 26, 0, time.UTC)
@@ -133,10 +123,9 @@ func newHarness(t *testing.T, addrs []string, mod func(*Config)) *harness {
 	t.Helper()
 	h := &harness{t: t, src: newFakeSource(), now: t0}
 	cfg := Config{
-		Addrs:    addrs,
-		Source:   h.src,
-		Now:      func() time.Time { return h.now },
-		Renderer: asciiRenderer(),
+		Addrs:  addrs,
+		Source: h.src,
+		Now:    func() time.Time { return h.now },
 	}
 	cfg.Tick = func(time.Duration, func(time.Time) tea.Msg) tea.Cmd {
 		h.ticks++
@@ -177,6 +166,9 @@ func (h *harness) run(cmd tea.Cmd) {
 	}
 }
 
+// view is the screen's content as plain text (see plain).
+func (h *harness) view() string { return plain(h.m.View().Content) }
+
 // start runs Init (the first tick at h.now).
 func (h *harness) start() { h.run(h.m.Init()) }
 
@@ -199,36 +191,43 @@ func (h *harness) press(keys ...string) {
 // typeText sends each rune as a key press.
 func (h *harness) typeText(s string) {
 	for _, r := range s {
-		h.send(tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune{r}})
+		h.send(tea.KeyPressMsg{Code: r, Text: string(r)})
 	}
 }
 
-func keyMsg(k string) tea.KeyMsg {
+// keyMsg is the key press bubbletea delivers for k (see press).
+func keyMsg(k string) tea.KeyPressMsg {
 	switch k {
 	case "enter":
-		return tea.KeyMsg{Type: tea.KeyEnter}
+		return tea.KeyPressMsg{Code: tea.KeyEnter}
 	case "esc":
-		return tea.KeyMsg{Type: tea.KeyEsc}
+		return tea.KeyPressMsg{Code: tea.KeyEscape}
 	case "backspace":
-		return tea.KeyMsg{Type: tea.KeyBackspace}
+		return tea.KeyPressMsg{Code: tea.KeyBackspace}
 	case "up":
-		return tea.KeyMsg{Type: tea.KeyUp}
+		return tea.KeyPressMsg{Code: tea.KeyUp}
 	case "down":
-		return tea.KeyMsg{Type: tea.KeyDown}
+		return tea.KeyPressMsg{Code: tea.KeyDown}
 	case "pgup":
-		return tea.KeyMsg{Type: tea.KeyPgUp}
+		return tea.KeyPressMsg{Code: tea.KeyPgUp}
 	case "pgdown":
-		return tea.KeyMsg{Type: tea.KeyPgDown}
+		return tea.KeyPressMsg{Code: tea.KeyPgDown}
 	case "home":
-		return tea.KeyMsg{Type: tea.KeyHome}
+		return tea.KeyPressMsg{Code: tea.KeyHome}
 	case "end":
-		return tea.KeyMsg{Type: tea.KeyEnd}
+		return tea.KeyPressMsg{Code: tea.KeyEnd}
+	case "space":
+		return tea.KeyPressMsg{Code: tea.KeySpace, Text: " "}
 	case "ctrl+c":
-		return tea.KeyMsg{Type: tea.KeyCtrlC}
+		return tea.KeyPressMsg{Code: 'c', Mod: tea.ModCtrl}
 	case "ctrl+u":
-		return tea.KeyMsg{Type: tea.KeyCtrlU}
+		return tea.KeyPressMsg{Code: 'u', Mod: tea.ModCtrl}
 	}
-	return tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune(k)}
+	r := []rune(k)
+	if len(r) != 1 {
+		panic("keyMsg: unknown key " + k)
+	}
+	return tea.KeyPressMsg{Code: r[0], Text: k}
 }
 
 // status is a healthy single node's status.

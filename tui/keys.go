@@ -1,6 +1,6 @@
 package tui
 
-import "github.com/charmbracelet/bubbles/key"
+import "charm.land/bubbles/v2/key"
 
 // keyMap holds the dashboard's key bindings; it is also the help's source.
 type keyMap struct {
@@ -27,7 +27,7 @@ func defaultKeys() keyMap {
 		Up:       key.NewBinding(key.WithKeys("up", "k"), key.WithHelp("↑/k", "scroll up")),
 		Down:     key.NewBinding(key.WithKeys("down", "j"), key.WithHelp("↓/j", "scroll down")),
 		PageUp:   key.NewBinding(key.WithKeys("pgup"), key.WithHelp("pgup", "page up")),
-		PageDown: key.NewBinding(key.WithKeys("pgdown", " "), key.WithHelp("pgdn", "page down")),
+		PageDown: key.NewBinding(key.WithKeys("pgdown", "space"), key.WithHelp("pgdn", "page down")),
 		Top:      key.NewBinding(key.WithKeys("home", "g"), key.WithHelp("home/g", "first key")),
 		Bottom:   key.NewBinding(key.WithKeys("end", "G"), key.WithHelp("end/G", "last key")),
 		Help:     key.NewBinding(key.WithKeys("?"), key.WithHelp("?", "help")),

@@ -10,9 +10,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/charmbracelet/bubbles/help"
-	tea "github.com/charmbracelet/bubbletea"
-	"github.com/charmbracelet/lipgloss"
+	"charm.land/bubbles/v2/help"
+	tea "charm.land/bubbletea/v2"
+	"charm.land/lipgloss/v2"
 
 	"github.com/ticketing/ticketing/client/wire"
 )
@@ -44,9 +44,6 @@ type Config struct {
 	// the next one (tea.Tick by default). Tests replace both.
 	Now  func() time.Time
 	Tick func(time.Duration, func(time.Time) tea.Msg) tea.Cmd
-	// Renderer decides the colour profile (lipgloss' default renderer when
-	// nil). Tests use an ASCII renderer for stable golden files.
-	Renderer *lipgloss.Renderer
 }
 
 // Defaults.
@@ -87,9 +84,6 @@ func (c *Config) setDefaults() {
 	}
 	if c.Tick == nil {
 		c.Tick = tea.Tick
-	}
-	if c.Renderer == nil {
-		c.Renderer = lipgloss.DefaultRenderer()
 	}
 }
 
@@ -267,21 +261,21 @@ func New(cfg Config) (*Model, error) {
 		cfg:     cfg,
 		keys:    defaultKeys(),
 		help:    help.New(),
-		st:      newStyles(cfg.Renderer),
+		st:      newStyles(true),
 		width:   defaultWidth,
 		height:  defaultHeight,
 		filter:  cfg.Prefix,
 		histCap: int(math.Ceil(float64(historySpan) / float64(cfg.Interval))),
 	}
-	r := cfg.Renderer
+	bold, faint := lipgloss.NewStyle().Bold(true), lipgloss.NewStyle().Faint(true)
 	m.help.Styles = help.Styles{
-		ShortKey:       r.NewStyle().Bold(true),
-		ShortDesc:      r.NewStyle().Faint(true),
-		ShortSeparator: r.NewStyle().Faint(true),
-		Ellipsis:       r.NewStyle().Faint(true),
-		FullKey:        r.NewStyle().Bold(true),
-		FullDesc:       r.NewStyle(),
-		FullSeparator:  r.NewStyle().Faint(true),
+		ShortKey:       bold,
+		ShortDesc:      faint,
+		ShortSeparator: faint,
+		Ellipsis:       faint,
+		FullKey:        bold,
+		FullDesc:       lipgloss.NewStyle(),
+		FullSeparator:  faint,
 	}
 	m.help.ShortSeparator = " · "
 	for _, a := range cfg.Addrs {
@@ -291,8 +285,11 @@ func New(cfg Config) (*Model, error) {
 }
 
 // Init starts the clock: the first tick comes at once and starts the polls.
+// It also asks the terminal for its background colour (the answer, a
+// tea.BackgroundColorMsg, picks the light or dark colours; none keeps the
+// dark ones).
 func (m *Model) Init() tea.Cmd {
-	return nowCmd(m.cfg.Now)
+	return tea.Batch(nowCmd(m.cfg.Now), tea.RequestBackgroundColor)
 }
 
 func (m *Model) node(addr string) *node {

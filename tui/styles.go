@@ -1,9 +1,10 @@
 package tui
 
-import "github.com/charmbracelet/lipgloss"
+import "charm.land/lipgloss/v2"
 
-// styles are the dashboard's lipgloss styles, all from one renderer so that
-// the colour profile is that of the output (and tests can force plain text).
+// styles are the dashboard's lipgloss styles. They render full colour;
+// bubbletea downsamples it to the terminal's colour profile (and tests strip
+// it for plain-text golden files).
 type styles struct {
 	title    lipgloss.Style // the top bar
 	section  lipgloss.Style // section rules ("── keys ──")
@@ -21,26 +22,32 @@ type styles struct {
 	prompt   lipgloss.Style
 }
 
-func newStyles(r *lipgloss.Renderer) styles {
-	red := lipgloss.AdaptiveColor{Light: "#C00000", Dark: "#FF5F5F"}
-	green := lipgloss.AdaptiveColor{Light: "#007F00", Dark: "#5FD75F"}
-	yellow := lipgloss.AdaptiveColor{Light: "#8A6D00", Dark: "#FFD75F"}
-	magenta := lipgloss.AdaptiveColor{Light: "#8700AF", Dark: "#D787FF"}
-	cyan := lipgloss.AdaptiveColor{Light: "#005F87", Dark: "#5FD7FF"}
+// newStyles returns the styles for a dark or a light terminal background
+// (dark until the terminal says otherwise: tea.BackgroundColorMsg).
+func newStyles(dark bool) styles {
+	lightDark := lipgloss.LightDark(dark)
+	fg := func(onLight, onDark string) lipgloss.Style {
+		return lipgloss.NewStyle().Foreground(lightDark(lipgloss.Color(onLight), lipgloss.Color(onDark)))
+	}
+	red := fg("#C00000", "#FF5F5F")
+	green := fg("#007F00", "#5FD75F")
+	yellow := fg("#8A6D00", "#FFD75F")
+	magenta := fg("#8700AF", "#D787FF")
+	cyan := fg("#005F87", "#5FD7FF")
 	return styles{
-		title:    r.NewStyle().Bold(true).Reverse(true),
-		section:  r.NewStyle().Foreground(cyan),
-		header:   r.NewStyle().Bold(true).Faint(true),
-		up:       r.NewStyle().Foreground(green),
-		down:     r.NewStyle().Foreground(red).Bold(true),
-		warn:     r.NewStyle().Foreground(yellow).Bold(true),
-		faint:    r.NewStyle().Faint(true),
-		spark:    r.NewStyle().Foreground(cyan),
-		evDown:   r.NewStyle().Foreground(red),
-		evUp:     r.NewStyle().Foreground(green),
-		evSpike:  r.NewStyle().Foreground(yellow),
-		evLeader: r.NewStyle().Foreground(magenta),
-		evInfo:   r.NewStyle(),
-		prompt:   r.NewStyle().Bold(true),
+		title:    lipgloss.NewStyle().Bold(true).Reverse(true),
+		section:  cyan,
+		header:   lipgloss.NewStyle().Bold(true).Faint(true),
+		up:       green,
+		down:     red.Bold(true),
+		warn:     yellow.Bold(true),
+		faint:    lipgloss.NewStyle().Faint(true),
+		spark:    cyan,
+		evDown:   red,
+		evUp:     green,
+		evSpike:  yellow,
+		evLeader: magenta,
+		evInfo:   lipgloss.NewStyle(),
+		prompt:   lipgloss.NewStyle().Bold(true),
 	}
 }

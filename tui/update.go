@@ -5,8 +5,8 @@ import (
 	"time"
 	"unicode"
 
-	"github.com/charmbracelet/bubbles/key"
-	tea "github.com/charmbracelet/bubbletea"
+	"charm.land/bubbles/v2/key"
+	tea "charm.land/bubbletea/v2"
 
 	"github.com/ticketing/ticketing/client/wire"
 )
@@ -24,13 +24,19 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 	switch msg := msg.(type) {
 	case tea.WindowSizeMsg:
 		m.width, m.height = max(msg.Width, 1), max(msg.Height, 1)
-		m.help.Width = m.width
+		m.help.SetWidth(m.width)
+	case tea.BackgroundColorMsg:
+		m.st = newStyles(msg.IsDark())
 	case tickMsg:
 		cmd = m.onTick(time.Time(msg))
 	case pollMsg:
 		m.onPoll(msg)
-	case tea.KeyMsg:
+	case tea.KeyPressMsg:
 		cmd = m.onKey(msg)
+	case tea.PasteMsg: // bracketed paste: text for the filter prompt only
+		if m.editing {
+			m.typeText(msg.Content)
+		}
 	}
 	m.clampOffset()
 	return m, cmd
@@ -170,7 +176,7 @@ func (m *Model) spikes(n *node, msg pollMsg) {
 }
 
 // onKey handles a key press.
-func (m *Model) onKey(k tea.KeyMsg) tea.Cmd {
+func (m *Model) onKey(k tea.KeyPressMsg) tea.Cmd {
 	if m.editing {
 		return m.onPromptKey(k)
 	}
@@ -211,7 +217,7 @@ func (m *Model) onKey(k tea.KeyMsg) tea.Cmd {
 
 // onPromptKey edits the filter prompt: text, backspace, ctrl+u (clear),
 // enter (apply and poll at once), esc (cancel).
-func (m *Model) onPromptKey(k tea.KeyMsg) tea.Cmd {
+func (m *Model) onPromptKey(k tea.KeyPressMsg) tea.Cmd {
 	switch k.String() {
 	case keyCtrlC:
 		return tea.Quit
@@ -234,17 +240,20 @@ func (m *Model) onPromptKey(k tea.KeyMsg) tea.Cmd {
 	case keyCtrlU:
 		m.input = m.input[:0]
 	default:
-		if k.Type != tea.KeyRunes && k.Type != tea.KeySpace {
-			return nil
-		}
-		for _, r := range k.Runes {
-			if unicode.IsControl(r) || len(m.input) >= maxFilterLen {
-				continue
-			}
-			m.input = append(m.input, r)
-		}
+		m.typeText(k.Text) // empty for keys that type nothing
 	}
 	return nil
+}
+
+// typeText appends typed or pasted text to the filter prompt, without its
+// control characters, up to maxFilterLen runes.
+func (m *Model) typeText(s string) {
+	for _, r := range s {
+		if unicode.IsControl(r) || len(m.input) >= maxFilterLen {
+			continue
+		}
+		m.input = append(m.input, r)
+	}
 }
 
 // clampOffset keeps the scroll position inside the keys table.

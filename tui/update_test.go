@@ -2,13 +2,14 @@ package tui
 
 import (
 	"errors"
+	"image/color"
 	"math"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	tea "github.com/charmbracelet/bubbletea"
+	tea "charm.land/bubbletea/v2"
 
 	"github.com/ticketing/ticketing/client/wire"
 )
@@ -80,7 +81,7 @@ func TestUpdateRatesAcrossCounterReset(t *testing.T) {
 	if _, ok := h.m.totalRates(); ok {
 		t.Fatal("rates known after one poll")
 	}
-	if got := h.m.View(); !strings.Contains(got, "grants -  handoffs -") {
+	if got := h.view(); !strings.Contains(got, "grants -  handoffs -") {
 		t.Errorf("first view has rates:\n%s", got)
 	}
 
@@ -91,7 +92,7 @@ func TestUpdateRatesAcrossCounterReset(t *testing.T) {
 	if want := (rates{20, 5, 20, 1, 1}); !ok || r != want {
 		t.Fatalf("rates = %+v %v, want %+v", r, ok, want)
 	}
-	if got := h.m.View(); !strings.Contains(got, "grants 20.0  handoffs 5.0  releases 20.0  timeouts 1.0  expiries 1.0") {
+	if got := h.view(); !strings.Contains(got, "grants 20.0  handoffs 5.0  releases 20.0  timeouts 1.0  expiries 1.0") {
 		t.Errorf("view lacks the rates:\n%s", got)
 	}
 
@@ -150,7 +151,7 @@ func TestUpdateNodeUnreachable(t *testing.T) {
 	if n.reachable || !n.polled {
 		t.Fatalf("node state reachable=%v polled=%v", n.reachable, n.polled)
 	}
-	view := h.m.View()
+	view := h.view()
 	if !strings.Contains(view, "DOWN 2.0s: admin") {
 		t.Errorf("view does not show the node down:\n%s", view)
 	}
@@ -178,7 +179,7 @@ func TestUpdateNodeDownFromStart(t *testing.T) {
 	if got := h.eventTexts(); len(got) != 1 || !strings.HasPrefix(got[0], "unreachable: dial tcp") {
 		t.Fatalf("events = %q", got)
 	}
-	if v := h.m.View(); !strings.Contains(v, "no reachable node yet") {
+	if v := h.view(); !strings.Contains(v, "no reachable node yet") {
 		t.Errorf("view:\n%s", v)
 	}
 }
@@ -296,7 +297,7 @@ func TestUpdateSortCycle(t *testing.T) {
 		if got := h.rowKeys(); !slices.Equal(got, tc.want) {
 			t.Errorf("sort %s: rows %q, want %q", tc.mode, got, tc.want)
 		}
-		v := h.m.View()
+		v := h.view()
 		if !strings.Contains(v, tc.mark) || !strings.Contains(v, "sort "+tc.mode) {
 			t.Errorf("sort %s: view lacks %q:\n%s", tc.mode, tc.mark, v)
 		}
@@ -330,7 +331,7 @@ func TestUpdateFilter(t *testing.T) {
 	if h.quit {
 		t.Fatal("q in the prompt quit")
 	}
-	if v := h.m.View(); !strings.Contains(v, "filter prefix: w█") {
+	if v := h.view(); !strings.Contains(v, "filter prefix: w█") {
 		t.Errorf("prompt not shown:\n%s", v)
 	}
 	h.press("enter")
@@ -357,6 +358,28 @@ func TestUpdateFilter(t *testing.T) {
 	}
 }
 
+// Pasted text (bracketed paste) goes into the prompt, without its control
+// characters; outside the prompt it does nothing.
+func TestUpdateFilterPaste(t *testing.T) {
+	h := newHarness(t, []string{addr1}, nil)
+	h.start()
+	h.send(tea.PasteMsg{Content: "q/?s"})
+	if h.quit || h.m.showHelp || h.m.editing || h.m.sortBy != sortDepth {
+		t.Fatal("a paste outside the prompt acted as keys")
+	}
+	h.press("/")
+	h.send(tea.PasteMsg{Content: "jobs/\x1b[2J\r\nnightly"})
+	h.press("space")
+	h.typeText("x")
+	if got := string(h.m.input); got != "jobs/[2Jnightly x" {
+		t.Errorf("prompt = %q", got)
+	}
+	h.send(tea.PasteMsg{Content: strings.Repeat("y", 2*maxFilterLen)})
+	if n := len(h.m.input); n != maxFilterLen {
+		t.Errorf("prompt holds %d runes, want at most %d", n, maxFilterLen)
+	}
+}
+
 func TestUpdatePause(t *testing.T) {
 	h := newHarness(t, []string{addr1}, nil)
 	h.src.set(addr1, status(time.Minute, wire.AdminCounters{}), wire.LockEntry{Key: "a", Token: 1})
@@ -372,7 +395,7 @@ func TestUpdatePause(t *testing.T) {
 	if got := h.rowKeys(); !slices.Equal(got, []string{"a"}) {
 		t.Errorf("paused rows changed: %q", got)
 	}
-	if v := h.m.View(); !strings.Contains(v, "PAUSED · 15:09:28") {
+	if v := h.view(); !strings.Contains(v, "PAUSED · 15:09:28") {
 		t.Errorf("no PAUSED in the title:\n%s", v)
 	}
 	h.press("p") // resume polls at once
@@ -447,13 +470,18 @@ func TestUpdateScroll(t *testing.T) {
 		{[]string{"home"}, 0},
 		{[]string{"up"}, 0},
 		{[]string{"end"}, 20},
+		{[]string{"g"}, 0},
+		{[]string{"j", "j", "j"}, 3},
+		{[]string{"k"}, 2},
+		{[]string{"space"}, 12}, // space pages down too
+		{[]string{"G"}, 20},
 	} {
 		h.press(tc.keys...)
 		if h.m.offset != tc.want {
 			t.Fatalf("after %v offset = %d, want %d", tc.keys, h.m.offset, tc.want)
 		}
 	}
-	v := h.m.View()
+	v := h.view()
 	if !strings.Contains(v, "key/U") || strings.Contains(v, "key/T ") || !strings.Contains(v, "21-30") {
 		t.Errorf("last page not shown:\n%s", v)
 	}
@@ -471,7 +499,7 @@ func TestUpdateScroll(t *testing.T) {
 func TestUpdateQuitAndHelp(t *testing.T) {
 	h := newHarness(t, []string{addr1}, nil)
 	h.press("?")
-	if v := h.m.View(); !h.m.showHelp || !strings.Contains(v, "cycle the sort order") || !strings.Contains(v, "help · ? or esc to close") {
+	if v := h.view(); !h.m.showHelp || !strings.Contains(v, "cycle the sort order") || !strings.Contains(v, "help · ? or esc to close") {
 		t.Errorf("help not shown:\n%s", v)
 	}
 	h.press("esc")
@@ -512,7 +540,7 @@ func TestUpdateMultiNode(t *testing.T) {
 	if got := h.rowKeys(); !slices.Equal(got, []string{"y", "x"}) {
 		t.Errorf("rows = %q", got)
 	}
-	if v := h.m.View(); !strings.Contains(v, "NODE") || !strings.Contains(v, "sum of 2 nodes") {
+	if v := h.view(); !strings.Contains(v, "NODE") || !strings.Contains(v, "sum of 2 nodes") {
 		t.Errorf("view:\n%s", v)
 	}
 
@@ -530,11 +558,49 @@ func TestUpdateMultiNode(t *testing.T) {
 	}
 }
 
+// Init delivers the first tick at once, and asks for the terminal's
+// background colour.
 func TestInitTicksAtOnce(t *testing.T) {
 	h := newHarness(t, []string{addr1}, nil)
-	msg := h.m.Init()()
-	if tm, ok := msg.(tickMsg); !ok || !time.Time(tm).Equal(t0) {
+	batch, ok := h.m.Init()().(tea.BatchMsg)
+	if !ok || len(batch) != 2 {
+		t.Fatalf("Init delivered %#v, want a batch of 2", batch)
+	}
+	if msg := batch[0](); msg == nil {
+		t.Fatal("Init's first command delivered nothing")
+	} else if tm, ok := msg.(tickMsg); !ok || !time.Time(tm).Equal(t0) {
 		t.Fatalf("Init delivered %#v", msg)
 	}
+	if msg := batch[1](); msg != tea.RequestBackgroundColor() {
+		t.Fatalf("Init's second command delivered %#v, want the background colour request", msg)
+	}
 	var _ tea.Model = h.m
+}
+
+// The terminal's background picks the light or the dark colours (dark until
+// it answers); either way the screen's text is the same.
+func TestViewBackground(t *testing.T) {
+	h := newHarness(t, []string{addr1}, nil)
+	h.src.setDown(addr1, errors.New("connection refused"))
+	h.start()
+	const darkRed, lightRed = "38;2;255;95;95", "38;2;192;0;0" // DOWN: #FF5F5F, #C00000
+	dark := h.m.View().Content
+	if !strings.Contains(dark, darkRed) || strings.Contains(dark, lightRed) {
+		t.Fatalf("before any answer, want the dark colours:\n%q", dark)
+	}
+	h.send(tea.BackgroundColorMsg{Color: color.White})
+	light := h.m.View().Content
+	if !strings.Contains(light, lightRed) || strings.Contains(light, darkRed) {
+		t.Errorf("on a light background, want the light colours:\n%q", light)
+	}
+	h.send(tea.BackgroundColorMsg{Color: color.Black})
+	if v := h.m.View().Content; v != dark {
+		t.Errorf("on a black background, want the dark colours again:\n%q", v)
+	}
+	if plain(light) != plain(dark) {
+		t.Errorf("the text changed with the colours:\n%s\n---\n%s", plain(light), plain(dark))
+	}
+	if !h.m.View().AltScreen {
+		t.Error("the view is not in the alternate screen")
+	}
 }

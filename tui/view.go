@@ -7,13 +7,21 @@ import (
 	"strings"
 	"time"
 
+	tea "charm.land/bubbletea/v2"
 	"github.com/charmbracelet/x/ansi"
 )
 
-// View renders the dashboard. It is a pure function of the model: the
+// View renders the dashboard in the alternate screen (tea.Model).
+func (m *Model) View() tea.View {
+	v := tea.NewView(m.render())
+	v.AltScreen = true
+	return v
+}
+
+// render draws the dashboard. It is a pure function of the model: the
 // clock is m.now (the last tick), every server string is escaped, and the
 // result has at most m.height lines of at most m.width cells.
-func (m *Model) View() string {
+func (m *Model) render() string {
 	w, h := m.width, m.height
 	lay := m.layout()
 	lines := []string{m.viewTitle(w)}

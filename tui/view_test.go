@@ -4,14 +4,15 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"image/color"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
 	"unicode"
 
+	tea "charm.land/bubbletea/v2"
 	"github.com/charmbracelet/x/ansi"
 
 	"github.com/ticketing/ticketing/client/wire"
@@ -117,7 +118,7 @@ func TestViewGolden(t *testing.T) {
 	for _, sz := range []struct{ w, h int }{{80, 24}, {120, 40}} {
 		t.Run(fmt.Sprintf("%dx%d", sz.w, sz.h), func(t *testing.T) {
 			h := dashboard(t, sz.w, sz.h)
-			v := h.m.View()
+			v := h.view()
 			checkFits(t, v, sz.w, sz.h)
 			golden(t, fmt.Sprintf("top-%dx%d", sz.w, sz.h), v)
 		})
@@ -127,7 +128,7 @@ func TestViewGolden(t *testing.T) {
 func TestViewGoldenHelp(t *testing.T) {
 	h := dashboard(t, 80, 24)
 	h.press("?")
-	v := h.m.View()
+	v := h.view()
 	checkFits(t, v, 80, 24)
 	golden(t, "help-80x24", v)
 }
@@ -154,7 +155,7 @@ func TestViewGoldenCluster(t *testing.T) {
 		set(i)
 		h.tick(time.Second)
 	}
-	v := h.m.View()
+	v := h.view()
 	checkFits(t, v, 80, 24)
 	golden(t, "cluster-80x24", v)
 }
@@ -173,29 +174,26 @@ func TestViewFitsAnySize(t *testing.T) {
 		for w := 1; w <= 200; w += 7 {
 			for ht := 1; ht <= 60; ht += 3 {
 				h.size(w, ht)
-				checkFits(t, h.m.View(), w, ht)
+				checkFits(t, h.view(), w, ht)
 			}
 		}
 	}
 }
 
-// sgr matches the colour/attribute sequences lipgloss itself writes.
-var sgr = regexp.MustCompile("\x1b\\[[0-9;]*m")
-
-// A key's bytes never reach the terminal raw: with colours on, nothing but
-// lipgloss' own SGR sequences is a control character; the escaped form of
-// the key is on screen instead.
+// A key's bytes never reach the terminal raw: the view is rendered in full
+// colour (bubbletea downsamples it to the terminal's profile), and nothing in
+// it but lipgloss' own SGR sequences is a control character, on a dark or a
+// light background; the escaped form of the key is on screen instead.
 func TestViewEscapesKeys(t *testing.T) {
 	for _, r := range []struct {
-		name  string
-		color bool
-	}{{"ascii", false}, {"truecolor", true}} {
+		name string
+		bg   color.Color // nil: no answer from the terminal (dark)
+	}{{"dark", nil}, {"light", color.White}} {
 		t.Run(r.name, func(t *testing.T) {
-			h := newHarness(t, []string{addr1}, func(c *Config) {
-				if r.color {
-					c.Renderer = colorRenderer()
-				}
-			})
+			h := newHarness(t, []string{addr1}, nil)
+			if r.bg != nil {
+				h.send(tea.BackgroundColorMsg{Color: r.bg})
+			}
 			h.size(120, 40)
 			keys := []string{
 				evilKey,
@@ -216,11 +214,14 @@ func TestViewEscapesKeys(t *testing.T) {
 			h.tick(time.Second)
 			h.press("/")
 			h.typeText("\x1b[31m")
-			v := h.m.View()
-			if !r.color && strings.ContainsRune(v, '\x1b') {
-				t.Errorf("ESC on an ASCII screen:\n%q", v)
+			v := h.m.View().Content
+			if !sgr.MatchString(v) {
+				t.Fatalf("no colours in the view:\n%q", v)
 			}
-			plain := sgr.ReplaceAllString(v, "")
+			plain := plain(v)
+			if strings.ContainsRune(plain, '\x1b') {
+				t.Errorf("ESC beyond lipgloss' SGR sequences:\n%q", plain)
+			}
 			for i, c := range plain {
 				if c != '\n' && (unicode.IsControl(c) || c == '\u202e' || c == '\u202c' || c == '\u200b') {
 					t.Fatalf("raw control %U at %d on screen:\n%q", c, i, plain)
