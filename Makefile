@@ -7,7 +7,7 @@ DATE    ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
 LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.date=$(DATE)
 FUZZTIME ?= 60s
 
-.PHONY: build run demo test test-short lint fuzz bench e2e clean image release man completions
+.PHONY: build run demo test test-short lint fuzz bench bench-smoke e2e clean image release man completions
 
 # Deployment artifacts (docs/operations.md).
 DIST      ?= dist
@@ -49,6 +49,11 @@ fuzz:
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
+
+# CI: every Go benchmark once, as a smoke test (timings on CI machines mean nothing;
+# the measurements are scripts/bench-floor.sh and scripts/bench-vs-redis.sh).
+bench-smoke:
+	$(GO) test -run '^$$' -bench . -benchtime 1x $(PKGS)
 
 clean:
 	rm -rf bin dist

@@ -3,6 +3,7 @@ package server
 import (
 	"crypto/rand"
 	"crypto/tls"
+	"encoding/binary"
 	"errors"
 	"io"
 	"net"
@@ -15,7 +16,7 @@ import (
 )
 
 const (
-	readBufSize  = 4 << 10  // default read buffer (a 64-deep pipeline of 32-byte requests is 2 KiB); grows for one large Q frame, then shrinks
+	readBufSize  = 16 << 10 // default read buffer; grows for one large Q frame, then shrinks
 	keepBufLimit = 64 << 10 // buffers grown past this by an admin reply are dropped after use
 )
 
@@ -209,7 +210,15 @@ func (c *conn) readLoop() (fatal bool) {
 					}
 					break
 				}
-				req, _, _ := wire.ParseRequest(c.rbuf[off : off+flen])
+				// The frame is complete and its length known: decode the
+				// header and slice the key or body (what wire.ParseRequest
+				// does, without framing it a second time).
+				req, _ := wire.ParseRequestHeader(c.rbuf[off : off+flen])
+				if req.Op == wire.OpQuery {
+					req.Body = c.rbuf[off+wire.HeaderLen : off+flen : off+flen]
+				} else {
+					req.Key = c.rbuf[off+wire.HeaderLen : off+flen : off+flen]
+				}
 				c.handle(now, &req)
 				off += flen
 				if len(c.wbuf) >= c.s.cfg.OutBufferLimit {
@@ -315,11 +324,42 @@ func (c *conn) lockOpChecks(req *wire.Request) bool {
 		c.replyError(req.ReqID, wire.CodeNotPermitted)
 		return false
 	}
-	if !wire.ValidKey(req.Key) {
+	if !printableASCII(req.Key) && !wire.ValidKey(req.Key) {
 		c.replyError(req.ReqID, wire.CodeBadKey)
 		return false
 	}
 	return true
+}
+
+// printableASCII reports whether k is 1..250 bytes, all in 0x20..0x7E: a
+// valid key (§2.1 check 5) without decoding UTF-8, 8 bytes at a time. Keys
+// it rejects go through wire.ValidKey, which decides.
+func printableASCII(k []byte) bool {
+	if len(k) == 0 || len(k) > wire.MaxKeyLen {
+		return false
+	}
+	if len(k) < 8 {
+		for _, b := range k {
+			if b < 0x20 || b >= 0x7f {
+				return false
+			}
+		}
+		return true
+	}
+	for i := 0; i+8 < len(k); i += 8 {
+		if !printable8(binary.LittleEndian.Uint64(k[i:])) {
+			return false
+		}
+	}
+	return printable8(binary.LittleEndian.Uint64(k[len(k)-8:])) // the last 8, overlapping
+}
+
+// printable8 reports whether all 8 bytes of w are in 0x20..0x7E: each below
+// 0x80 (so the adds below carry into no neighbour), at least 0x20 (b+0x60
+// sets bit 7) and not 0x7F (b+1 leaves bit 7 clear).
+func printable8(w uint64) bool {
+	const hi, lo, del = 0x8080808080808080, 0x6060606060606060, 0x0101010101010101
+	return w&hi == 0 && (w+lo)&hi == hi && (w+del)&hi == 0
 }
 
 func (c *conn) acquire(now int64, req *wire.Request) {

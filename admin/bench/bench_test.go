@@ -1,0 +1,256 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"io"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ticketing/ticketing/client/wire"
+)
+
+func TestKeys(t *testing.T) {
+	var k [KeyLen]byte
+	putKey(&k, 42)
+	if string(k[:]) != "bench:0000000042" {
+		t.Fatalf("putKey: %q", k)
+	}
+	putHotKey(&k, 7)
+	if string(k[:]) != "bench:h000000007" {
+		t.Fatalf("putHotKey: %q", k)
+	}
+	if !wire.ValidKey(k[:]) {
+		t.Fatal("generated keys must be valid protocol keys")
+	}
+}
+
+// Every key of the space is visited, each by exactly one slot (pairs: the
+// slots' partitions are disjoint, so keys are always free; fill: once each).
+func TestPartitions(t *testing.T) {
+	for _, mode := range []Mode{ModePairs, ModeFill} {
+		for _, tc := range []struct{ conns, pipeline, keys int }{{2, 3, 20}, {3, 4, 12}, {1, 1, 5}, {4, 8, 1000}} {
+			cfg := DefaultConfig()
+			cfg.Mode, cfg.Conns, cfg.Pipeline, cfg.Keys = mode, tc.conns, tc.pipeline, tc.keys
+			if err := cfg.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			sh := &shared{cfg: &cfg, total: uint64(cfg.slotsTotal())}
+			owner := map[uint64]uint64{}
+			for c := 0; c < cfg.Conns; c++ {
+				w := newWorker(sh, nil, c)
+				for i := range w.slots {
+					g := w.first + uint64(i)
+					for n := 0; n < cfg.Keys && w.nextKey(i); n++ {
+						k := w.slots[i].keyIdx
+						if o, ok := owner[k]; ok && o != g {
+							t.Fatalf("%s %+v: key %d visited by slots %d and %d", mode, tc, k, o, g)
+						}
+						owner[k] = g
+					}
+				}
+			}
+			if len(owner) != cfg.Keys {
+				t.Fatalf("%s %+v: %d of %d keys visited", mode, tc, len(owner), cfg.Keys)
+			}
+		}
+	}
+}
+
+func TestValidate(t *testing.T) {
+	bad := []func(*Config){
+		func(c *Config) { c.Mode = "x" },
+		func(c *Config) { c.Conns = 0 },
+		func(c *Config) { c.Pipeline = MaxPipeline + 1 },
+		func(c *Config) { c.Keys = 0 },
+		func(c *Config) { c.Contention = 1.5 },
+		func(c *Config) { c.Lease = 0 },
+		func(c *Config) { c.Duration, c.Ops = 0, 0 },
+		func(c *Config) { c.Mode, c.HotKeys = ModeTry, 1 },
+	}
+	for i, f := range bad {
+		c := DefaultConfig()
+		f(&c)
+		if err := c.Validate(); err == nil {
+			t.Errorf("case %d: want an error", i)
+		}
+	}
+	c := DefaultConfig()
+	c.Contention = 0.5
+	if err := c.Validate(); err != nil || c.HotKeys != 1 {
+		t.Fatalf("contention implies one hot key: %v %d", err, c.HotKeys)
+	}
+}
+
+// discardConn is a net.Conn whose writes vanish (the encode/decode loop
+// benchmark needs no server).
+type discardConn struct{ net.Conn }
+
+func (discardConn) Write(b []byte) (int, error) { return len(b), nil }
+
+// loopFixture is a worker with every slot's acquire in flight, and the two
+// response batches that drive a full round: G to every acquire, then O to
+// every release.
+func loopFixture(tb testing.TB, pipeline int) (*worker, []byte, []byte) {
+	cfg := DefaultConfig()
+	cfg.Conns, cfg.Pipeline = 1, pipeline
+	if err := cfg.Validate(); err != nil {
+		tb.Fatal(err)
+	}
+	sh := &shared{cfg: &cfg, total: uint64(pipeline)}
+	sh.phase.Store(1)
+	w := newWorker(sh, discardConn{}, 0)
+	w.phase = 1
+	w.start()
+	if err := w.flush(); err != nil {
+		tb.Fatal(err)
+	}
+	var grants, releases []byte
+	for i := 0; i < pipeline; i++ {
+		grants = wire.AppendGranted(grants, uint32(i), 1<<40+uint64(i), 0)
+		releases = wire.AppendStatus(releases, wire.StatusReleased, 0, uint32(i))
+	}
+	return w, grants, releases
+}
+
+func loopRound(tb testing.TB, w *worker, grants, releases []byte) {
+	for _, b := range [][]byte{grants, releases} {
+		if n, err := w.process(b, mono()); err != nil || n != len(b) {
+			tb.Fatalf("process: %d of %d bytes, %v", n, len(b), err)
+		}
+		if err := w.flush(); err != nil {
+			tb.Fatal(err)
+		}
+	}
+}
+
+// The generator's per-op path (decode a response, pick the next key, encode
+// the follow-up, record latency, write the batch) allocates nothing.
+func TestWorkerLoopZeroAllocs(t *testing.T) {
+	w, g, r := loopFixture(t, 64)
+	if a := testing.AllocsPerRun(100, func() { loopRound(t, w, g, r) }); a != 0 {
+		t.Fatalf("%v allocs per round, want 0", a)
+	}
+	if w.ops == 0 || w.outcomes['G'] != w.outcomes['O'] {
+		t.Fatalf("ops %d outcomes G %d O %d", w.ops, w.outcomes['G'], w.outcomes['O'])
+	}
+}
+
+// BenchmarkWorkerLoop: one op = decoding one response and encoding the next
+// request (no syscalls: the connection discards writes).
+func BenchmarkWorkerLoop(b *testing.B) {
+	const depth = 64
+	w, g, r := loopFixture(b, depth)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i += 2 * depth {
+		loopRound(b, w, g, r)
+	}
+}
+
+// fakeServer speaks the handshake and answers A with G (a rising token),
+// R with O, like the floor server but token-correct; it is enough to drive
+// Run end to end without the real server.
+func fakeServer(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				var h wire.Hello
+				c.Write(wire.AppendHello(nil, &h))
+				a := make([]byte, wire.AuthLen)
+				if _, err := io.ReadFull(c, a); err != nil {
+					return
+				}
+				c.Write(wire.AppendWelcome(nil, &wire.Welcome{Status: wire.WelcomeAccepted, MaxInflight: 1024}))
+				buf := make([]byte, 32)
+				var out []byte
+				tok := uint64(1000)
+				for {
+					if _, err := io.ReadFull(c, buf); err != nil {
+						return
+					}
+					id := binary.BigEndian.Uint32(buf[4:8])
+					if buf[0] == 'A' {
+						tok++
+						out = wire.AppendGranted(out[:0], id, tok, 0)
+					} else {
+						out = wire.AppendStatus(out[:0], wire.StatusReleased, 0, id)
+					}
+					if _, err := c.Write(out); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+func TestRunAgainstFake(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Addr = fakeServer(t)
+	cfg.Conns, cfg.Pipeline, cfg.Ops, cfg.ServerStats = 2, 4, 500, false
+	var progress bytes.Buffer
+	cfg.Progress, cfg.ProgressEvery = &progress, time.Millisecond
+	r, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Ops < 500 || r.Errors != 0 || r.Outcomes["G"] != r.Outcomes["O"] || r.OpsPerS <= 0 {
+		t.Fatalf("%+v", r)
+	}
+	var text bytes.Buffer
+	if err := r.WriteText(&text); err != nil || !strings.Contains(text.String(), "throughput") {
+		t.Fatalf("text report: %v\n%s", err, text.String())
+	}
+}
+
+func TestBudgetVerdicts(t *testing.T) {
+	mk := func(label string, conns, pipeline int, ops, p99 float64) *Result {
+		return &Result{Label: label, Mode: ModePairs, Conns: conns, Pipeline: pipeline, Keys: 10000, OpsPerS: ops,
+			Latency: Latency{P50: p99 / 3, P99: p99, Max: 2 * p99}, ServerMem: &ProcMem{RSS: 7 << 20, Peak: 8 << 20}}
+	}
+	rs := []*Result{
+		mk("ticketing", 8, 64, 2_100_000, 900), mk("redis", 8, 64, 450_000, 3000), mk("floor", 8, 64, 4_000_000, 500),
+		mk("ticketing", 64, 1, 95_000, 2000), mk("floor", 64, 1, 100_000, 2000),
+		mk("ticketing", 1, 1, 20_000, 120), mk("ticketing", 1, 1, 21_000, 140), mk("ticketing", 1, 1, 19_000, 400),
+	}
+	var b strings.Builder
+	if err := WriteBudget(&b, rs); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{
+		"2,100,000 ops/s", "ticketing = 4.7×", "**met** ops, **met** Redis", // row 1
+		"ticketing = 95 % of it | ≥ 90 % of the floor | **met**", // row 2
+		"p99 140µs (120µs – 400µs, 3 runs)",                      // row 3: median of the runs
+		"8.0 MB",                                                 // RSS
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("budget lacks %q:\n%s", want, out)
+		}
+	}
+	rs[1].OpsPerS = 600_000 // ticketing only 3.5× Redis
+	b.Reset()
+	_ = WriteBudget(&b, rs)
+	if !strings.Contains(b.String(), "**missed** Redis") {
+		t.Errorf("3.5× Redis must miss:\n%s", b.String())
+	}
+	var c strings.Builder
+	if err := Compare(&c, rs); err != nil || !strings.Contains(c.String(), "0.53 (ticketing ÷ floor)") {
+		t.Errorf("compare: %v\n%s", err, c.String())
+	}
+}

@@ -1,0 +1,192 @@
+package bench
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"time"
+
+	"github.com/ticketing/ticketing/client/wire"
+)
+
+// ErrRejected is returned when the server answers AUTH with REJECT.
+var ErrRejected = errors.New("bench: handshake rejected")
+
+// dial opens a connection and runs the protocol.md §1 handshake as role with
+// token (HMAC proofs; the server's proof is checked when a token is given).
+func dial(ctx context.Context, addr string, role wire.Role, token string, timeout time.Duration) (net.Conn, uint32, error) {
+	d := net.Dialer{Timeout: timeout}
+	nc, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, 0, err
+	}
+	_ = nc.SetDeadline(time.Now().Add(timeout))
+	var b [wire.AuthLen]byte
+	if _, err := io.ReadFull(nc, b[:wire.HelloLen]); err != nil {
+		nc.Close()
+		return nil, 0, fmt.Errorf("bench: read HELLO from %s: %w", addr, err)
+	}
+	h, err := wire.ParseHello(b[:wire.HelloLen])
+	if err != nil {
+		nc.Close()
+		return nil, 0, fmt.Errorf("bench: HELLO from %s: %w", addr, err)
+	}
+	a := wire.Auth{Role: role}
+	if _, err := rand.Read(a.Nonce[:]); err != nil {
+		nc.Close()
+		return nil, 0, err
+	}
+	a.Proof = wire.ClientProof([]byte(token), role, &h.Nonce, &a.Nonce)
+	if _, err := nc.Write(wire.AppendAuth(b[:0], &a)); err != nil {
+		nc.Close()
+		return nil, 0, err
+	}
+	if _, err := io.ReadFull(nc, b[:wire.WelcomeLen]); err != nil {
+		nc.Close()
+		return nil, 0, fmt.Errorf("bench: read WELCOME from %s: %w", addr, err)
+	}
+	w, err := wire.ParseWelcome(b[:wire.WelcomeLen])
+	if err != nil {
+		nc.Close()
+		return nil, 0, fmt.Errorf("bench: WELCOME from %s: %w", addr, err)
+	}
+	if !w.Accepted() {
+		nc.Close()
+		return nil, 0, fmt.Errorf("%w: %s", ErrRejected, w.Code)
+	}
+	if token != "" {
+		want := wire.ServerProof([]byte(token), role, &a.Nonce, &h.Nonce)
+		if !wire.ProofEqual(&want, &w.Proof) {
+			nc.Close()
+			return nil, 0, errors.New("bench: the server's proof is wrong (not the server holding this token)")
+		}
+	}
+	_ = nc.SetDeadline(time.Time{})
+	return nc, w.MaxInflight, nil
+}
+
+// queryStatus asks the server for admin `status` on a fresh connection.
+func queryStatus(ctx context.Context, cfg *Config) (*wire.StatusReply, error) {
+	nc, _, err := dial(ctx, cfg.Addr, wire.RoleAdmin, cfg.AdminToken, cfg.DialTimeout)
+	if err != nil {
+		return nil, err
+	}
+	defer nc.Close()
+	_ = nc.SetDeadline(time.Now().Add(cfg.DialTimeout))
+	if _, err := nc.Write(wire.AppendQuery(nil, 1, []byte(`{"cmd":"status"}`))); err != nil {
+		return nil, err
+	}
+	var buf []byte
+	tmp := make([]byte, 4096)
+	for {
+		n, err := nc.Read(tmp)
+		buf = append(buf, tmp[:n]...)
+		resp, used, perr := wire.ParseResponse(buf)
+		if perr != nil {
+			return nil, perr
+		}
+		if used > 0 {
+			if resp.Status != wire.StatusAdmin {
+				return nil, fmt.Errorf("bench: status query answered %c %s", resp.Status, resp.Code)
+			}
+			var st wire.StatusReply
+			if err := json.Unmarshal(resp.Payload, &st); err != nil {
+				return nil, err
+			}
+			return &st, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+}
+
+// holdKeys acquires keys [from, to) with lease on one pipelined connection
+// and returns their tokens (0 where not granted) and the number granted.
+func holdKeys(ctx context.Context, cfg *Config, from, to int, lease time.Duration) ([]uint64, int, error) {
+	nc, _, err := dial(ctx, cfg.Addr, cfg.Role, cfg.Token, cfg.DialTimeout)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer nc.Close()
+	tokens := make([]uint64, to-from)
+	granted := 0
+	err = window(nc, to-from, func(b []byte, i int) []byte {
+		var k [KeyLen]byte
+		putKey(&k, uint64(from+i))
+		return appendReq(b, wire.OpAcquire, uint32(i), &k, uint64(lease.Milliseconds())<<32)
+	}, func(r *wire.Response) {
+		if r.Status == wire.StatusGranted && int(r.ReqID) < len(tokens) {
+			tokens[r.ReqID] = r.Value
+			granted++
+		}
+	})
+	return tokens, granted, err
+}
+
+// releaseKeys releases every key [from, from+len(tokens)) whose token is not 0.
+func releaseKeys(ctx context.Context, cfg *Config, from int, tokens []uint64) error {
+	nc, _, err := dial(ctx, cfg.Addr, cfg.Role, cfg.Token, cfg.DialTimeout)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	idx := make([]int, 0, len(tokens))
+	for i, t := range tokens {
+		if t != 0 {
+			idx = append(idx, i)
+		}
+	}
+	return window(nc, len(idx), func(b []byte, j int) []byte {
+		var k [KeyLen]byte
+		i := idx[j]
+		putKey(&k, uint64(from+i))
+		return appendReq(b, wire.OpRelease, uint32(j), &k, tokens[i])
+	}, func(*wire.Response) {})
+}
+
+// window sends n requests built by enc with at most 4096 in flight and hands
+// every response to dec.
+func window(nc net.Conn, n int, enc func(b []byte, i int) []byte, dec func(*wire.Response)) error {
+	const inflight = 4096
+	sent, got := 0, 0
+	wbuf := make([]byte, 0, 64<<10)
+	rbuf := make([]byte, 64<<10)
+	r := 0
+	for got < n {
+		wbuf = wbuf[:0]
+		for sent < n && sent-got < inflight && len(wbuf) < 48<<10 {
+			wbuf = enc(wbuf, sent)
+			sent++
+		}
+		if len(wbuf) > 0 {
+			if _, err := nc.Write(wbuf); err != nil {
+				return err
+			}
+		}
+		m, err := nc.Read(rbuf[r:])
+		r += m
+		off := 0
+		for {
+			resp, used, perr := wire.ParseResponse(rbuf[off:r])
+			if perr != nil {
+				return perr
+			}
+			if used == 0 {
+				break
+			}
+			dec(&resp)
+			off += used
+			got++
+		}
+		r = copy(rbuf, rbuf[off:r])
+		if err != nil && got < n {
+			return err
+		}
+	}
+	return nil
+}

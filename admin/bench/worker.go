@@ -1,0 +1,446 @@
+package bench
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"sync/atomic"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+
+	"github.com/ticketing/ticketing/client/wire"
+)
+
+// Slot states.
+const (
+	slotIdle    uint8 = iota // no request in flight, will send an acquire
+	slotAcquire              // acquire in flight
+	slotRelease              // release in flight
+	slotDone                 // finished (stop, or fill mode out of keys)
+)
+
+// cancelBit marks the req_id of a cancel (C) sent while stopping, so it never
+// equals its slot's outstanding acquire.
+const cancelBit = 1 << 31
+
+type slot struct {
+	state     uint8
+	hot       bool
+	cancelled bool // a C was sent for the acquire in flight
+	sentAt    int64
+	seen      uint64 // fifo: highest token any slot had seen when this acquire was written
+	token     uint64
+	cursor    uint64 // next key of the slot's partition (pairs, fill)
+	keyIdx    uint64
+	key       [KeyLen]byte
+}
+
+// base is the generator's monotonic epoch.
+var base = time.Now()
+
+func mono() int64 { return int64(time.Since(base)) }
+
+// Histogram range: 1 ns .. 1 h, 3 significant digits.
+const (
+	histMin = 1
+	histMax = int64(time.Hour)
+)
+
+func newHist() *hdrhistogram.Histogram { return hdrhistogram.New(histMin, histMax, 3) }
+
+// newWorkerHist is a worker's histogram: 3 significant digits (about
+// 200 KiB each, mostly never touched) up to 256 connections, 2 beyond.
+func newWorkerHist(conns int) *hdrhistogram.Histogram {
+	if conns > 256 {
+		return hdrhistogram.New(histMin, histMax, 2)
+	}
+	return newHist()
+}
+
+// shared is the state every worker of one run sees.
+type shared struct {
+	cfg      *Config
+	leaseArg uint64 // acquire arg: lease_ms<<32 | wait_ms
+	total    uint64 // slots over all connections
+	stop     atomic.Bool
+	phase    atomic.Int32 // 0 warmup, 1 measuring
+	ops      atomic.Uint64
+	errs     atomic.Uint64
+	tokens   []uint64 // fill: token of each key
+
+	// fifo check (one hot key, waiting): the highest token seen by any
+	// slot. Tokens rise by one per grant, so a grant's token minus the
+	// highest token seen when its acquire was sent bounds the grants made
+	// to others while it waited.
+	fifo     bool
+	maxToken atomic.Uint64
+}
+
+// worker drives one connection: all of its slots, one goroutine.
+type worker struct {
+	sh    *shared
+	nc    net.Conn
+	first uint64 // global index of slot 0
+	slots []slot
+	rbuf  []byte
+	wbuf  []byte
+	batch []uint32 // slots whose request is in wbuf (stamped at write time)
+	rng   uint64
+
+	phase     int32
+	inflight  int
+	cancels   int
+	grantsNow int // grants in the current read batch (hold)
+
+	hist      *hdrhistogram.Histogram // every op
+	acqHist   *hdrhistogram.Histogram // acquires only (wait for a queued one)
+	ops       uint64
+	acquires  uint64
+	releases  uint64
+	outcomes  [256]uint64 // by status byte
+	busy      [32]uint64  // B by code
+	errCodes  [32]uint64  // E by code
+	cancelO   uint64
+	cancelN   uint64
+	errs      uint64
+	writes    uint64 // write syscalls (batches sent)
+	overtook  uint64 // fifo: most grants to others while one acquire waited
+	maxQueued uint16 // fifo: longest time in the server's queue, 16 ms units (G header)
+}
+
+func newWorker(sh *shared, nc net.Conn, id int) *worker {
+	p := sh.cfg.Pipeline
+	w := &worker{
+		sh:      sh,
+		nc:      nc,
+		first:   uint64(id * p),
+		slots:   make([]slot, p),
+		rbuf:    make([]byte, max(64<<10, 2*p*(wire.HeaderLen+wire.MaxErrorPayload))),
+		wbuf:    make([]byte, 0, 2*p*(wire.HeaderLen+KeyLen)),
+		batch:   make([]uint32, 0, 2*p),
+		rng:     splitmix(sh.cfg.Seed + uint64(id)*0x9E3779B97F4A7C15 + 1),
+		hist:    newWorkerHist(sh.cfg.Conns),
+		acqHist: newWorkerHist(sh.cfg.Conns),
+	}
+	return w
+}
+
+func splitmix(x uint64) uint64 {
+	x += 0x9E3779B97F4A7C15
+	x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9
+	x = (x ^ (x >> 27)) * 0x94D049BB133111EB
+	return x ^ (x >> 31)
+}
+
+func (w *worker) rand() uint64 {
+	// xorshift64*
+	w.rng ^= w.rng >> 12
+	w.rng ^= w.rng << 25
+	w.rng ^= w.rng >> 27
+	return w.rng * 2685821657736338717
+}
+
+// putKey writes "bench:" and idx as 10 decimal digits (16 bytes).
+func putKey(k *[KeyLen]byte, idx uint64) {
+	copy(k[:], "bench:")
+	for i := KeyLen - 1; i >= 6; i-- {
+		k[i] = byte('0' + idx%10)
+		idx /= 10
+	}
+}
+
+// putHotKey writes "bench:h" and idx as 9 decimal digits (16 bytes).
+func putHotKey(k *[KeyLen]byte, idx uint64) {
+	copy(k[:], "bench:h")
+	for i := KeyLen - 1; i >= 7; i-- {
+		k[i] = byte('0' + idx%10)
+		idx /= 10
+	}
+}
+
+// appendReq appends a 16-byte request header and the 16-byte key.
+func appendReq(b []byte, op wire.Op, reqID uint32, key *[KeyLen]byte, arg uint64) []byte {
+	b = wire.AppendRequestHeader(b, op, KeyLen, 0, reqID, arg)
+	return append(b, key[:]...)
+}
+
+// nextKey picks the key of slot i's next acquire; false when the slot has no
+// key left (fill mode).
+func (w *worker) nextKey(i int) bool {
+	s := &w.slots[i]
+	cfg := w.sh.cfg
+	g := w.first + uint64(i)
+	switch cfg.Mode {
+	case ModeTry:
+		s.keyIdx = w.rand() % uint64(cfg.Keys)
+		s.hot = false
+		putKey(&s.key, s.keyIdx)
+		return true
+	case ModeFill:
+		k := g + s.cursor*w.sh.total
+		if k >= uint64(cfg.Keys) {
+			return false
+		}
+		s.cursor++
+		s.keyIdx = k
+		s.hot = false
+		putKey(&s.key, k)
+		return true
+	}
+	if cfg.HotKeys > 0 && (cfg.Contention >= 1 || float64(w.rand()>>11)/(1<<53) < cfg.Contention) {
+		s.hot = true
+		s.keyIdx = w.rand() % uint64(cfg.HotKeys)
+		putHotKey(&s.key, s.keyIdx)
+		return true
+	}
+	s.hot = false
+	keys := uint64(cfg.Keys)
+	if keys < w.sh.total {
+		// fewer keys than slots: slots share keys (collisions answer T or queue)
+		s.keyIdx = (g + s.cursor*w.sh.total) % keys
+	} else {
+		k := g + s.cursor*w.sh.total
+		if k >= keys {
+			s.cursor = 0
+			k = g
+		}
+		s.keyIdx = k
+	}
+	s.cursor++
+	putKey(&s.key, s.keyIdx)
+	return true
+}
+
+// sendAcquire queues slot i's next acquire (or marks it done).
+func (w *worker) sendAcquire(i int) {
+	s := &w.slots[i]
+	if w.sh.stop.Load() || !w.nextKey(i) {
+		s.state = slotDone
+		return
+	}
+	s.state = slotAcquire
+	s.cancelled = false
+	w.wbuf = appendReq(w.wbuf, wire.OpAcquire, uint32(i), &s.key, w.sh.leaseArg)
+	w.batch = append(w.batch, uint32(i))
+	w.inflight++
+}
+
+func (w *worker) sendRelease(i int) {
+	s := &w.slots[i]
+	s.state = slotRelease
+	w.wbuf = appendReq(w.wbuf, wire.OpRelease, uint32(i), &s.key, s.token)
+	w.batch = append(w.batch, uint32(i))
+	w.inflight++
+}
+
+// start queues the first request of every slot.
+func (w *worker) start() {
+	for i := range w.slots {
+		w.sendAcquire(i)
+	}
+}
+
+var errProtocol = errors.New("bench: unexpected response")
+
+// process handles every complete response in b (received at now), appending
+// the follow-up requests to wbuf. It returns the bytes used.
+func (w *worker) process(b []byte, now int64) (int, error) {
+	off := 0
+	for {
+		resp, n, err := wire.ParseResponse(b[off:])
+		if err != nil {
+			return off, err
+		}
+		if n == 0 {
+			return off, nil
+		}
+		off += n
+		if err := w.handle(&resp, now); err != nil {
+			return off, err
+		}
+	}
+}
+
+func (w *worker) handle(r *wire.Response, now int64) error {
+	id := r.ReqID
+	if id&cancelBit != 0 {
+		i := id &^ cancelBit
+		if int(i) >= len(w.slots) {
+			return fmt.Errorf("%w: %c to req_id %d", errProtocol, r.Status, id)
+		}
+		w.cancels--
+		if r.Status == wire.StatusReleased {
+			w.cancelO++
+		} else {
+			w.cancelN++
+		}
+		return nil
+	}
+	if int(id) >= len(w.slots) {
+		return fmt.Errorf("%w: %c to req_id %d", errProtocol, r.Status, id)
+	}
+	s := &w.slots[id]
+	lat := max(now-s.sentAt, histMin)
+	if lat > histMax {
+		lat = histMax
+	}
+	w.outcomes[r.Status]++
+	switch r.Status {
+	case wire.StatusBusy:
+		w.busy[r.Code&31]++
+	case wire.StatusError:
+		w.errCodes[r.Code&31]++
+		w.errs++
+	}
+	w.ops++
+	w.inflight--
+	_ = w.hist.RecordValue(lat)
+	switch s.state {
+	case slotAcquire:
+		w.acquires++
+		_ = w.acqHist.RecordValue(lat)
+		if r.Status == wire.StatusGranted {
+			s.token = r.Value
+			if w.sh.fifo {
+				w.fifoGrant(s, r.Value)
+				w.maxQueued = max(w.maxQueued, r.Queued)
+			}
+			switch w.sh.cfg.Mode {
+			case ModeFill:
+				w.sh.tokens[s.keyIdx] = r.Value
+			default:
+				w.grantsNow++
+				w.sendRelease(int(id))
+				return nil
+			}
+		}
+		w.sendAcquire(int(id))
+	case slotRelease:
+		w.releases++
+		w.sendAcquire(int(id))
+	default:
+		return fmt.Errorf("%w: %c to req_id %d, which has nothing in flight", errProtocol, r.Status, id)
+	}
+	return nil
+}
+
+// fifoGrant records how many grants went to others while s waited.
+func (w *worker) fifoGrant(s *slot, token uint64) {
+	if s.seen > 0 && token > s.seen+1 { // seen 0: sent before any grant was seen
+		w.overtook = max(w.overtook, token-s.seen-1)
+	}
+	for {
+		m := w.sh.maxToken.Load()
+		if token <= m || w.sh.maxToken.CompareAndSwap(m, token) {
+			return
+		}
+	}
+}
+
+// cancelQueued sends C for every acquire in flight (stopping with wait > 0),
+// so the run ends without waiting out queued acquires.
+func (w *worker) cancelQueued() {
+	for i := range w.slots {
+		s := &w.slots[i]
+		if s.state == slotAcquire && !s.cancelled {
+			s.cancelled = true
+			w.wbuf = appendReq(w.wbuf, wire.OpCancel, uint32(i)|cancelBit, &s.key, uint64(uint32(i))<<32)
+			w.cancels++
+		}
+	}
+}
+
+// flush writes wbuf, stamping the send time of the batch's requests.
+func (w *worker) flush() error {
+	if len(w.wbuf) == 0 {
+		return nil
+	}
+	if w.grantsNow > 0 && w.sh.cfg.Hold > 0 {
+		time.Sleep(w.sh.cfg.Hold)
+	}
+	w.grantsNow = 0
+	now := mono()
+	var seen uint64
+	if w.sh.fifo {
+		seen = w.sh.maxToken.Load()
+	}
+	for _, i := range w.batch {
+		w.slots[i].sentAt = now
+		w.slots[i].seen = seen
+	}
+	w.batch = w.batch[:0]
+	_, err := w.nc.Write(w.wbuf)
+	w.wbuf = w.wbuf[:0]
+	w.writes++
+	return err
+}
+
+// resetStats drops what was counted during the warmup.
+func (w *worker) resetStats() {
+	w.hist.Reset()
+	w.acqHist.Reset()
+	w.ops, w.acquires, w.releases, w.errs, w.cancelO, w.cancelN, w.overtook, w.maxQueued, w.writes = 0, 0, 0, 0, 0, 0, 0, 0, 0
+	clear(w.outcomes[:])
+	clear(w.busy[:])
+	clear(w.errCodes[:])
+}
+
+// run is the connection's loop: write, read a batch, answer it, repeat, until
+// stopped and nothing is in flight.
+func (w *worker) run() error {
+	w.phase = w.sh.phase.Load()
+	w.start()
+	cancelled := false
+	r := 0
+	for {
+		if err := w.flush(); err != nil {
+			return err
+		}
+		if w.inflight == 0 && w.cancels == 0 {
+			return nil
+		}
+		n, err := w.nc.Read(w.rbuf[r:])
+		now := mono()
+		if n > 0 {
+			r += n
+			before, errsBefore := w.ops, w.errs
+			used, perr := w.process(w.rbuf[:r], now)
+			r = copy(w.rbuf, w.rbuf[used:r])
+			if perr != nil {
+				return perr
+			}
+			if ph := w.sh.phase.Load(); ph != w.phase {
+				w.phase = ph
+				w.resetStats()
+			} else if w.phase == 1 {
+				if d := w.ops - before; d > 0 {
+					if w.sh.ops.Add(d) >= w.sh.cfg.Ops && w.sh.cfg.Ops > 0 {
+						w.sh.stop.Store(true)
+					}
+				}
+				if d := w.errs - errsBefore; d > 0 {
+					w.sh.errs.Add(d)
+				}
+			}
+		}
+		if err != nil {
+			if w.inflight == 0 && w.cancels == 0 {
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() && w.sh.stop.Load() {
+				// poked by Run at the stop: cancel what is queued, read on
+				_ = w.nc.SetReadDeadline(time.Time{})
+				err = nil
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("bench: connection lost with %d requests in flight: %w", w.inflight, err)
+		}
+		if !cancelled && w.sh.cfg.Wait > 0 && w.sh.stop.Load() {
+			cancelled = true
+			w.cancelQueued()
+		}
+	}
+}

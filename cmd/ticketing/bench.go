@@ -1,0 +1,225 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"runtime/pprof"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
+
+	"github.com/ticketing/ticketing/admin/bench"
+	"github.com/ticketing/ticketing/client/wire"
+)
+
+func init() {
+	extraCommands = append(extraCommands, newCmdBench, newCmdBenchReport)
+}
+
+func newCmdBench(ios *IO) *cobra.Command {
+	def := bench.DefaultConfig()
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Load-test a running server",
+		Long: `Load-test a running server with raw, pipelined wire frames.
+
+Modes:
+  pairs  each of conns × pipeline slots repeats acquire → release on keys of
+         its own share of the key space (always free), or, for a --contention
+         share of the acquires, on one of --hot-keys shared keys (with --wait
+         they queue and are handed off in FIFO order)
+  try    every key is held first; then a storm of try-acquires (wait 0) on them
+  fill   acquire every key once and keep it held (memory per held key with
+         --server-pid); released at the end unless --keep
+
+An acquire and a release each count as one op. Keys are 16 bytes, so every
+request is 32 bytes and every answer 16 (the floor server's shapes, see
+scripts/bench-floor.sh). Ends with ops/s, outcomes by status, HDR latency
+quantiles (send → answer), the server's peak RSS (--server-pid: VmHWM) and,
+for one hot key with --wait, handoffs/s and the FIFO check (max wait vs queue
+length × mean hold time).
+
+Examples:
+  ticketing bench --conns 8 --pipeline 64 --keys 10000 --duration 10s
+  ticketing bench --conns 64 --pipeline 1
+  ticketing bench --conns 100 --pipeline 1 --hot-keys 1 --wait 30s
+  ticketing bench --mode fill --keys 1000000 --conns 4 --pipeline 256 --server-pid $(pidof ticketing)`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runBench(cmd, ios)
+		},
+	}
+	f := cmd.Flags()
+	f.String("addr", def.Addr, "server address host:port")
+	f.String("token", "", "client token (prefer --token-file or TICKETING_TOKEN)")
+	f.String("token-file", "", "file holding the client token")
+	f.String("admin-token", "", "admin token for the status query (default: the client token)")
+	f.String("admin-token-file", "", "file holding the admin token")
+	f.String("role", "client", "role of the load connections: client or admin")
+	f.Int("conns", def.Conns, "connections")
+	f.Int("pipeline", def.Pipeline, "requests in flight per connection")
+	f.Int("keys", def.Keys, "key-space size")
+	f.Int("hot-keys", 0, "number of shared hot keys (pairs)")
+	f.Float64("contention", 0, "share of acquires on the hot keys, 0..1 (default 1 with --hot-keys)")
+	f.Duration("duration", def.Duration, "measured run time (when --ops is 0)")
+	f.Uint64("ops", 0, "stop after this many measured ops instead of --duration")
+	f.Duration("warmup", 0, "unmeasured run before the measurement")
+	f.Duration("lease", def.Lease, "lease of every acquire")
+	f.Duration("wait", 0, "wait of every acquire (0 = try once)")
+	f.Duration("hold", 0, "hold each granted lock this long before releasing it")
+	f.String("mode", string(def.Mode), "pairs, try or fill")
+	f.Bool("keep", false, "fill: leave the keys held at the end")
+	f.String("output", "text", "text or json")
+	f.Int("server-pid", 0, "server process id: report its peak RSS (VmHWM) and RSS from /proc")
+	f.Bool("server-stats", true, "query the server's admin status before and after (handoff counts)")
+	f.String("label", def.Label, "name of the target in the report")
+	f.Uint64("seed", 0, "key-choice seed")
+	f.Bool("progress", true, "live progress line on stderr")
+	f.String("cpuprofile", "", "write the load generator's CPU profile to this file")
+	_ = f.MarkHidden("cpuprofile")
+	return cmd
+}
+
+func runBench(cmd *cobra.Command, ios *IO) error {
+	v, err := newViper(cmd)
+	if err != nil {
+		return err
+	}
+	cfg := bench.DefaultConfig()
+	cfg.Addr = v.GetString("addr")
+	if cfg.Token, err = readSecret(v, "token", "token-file"); err != nil {
+		return err
+	}
+	if cfg.AdminToken, err = readSecret(v, "admin-token", "admin-token-file"); err != nil {
+		return err
+	}
+	switch strings.ToLower(v.GetString("role")) {
+	case "client", "1":
+		cfg.Role = wire.RoleClient
+	case "admin", "2":
+		cfg.Role = wire.RoleAdmin
+	default:
+		return usageError("--role %q: want client or admin", v.GetString("role"))
+	}
+	cfg.Conns = v.GetInt("conns")
+	cfg.Pipeline = v.GetInt("pipeline")
+	cfg.Keys = v.GetInt("keys")
+	cfg.HotKeys = v.GetInt("hot-keys")
+	cfg.Contention = v.GetFloat64("contention")
+	cfg.Duration = v.GetDuration("duration")
+	cfg.Ops = v.GetUint64("ops")
+	cfg.Warmup = v.GetDuration("warmup")
+	cfg.Lease = v.GetDuration("lease")
+	cfg.Wait = v.GetDuration("wait")
+	cfg.Hold = v.GetDuration("hold")
+	cfg.Mode = bench.Mode(v.GetString("mode"))
+	cfg.Keep = v.GetBool("keep")
+	cfg.ServerPID = v.GetInt("server-pid")
+	cfg.ServerStats = v.GetBool("server-stats")
+	cfg.Label = v.GetString("label")
+	cfg.Seed = v.GetUint64("seed")
+	output := v.GetString("output")
+	if output != "text" && output != "json" {
+		return usageError("--output %q: want text or json", output)
+	}
+	if v.GetBool("progress") {
+		cfg.Progress = ios.ErrOut
+		cfg.ProgressTTY = isTerminal(ios.ErrOut)
+	}
+	if err := cfg.Validate(); err != nil {
+		return withExit(ExitUsage, err)
+	}
+	ctx := cmd.Context()
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	if p := v.GetString("cpuprofile"); p != "" {
+		f, err := os.Create(p)
+		if err != nil {
+			return usageError("--cpuprofile: %v", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	res, err := bench.Run(ctx, cfg)
+	if err != nil {
+		var op *net.OpError
+		switch {
+		case errors.Is(err, bench.ErrConfig):
+			return withExit(ExitUsage, err)
+		case errors.Is(err, bench.ErrRejected):
+			return withExit(ExitAuth, err)
+		case errors.As(err, &op) && op.Op == "dial":
+			return withExit(ExitConnect, err)
+		}
+		return err
+	}
+	if output == "json" {
+		return res.WriteJSON(ios.Out)
+	}
+	return res.WriteText(ios.Out)
+}
+
+func isTerminal(w any) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
+}
+
+func newCmdBenchReport(ios *IO) *cobra.Command {
+	var oneline, budget bool
+	cmd := &cobra.Command{
+		Use:    "bench-report FILE...",
+		Short:  "Tabulate `ticketing bench --output json` results (used by scripts/bench-*.sh)",
+		Hidden: true,
+		Args:   cobra.MinimumNArgs(1),
+		Long: `Read JSON results of ticketing bench (and of scripts/redisbench) and print one
+Markdown table: per workload and target, the median ops/s over repeated runs,
+the spread, latency quantiles, peak server RSS and the ratio of the first
+target of each workload to the others (ticketing ÷ redis, ticketing ÷ floor).
+--budget adds the budget table (docs/benchmarks.md); --oneline prints one
+line per run instead.`,
+		RunE: func(_ *cobra.Command, args []string) error {
+			var all []*bench.Result
+			for _, name := range args {
+				f, err := os.Open(name)
+				if err != nil {
+					return usageError("%v", err)
+				}
+				rs, err := bench.ReadResults(f)
+				f.Close()
+				if err != nil {
+					return fmt.Errorf("%s: %w", name, err)
+				}
+				all = append(all, rs...)
+			}
+			if oneline {
+				for _, r := range all {
+					fmt.Fprintln(ios.Out, r.Oneline())
+				}
+				return nil
+			}
+			if err := bench.Compare(ios.Out, all); err != nil {
+				return err
+			}
+			if budget {
+				fmt.Fprintln(ios.Out)
+				return bench.WriteBudget(ios.Out, all)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&oneline, "oneline", false, "one line per run")
+	cmd.Flags().BoolVar(&budget, "budget", false, "add the budget table")
+	return cmd
+}
