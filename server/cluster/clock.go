@@ -28,6 +28,7 @@ type ClockSample struct {
 	Err      string        `json:"err,omitempty"`
 	Applied  uint64        `json:"applied"`
 	Incarn   uint32        `json:"incarnation"`
+	Durable  bool          `json:"durable"`
 	Healthy  bool          `json:"healthy"`
 	Contact  bool          `json:"contact"` // sampled within clockStale
 	ClientAd string        `json:"client_addr"`
@@ -42,7 +43,8 @@ type clockHealth struct {
 	samples map[string]ClockSample
 	healthy bool
 	reason  string
-	verdict chan struct{} // closed once healthy or the first round is complete
+	started time.Time     // when start was called
+	verdict chan struct{} // closed at the first verdict: healthy, or a skew measured beyond the bound
 }
 
 func newClockHealth(n *Node) *clockHealth {
@@ -68,14 +70,15 @@ func (c *clockHealth) Samples() []ClockSample {
 }
 
 // start resets the health for a new term of leadership and returns a
-// channel closed at the first verdict of run: healthy, or the first round
-// of samples complete.
+// channel closed at the first verdict of run: healthy, or a clock measured
+// beyond the bound.
 func (c *clockHealth) start() <-chan struct{} {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.healthy, c.reason = false, "not sampled yet"
 	c.samples = map[string]ClockSample{}
 	c.verdict = make(chan struct{})
+	c.started = time.Now()
 	return c.verdict
 }
 
@@ -99,18 +102,37 @@ func (c *clockHealth) run(ctx context.Context) {
 			pc.close()
 		}
 	}()
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
 	for {
 		c.round(ctx, clients)
+		// About once a second; but until the first verdict (a new leader
+		// waits for it before serving) retry quickly: one slow or failed
+		// sample must not leave a new leader without a verdict for a second.
+		wait := time.Second
+		c.mu.Lock()
+		if !c.isDecidedLocked() && time.Since(c.started) < firstVerdictWait {
+			wait = 50 * time.Millisecond
+		}
+		c.mu.Unlock()
 		select {
 		case <-ctx.Done():
 			c.mu.Lock()
 			c.healthy, c.reason = false, "not the leader"
 			c.mu.Unlock()
 			return
-		case <-t.C:
+		case <-time.After(wait):
 		}
+	}
+}
+
+func (c *clockHealth) isDecidedLocked() bool {
+	if c.verdict == nil {
+		return true
+	}
+	select {
+	case <-c.verdict:
+		return true
+	default:
+		return false
 	}
 }
 
@@ -175,9 +197,6 @@ func (c *clockHealth) round(ctx context.Context, clients map[string]*peerClient)
 		c.evaluateLocked(voters)
 		c.mu.Unlock()
 	}
-	c.mu.Lock()
-	c.decidedLocked()
-	c.mu.Unlock()
 }
 
 // evaluateLocked decides clock health from the latest samples. Healthy:
@@ -186,7 +205,7 @@ func (c *clockHealth) round(ctx context.Context, clients map[string]*peerClient)
 func (c *clockHealth) evaluateLocked(voters []raft.Server) {
 	now := c.n.now()
 	verified := 1
-	healthy, reason := true, ""
+	healthy, reason, skewed := true, "", false
 	for _, v := range voters {
 		s, ok := c.samples[string(v.ID)]
 		fresh := ok && s.Err == "" && now.Sub(s.At) < clockStale
@@ -199,7 +218,7 @@ func (c *clockHealth) evaluateLocked(voters []raft.Server) {
 		case s.Healthy:
 			verified++
 		case fresh:
-			healthy = false
+			healthy, skewed = false, true
 			reason = fmt.Sprintf("clock skew of %s is %v ± %v, above the %v bound", v.ID, s.Offset.Round(time.Millisecond), (s.RTT / 2).Round(time.Microsecond), c.n.cfg.MaxClockSkew)
 		}
 	}
@@ -215,7 +234,9 @@ func (c *clockHealth) evaluateLocked(voters []raft.Server) {
 		}
 	}
 	c.healthy, c.reason = healthy, reason
-	if healthy {
+	if healthy || skewed {
+		// A verdict: verified, or a clock measured beyond the bound (not
+		// merely too few samples yet, which the next round may fix).
 		c.decidedLocked()
 	}
 }
@@ -240,6 +261,7 @@ func (c *clockHealth) sample(ctx context.Context, id string, pc *peerClient) Clo
 	if st, err := pc.status(ctx); err == nil {
 		s.Applied = st.AppliedIndex
 		s.Incarn = st.Incarnation
+		s.Durable = st.Durable
 		s.ClientAd = st.Advertise
 		c.n.checkIncarnation(id, st)
 	}

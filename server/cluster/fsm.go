@@ -110,11 +110,13 @@ func (f *FSM) apply(now int64, c *Command) {
 		m.Start = now
 		f.leader = m
 		// Waiters queued on other nodes' connections are gone with their
-		// leader (protocol.md §7): drop them silently.
+		// leader (protocol.md §7): drop them silently. So are this node's
+		// own, from an earlier term of its leadership: when it stopped
+		// serving, their requests were answered U or (after a clean
+		// hand-over) M, "not executed" — a later grant to one of them would
+		// break that answer. A leader starting to serve has no waiter yet.
 		for _, conn := range f.table.WaitingConns() {
-			if IncarnationOf(conn) != m.Incarnation {
-				f.table.DropConn(conn)
-			}
+			f.table.DropConn(conn)
 		}
 		if f.tokens.Last() == 0 {
 			f.tokens.Restore(locktable.FirstToken(now/1e6) - 1)

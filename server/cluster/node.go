@@ -352,10 +352,12 @@ func (n *Node) lead(ctx context.Context, loops *sync.WaitGroup) {
 	default:
 	}
 	n.leaderStart.Store(b.Time)
-	// Sample the clocks before serving (bounded): a leader that served at
-	// once would answer its first acquires B CLOCK_UNHEALTHY ("not sampled
-	// yet") after every election and hand-over; not serving yet, it
-	// answers M with no address and clients retry within their budget.
+	// Sample the clocks before serving (bounded by firstVerdictWait): a
+	// leader that served at once would answer its first acquires
+	// B CLOCK_UNHEALTHY ("not sampled yet") after every election and
+	// hand-over; not serving yet, it answers M with no address and clients
+	// retry within their budget. A measured skew beyond the bound is a
+	// verdict too: then it serves and acquires fail closed.
 	verdict := n.clock.start()
 	loops.Add(1)
 	go func() { defer loops.Done(); n.clock.run(ctx) }()
@@ -368,8 +370,17 @@ func (n *Node) lead(ctx context.Context, loops *sync.WaitGroup) {
 	}
 	n.serving.Store(true)
 	n.log.Info("serving as leader", "term", n.raft.CurrentTerm())
+	// The samples taken before serving identified the peers' processes;
+	// record them now (checkIncarnation needs a serving leader), not a
+	// round later: a member that restarts without its state in between
+	// would otherwise be recorded as the first process under its id.
 	loops.Add(1)
 	go func() { defer loops.Done(); n.runTimers(ctx) }()
+	for _, s := range n.clock.Samples() {
+		if s.Incarn != 0 {
+			n.checkIncarnation(s.ID, peerStatus{NodeID: s.ID, Incarnation: s.Incarn, Durable: s.Durable, Advertise: s.ClientAd})
+		}
+	}
 }
 
 // firstVerdictWait bounds how long a new leader waits for its first clock

@@ -38,3 +38,41 @@ func TestClusterAcquireReleaseAndMoved(t *testing.T) {
 		t.Fatalf("reacquire: %s (prev token %d)", servertest.Describe(r), tok)
 	}
 }
+
+// TestInProcessWorkloadAndTransfers runs the checked workload against an
+// in-process cluster while leadership moves (transfer-leader), then checks
+// the history and that every state machine holds the same table.
+func TestInProcessWorkloadAndTransfers(t *testing.T) {
+	c := Start(t, 3, Options{})
+	c.WaitClockHealthy(10 * time.Second)
+	w := &Workload{Addrs: c.ClientAddrs(), Lease: time.Second, Wait: time.Second}
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		time.Sleep(300 * time.Millisecond)
+		l := c.WaitLeader(10 * time.Second)
+		if err := l.Srv.ClusterNode().TransferLeader(""); err != nil {
+			t.Logf("transfer: %v", err)
+		}
+	}
+	time.Sleep(300 * time.Millisecond)
+	if err := w.Stop(30 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("history: %s; errors %v", w.H.Summary(), w.Errors())
+	v, notes := w.H.Violations(time.Minute, "")
+	for _, n := range notes {
+		t.Log(n)
+	}
+	for _, x := range v {
+		t.Error(x)
+	}
+	for _, r := range w.F.Rejected() {
+		t.Error(r)
+	}
+	if w.H.Counts()["A granted"] == 0 {
+		t.Error("no acquire succeeded")
+	}
+	c.WaitSameDigest(20 * time.Second)
+}

@@ -1,10 +1,23 @@
-// Package clustertest starts in-process Ticketing clusters on loopback for
-// tests: N server processes' worth of state (each its own server.Server with
-// a raft node), ports chosen by the OS, every node closed by t.Cleanup.
+// Package clustertest is the cluster test kit:
+//
+//   - Start: in-process clusters on loopback (each node its own
+//     server.Server with a raft node), every node closed by t.Cleanup;
+//   - StartProcs: clusters of real `ticketing serve` processes (ProcCluster)
+//     with kill -9, SIGSTOP/SIGCONT, SIGTERM, restarts and membership
+//     changes, their peer links behind a fault-injecting proxy (Net);
+//   - Workload, History, Fence: concurrent lock clients whose operations
+//     are recorded and checked with porcupine against a lock model, plus
+//     token and mutual-exclusion checks (History.Violations);
+//   - Raw: a protocol connection to one node for probes and admin queries.
+//
+// The process-level fault tests live in ./faulttest; docs/testing.md
+// describes the suite.
 package clustertest
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"testing"
@@ -12,6 +25,7 @@ import (
 
 	"github.com/ticketing/ticketing/server"
 	"github.com/ticketing/ticketing/server/cluster"
+	"github.com/ticketing/ticketing/server/locktable"
 )
 
 // Node is one member of a test cluster.
@@ -131,4 +145,61 @@ func (c *Cluster) WaitClockHealthy(d time.Duration) *Node {
 	}
 	c.T.Fatalf("clock health not verified within %v", d)
 	return nil
+}
+
+// Running returns the nodes that have not been stopped.
+func (c *Cluster) Running() []*Node {
+	var out []*Node
+	for _, n := range c.Nodes {
+		if n.Srv != nil {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// ClientAddrs returns the client addresses of the running nodes.
+func (c *Cluster) ClientAddrs() []string {
+	var out []string
+	for _, n := range c.Running() {
+		out = append(out, n.Client)
+	}
+	return out
+}
+
+// WaitSameDigest waits (up to d) until every running node's state machine
+// holds the same lock table and last token at the same applied index
+// (FSM.StateDigest), and returns that table; it fails the test otherwise.
+func (c *Cluster) WaitSameDigest(d time.Duration) locktable.State {
+	c.T.Helper()
+	deadline := time.Now().Add(d)
+	var last string
+	for time.Now().Before(deadline) {
+		var first []byte
+		same := true
+		var st locktable.State
+		for _, n := range c.Running() {
+			f := n.Srv.ClusterNode().FSM()
+			applied := f.Applied()
+			s, tok := f.StateDigest()
+			b, _ := json.Marshal(struct {
+				Applied uint64
+				Table   locktable.State
+				Token   uint64
+			}{applied, s, tok})
+			if first == nil {
+				first, st = b, s
+			} else if !bytes.Equal(first, b) {
+				same = false
+				last = fmt.Sprintf("%s: %s\nvs %s", n.ID, b, first)
+				break
+			}
+		}
+		if same {
+			return st
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	c.T.Fatalf("state machines differ after %v: %s", d, last)
+	return locktable.State{}
 }

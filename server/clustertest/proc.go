@@ -43,12 +43,18 @@ func BuildBinary(dir string) (string, error) {
 // ProcOptions tune a cluster of node processes.
 type ProcOptions struct {
 	// Durable gives every node a --data-dir, so it may restart under its id.
-	Durable      bool
+	Durable bool
+	// Direct connects the nodes' peer ports directly, without the proxies
+	// of Net (no link faults then): for tests that must not have the test
+	// process (perhaps built with -race) in the path of every heartbeat.
+	// Peer ports are picked free beforehand (listen, close).
+	Direct       bool
 	MaxClockSkew time.Duration // --max-clock-skew; 0 = the default (500 ms)
 	// Raft timings; 0 = the binary's defaults.
-	HeartbeatTimeout time.Duration
-	ElectionTimeout  time.Duration
-	TransferTimeout  time.Duration
+	HeartbeatTimeout   time.Duration
+	ElectionTimeout    time.Duration
+	LeaderLeaseTimeout time.Duration
+	TransferTimeout    time.Duration
 	// ClockOffset shifts a node's clock (--test-clock-offset), by node id.
 	ClockOffset map[string]time.Duration
 	// LogLevel of the nodes; default "info".
@@ -75,10 +81,12 @@ type ProcCluster struct {
 type Proc struct {
 	c        *ProcCluster
 	ID       string
-	Proxy    *Proxy
-	Client   string // client address (advertised; M names it)
-	PeerReal string // the node's own peer listener (behind Proxy)
-	DataDir  string // "" = in memory
+	Proxy    *Proxy   // nil with ProcOptions.Direct
+	direct   string   // Direct: the peer listen (and advertised) address
+	Client   string   // client address (advertised; M names it)
+	PeerReal string   // the node's own peer listener (behind Proxy)
+	DataDir  string   // "" = in memory
+	args     []string // the extra flags of the first start, reused by Restart
 
 	mu      sync.Mutex
 	cmd     *exec.Cmd
@@ -104,7 +112,7 @@ func StartProcs(t testing.TB, bin string, n int, opts ProcOptions) *ProcCluster 
 			t.Fatal(err)
 		}
 		ps = append(ps, p)
-		peers = append(peers, p.ID+"="+p.Proxy.Addr())
+		peers = append(peers, p.ID+"="+p.PeerAddr())
 	}
 	c.seq = n
 	var wg sync.WaitGroup
@@ -127,11 +135,21 @@ func StartProcs(t testing.TB, bin string, n int, opts ProcOptions) *ProcCluster 
 }
 
 func (c *ProcCluster) newProc(id string) (*Proc, error) {
-	px, err := c.Net.Listen(id)
-	if err != nil {
-		return nil, err
+	p := &Proc{c: c, ID: id}
+	if c.Opts.Direct {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		p.direct = ln.Addr().String()
+		ln.Close()
+	} else {
+		px, err := c.Net.Listen(id)
+		if err != nil {
+			return nil, err
+		}
+		p.Proxy = px
 	}
-	p := &Proc{c: c, ID: id, Proxy: px}
 	if c.Opts.Durable {
 		p.DataDir = filepath.Join(c.dir, id)
 	}
@@ -154,8 +172,12 @@ func (p *Proc) start(extra ...string) error {
 	if p.Client != "" {
 		listen = p.Client // a restart keeps its client address
 	}
+	peerListen := "127.0.0.1:0" // behind the proxy
+	if p.direct != "" {
+		peerListen = p.direct
+	}
 	args := []string{"serve", "--node-id", p.ID, "--listen", listen,
-		"--peer-listen", "127.0.0.1:0", "--peer-advertise", p.Proxy.Addr()}
+		"--peer-listen", peerListen, "--peer-advertise", p.PeerAddr()}
 	lvl := c.Opts.LogLevel
 	if lvl == "" {
 		lvl = "info"
@@ -170,6 +192,9 @@ func (p *Proc) start(extra ...string) error {
 	if c.Opts.ElectionTimeout > 0 {
 		args = append(args, "--raft-election-timeout", c.Opts.ElectionTimeout.String())
 	}
+	if c.Opts.LeaderLeaseTimeout > 0 {
+		args = append(args, "--raft-leader-lease-timeout", c.Opts.LeaderLeaseTimeout.String())
+	}
 	if c.Opts.TransferTimeout > 0 {
 		args = append(args, "--transfer-timeout", c.Opts.TransferTimeout.String())
 	}
@@ -178,6 +203,9 @@ func (p *Proc) start(extra ...string) error {
 	}
 	if p.DataDir != "" {
 		args = append(args, "--data-dir", p.DataDir)
+	}
+	if p.args == nil {
+		p.args = append([]string{}, extra...)
 	}
 	args = append(args, extra...)
 	cmd := exec.Command(c.Bin, args...)
@@ -231,8 +259,11 @@ func (p *Proc) start(extra ...string) error {
 		p.mu.Lock()
 		p.Client, p.PeerReal = a[0], a[1]
 		p.mu.Unlock()
-		p.Proxy.SetTarget(a[1])
+		if p.Proxy != nil {
+			p.Proxy.SetTarget(a[1])
+		}
 		c.Net.SetPID(p.ID, cmd.Process.Pid)
+		c.T.Logf("node %s started: pid %d, client %s, peer %s, advertised %s", p.ID, cmd.Process.Pid, a[0], a[1], p.PeerAddr())
 		return nil
 	case <-exited:
 		return fmt.Errorf("node %s exited during start-up:\n%s", p.ID, p.Logs(30))
@@ -250,6 +281,15 @@ func (p *Proc) addLog(lf *os.File, line string) {
 		p.logs = append(p.logs[:0], p.logs[len(p.logs)-200:]...)
 	}
 	p.mu.Unlock()
+}
+
+// PeerAddr is the node's advertised peer address: its proxy's, or with
+// ProcOptions.Direct its own peer port.
+func (p *Proc) PeerAddr() string {
+	if p.Proxy != nil {
+		return p.Proxy.Addr()
+	}
+	return p.direct
 }
 
 // Logs returns the node's last n log lines.
@@ -352,10 +392,14 @@ func (p *Proc) wait(d time.Duration) bool {
 }
 
 // Restart starts the node again under its id, with its data dir (if any),
-// client address and proxy. The process must have exited.
+// client address, proxy and the flags of its first start (extra, when
+// given, instead). The process must have exited.
 func (p *Proc) Restart(extra ...string) error {
 	if p.Running() {
 		return fmt.Errorf("node %s is still running", p.ID)
+	}
+	if len(extra) == 0 {
+		extra = p.args
 	}
 	return p.start(extra...)
 }
@@ -372,7 +416,10 @@ func (c *ProcCluster) killAll() {
 		for _, p := range c.Nodes() {
 			c.T.Logf("--- last log lines of %s (full log in %s):\n%s", p.ID, filepath.Join(c.dir, p.ID+".log"), p.Logs(40))
 		}
-		if d := os.Getenv("TICKETING_FAULT_LOGDIR"); d != "" {
+	}
+	// TICKETING_FAULT_LOGDIR keeps every node's log (the temp dir goes).
+	if d := os.Getenv("TICKETING_FAULT_LOGDIR"); d != "" {
+		{
 			_ = os.MkdirAll(d, 0o755)
 			for _, p := range c.Nodes() {
 				b, _ := os.ReadFile(filepath.Join(c.dir, p.ID+".log"))
@@ -539,8 +586,32 @@ func (c *ProcCluster) MemberIDs() (map[string]bool, error) {
 
 // AddNode starts a new node process under a fresh id (--join, in memory or
 // with a fresh data dir) and adds it with `add-node` (as a voter when voter
-// is set: learner, catch-up, promotion).
+// is set: learner, catch-up, promotion). A membership change can fail when
+// leadership moves meanwhile (a loaded machine): then the half-added node
+// is removed and killed, and a new one tried, three times at most.
 func (c *ProcCluster) AddNode(voter bool) (*Proc, error) {
+	var err error
+	for attempt := 0; attempt < 3; attempt++ {
+		var p *Proc
+		if p, err = c.addNode(voter); err == nil {
+			return p, nil
+		}
+		c.T.Logf("add-node attempt %d: %v", attempt+1, err)
+		if p != nil {
+			if ms, merr := c.MemberIDs(); merr == nil {
+				if _, in := ms[p.ID]; in {
+					_ = c.RemoveNode(p.ID)
+				}
+			}
+			p.Kill()
+			p.MarkRemoved()
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	return nil, err
+}
+
+func (c *ProcCluster) addNode(voter bool) (*Proc, error) {
 	c.mu.Lock()
 	c.seq++
 	id := fmt.Sprintf("n%d", c.seq)
@@ -550,11 +621,11 @@ func (c *ProcCluster) AddNode(voter bool) (*Proc, error) {
 		return nil, err
 	}
 	if err := p.start("--join"); err != nil {
-		return nil, err
+		return p, err
 	}
 	var mr wire.MembersReply
 	err = c.LeaderQuery(60*time.Second, wire.CmdAddNode, map[string]any{
-		"id": id, "peer_addr": p.Proxy.Addr(), "client_addr": p.Client, "voter": voter,
+		"id": id, "peer_addr": p.PeerAddr(), "client_addr": p.Client, "voter": voter,
 	}, &mr)
 	if err != nil {
 		return p, fmt.Errorf("add-node %s: %w", id, err)
@@ -565,14 +636,23 @@ func (c *ProcCluster) AddNode(voter bool) (*Proc, error) {
 // RemoveNode removes id from the configuration with `remove-node` and marks
 // it removed (its process, if any, keeps running until killed).
 func (c *ProcCluster) RemoveNode(id string) error {
-	var mr wire.MembersReply
-	err := c.LeaderQuery(60*time.Second, wire.CmdRemoveNode, map[string]any{"id": id}, &mr)
-	if err != nil {
-		if ms, merr := c.MemberIDs(); merr == nil {
-			if _, ok := ms[id]; !ok {
-				err = nil // a retried removal that had worked
+	var err error
+	for attempt := 0; attempt < 3; attempt++ {
+		var mr wire.MembersReply
+		err = c.LeaderQuery(60*time.Second, wire.CmdRemoveNode, map[string]any{"id": id}, &mr)
+		if err != nil {
+			c.WaitLeader(30 * time.Second)
+			if ms, merr := c.MemberIDs(); merr == nil {
+				if _, ok := ms[id]; !ok {
+					err = nil // the removal was committed after all (or retried)
+				}
 			}
 		}
+		if err == nil {
+			break
+		}
+		c.T.Logf("remove-node %s attempt %d: %v", id, attempt+1, err)
+		time.Sleep(500 * time.Millisecond)
 	}
 	if err != nil {
 		return fmt.Errorf("remove-node %s: %w", id, err)

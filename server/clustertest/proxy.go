@@ -57,18 +57,37 @@ type Proxy struct {
 
 type link struct {
 	src        string
-	in, out    net.Conn // out nil while blackholed
-	closeOnce  sync.Once
-	blackholed bool
+	in         net.Conn
+	mu         sync.Mutex
+	out        net.Conn // nil until dialed (and while blackholed)
+	closed     bool
+	blackholed bool // under the proxy's mu
 }
 
 func (l *link) close() {
-	l.closeOnce.Do(func() {
-		l.in.Close()
-		if l.out != nil {
-			l.out.Close()
-		}
-	})
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return
+	}
+	l.closed = true
+	l.in.Close()
+	if l.out != nil {
+		l.out.Close()
+	}
+}
+
+// setOut installs the dialed connection; false (and out closed) when the
+// link was closed meanwhile.
+func (l *link) setOut(out net.Conn) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		out.Close()
+		return false
+	}
+	l.out = out
+	return true
 }
 
 // Listen opens the proxy for node id on a free loopback port. Its target is
@@ -276,9 +295,9 @@ func (p *Proxy) serve(in net.Conn) {
 	if err != nil {
 		return // like a refused connection: the node is down
 	}
-	p.mu.Lock()
-	l.out = out
-	p.mu.Unlock()
+	if !l.setOut(out) {
+		return
+	}
 	// Re-check: a rule may have changed while dialing.
 	if p.net.cut(src, p.ID) {
 		return

@@ -21,12 +21,17 @@ type Workload struct {
 	Clients int      // client.Client instances (default 3)
 	Workers int      // goroutines per client (default 2)
 	Keys    []string // default k0..k2
-	Lease   time.Duration
-	Wait    time.Duration
-	Hold    time.Duration // longest hold (uniform 0..Hold)
-	// Pause between operations of a worker (0 = none); after a refusal a
-	// worker always pauses a little.
+	// UniqueKeys makes every acquire use a key of its own (measurements:
+	// no worker waits on a key whose lease an indeterminate grant holds).
+	UniqueKeys bool
+	Lease      time.Duration
+	Wait       time.Duration
+	Hold       time.Duration // longest hold (uniform 0..Hold)
+	// Pause between operations of a worker (0 = none).
 	Pause time.Duration
+	// ErrPause is the pause after a failed acquire other than a timeout
+	// (default 20–50 ms, jittered; negative = none).
+	ErrPause time.Duration
 
 	H *History
 	F *Fence
@@ -178,8 +183,11 @@ func classifyRelease(err error) Outcome {
 
 func (w *Workload) worker(ctx context.Context, cl *client.Client, id int) {
 	rng := rand.New(rand.NewPCG(uint64(id), uint64(time.Now().UnixNano())))
-	for ctx.Err() == nil {
+	for seq := 0; ctx.Err() == nil; seq++ {
 		key := w.Keys[rng.IntN(len(w.Keys))]
+		if w.UniqueKeys {
+			key = fmt.Sprintf("u%d-%d", id, seq)
+		}
 		call := w.H.Now()
 		// No ctx on the acquire: cancelling one would make the client
 		// release a late grant in the background, outside the history.
@@ -189,7 +197,11 @@ func (w *Workload) worker(ctx context.Context, cl *client.Client, id int) {
 			op.Err = err.Error()
 			w.noteErr("acquire", err)
 			w.H.Add(op)
-			if op.Outcome != TimedOut {
+			switch {
+			case op.Outcome == TimedOut || w.ErrPause < 0:
+			case w.ErrPause > 0:
+				sleepCtx(ctx, w.ErrPause)
+			default:
 				sleepCtx(ctx, 20*time.Millisecond+time.Duration(rng.IntN(30))*time.Millisecond)
 			}
 			continue
