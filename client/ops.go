@@ -151,7 +151,7 @@ func (cl *Client) Acquire(ctx context.Context, key string, lease, wait time.Dura
 				if moves > maxMoves {
 					// Followed maxMoves consecutive M answers: back off, within the budget.
 					rounds++
-					d := jitter(backoffStep(cl.cfg.backoffBase, cl.cfg.backoffCap, rounds))
+					d := jitter(backoffStep(min(cl.cfg.backoffBase, redirectBackoffBase), redirectBackoffCap, rounds))
 					if waitMS == 0 || time.Until(budgetEnd) <= d {
 						return nil, opErr("acquire", key, fmt.Errorf("%w: %d consecutive redirects (last to %q)", ErrNoLeader, moves, addr))
 					}

@@ -42,11 +42,17 @@ const (
 	defaultDialTimeout = 5 * time.Second
 	backoffBase        = 100 * time.Millisecond // first reconnect step
 	backoffCap         = 3200 * time.Millisecond
-	releaseWindow      = 5 * time.Second // releases are retried until this long after they were requested
-	releaseQueueLen    = 4096            // bound of the background release queue
-	maxMoves           = 3               // consecutive M answers followed before backing off (§7)
-	maxExtraEndpoints  = 32              // addresses learned from M answers, beyond those given to Dial
-	maxWriteBuffer     = 4 << 20         // unsent bytes per connection above which new requests go elsewhere or wait
+	// After maxMoves consecutive M answers (an election under way) the
+	// client backs off on a shorter schedule than for reconnects: an
+	// election takes about a second, and the slowest client should follow
+	// the new leader within about one more step.
+	redirectBackoffBase = 25 * time.Millisecond
+	redirectBackoffCap  = 400 * time.Millisecond
+	releaseWindow       = 5 * time.Second // releases are retried until this long after they were requested
+	releaseQueueLen     = 4096            // bound of the background release queue
+	maxMoves            = 3               // consecutive M answers followed before backing off (§7)
+	maxExtraEndpoints   = 32              // addresses learned from M answers, beyond those given to Dial
+	maxWriteBuffer      = 4 << 20         // unsent bytes per connection above which new requests go elsewhere or wait
 )
 
 type config struct {
