@@ -178,6 +178,13 @@ func (m *Model) viewNodes(w, rows int) []string {
 			conns, keys = strconv.FormatInt(st.Connections, 10), strconv.FormatInt(st.Keys, 10)
 			holders, waiters = strconv.FormatInt(st.Holders, 10), strconv.FormatInt(st.Waiters, 10)
 			s := "up"
+			if st.Term > 0 { // a cluster member: its replication lag behind the leader
+				if lc, ok := m.leaderCommit(); ok && st.Role != "leader" {
+					s += " · lag " + strconv.FormatUint(lc-min(lc, st.AppliedIndex), 10)
+				} else if st.Role == "leader" {
+					s += " · term " + strconv.FormatUint(st.Term, 10)
+				}
+			}
 			if st.Leader != "" && st.Role != "leader" {
 				s += " · leader " + escape(st.Leader)
 			}
@@ -436,4 +443,14 @@ func plural(n int, what string) string {
 		return "1 " + what
 	}
 	return strconv.Itoa(n) + " " + what + "s"
+}
+
+// leaderCommit is the commit index of the reachable leader, if one is polled.
+func (m *Model) leaderCommit() (uint64, bool) {
+	for _, n := range m.nodes {
+		if n.polled && n.reachable && n.status.Role == "leader" {
+			return n.status.CommitIndex, true
+		}
+	}
+	return 0, false
 }

@@ -141,8 +141,10 @@ func TestViewGoldenCluster(t *testing.T) {
 	set := func(i int) {
 		sa := status(26*time.Hour+time.Duration(i)*time.Second, wire.AdminCounters{Grants: uint64(100 + 40*i), Handoffs: uint64(10 * i), Releases: uint64(95 + 38*i)})
 		sa.Role, sa.Leader, sa.NodeID, sa.Keys, sa.Holders, sa.Waiters, sa.Connections = wire.NodeLeader, a, "n1", 3, 3, 5, 40
+		sa.Term, sa.CommitIndex, sa.AppliedIndex = 7, 1200, 1200
 		sb := sa
 		sb.Role, sb.NodeID, sb.Connections = wire.NodeFollower, "n2", 2
+		sb.AppliedIndex = 1188
 		h.src.set(a, sa,
 			wire.LockEntry{Key: "payments/settle", Token: 88012, LeaseRemainingMS: 14_000, QueueDepth: 4, OldestWaiterAgeMS: 3_300},
 			wire.LockEntry{Key: "jobs/reindex", Token: 88007, LeaseRemainingMS: 48_000, QueueDepth: 1, OldestWaiterAgeMS: 700},
@@ -157,6 +159,11 @@ func TestViewGoldenCluster(t *testing.T) {
 	}
 	v := h.view()
 	checkFits(t, v, 80, 24)
+	for _, want := range []string{"term 7", "lag 12"} {
+		if !strings.Contains(v, want) {
+			t.Errorf("cluster view lacks %q (leader's term, follower's lag behind the leader's commit index):\n%s", want, v)
+		}
+	}
 	golden(t, "cluster-80x24", v)
 }
 
