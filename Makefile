@@ -37,7 +37,7 @@ test-short:
 lint:
 	gofmt -l . | (! grep .)
 	$(GO) vet $(PKGS)
-	$(GO) run honnef.co/go/tools/cmd/staticcheck@2025.1.1 $(PKGS)
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 $(PKGS)
 
 # Every fuzz target for FUZZTIME each (go test allows one target per run).
 fuzz:

@@ -93,7 +93,7 @@ func AddNode(ctx context.Context, c *client.Client, a AddNodeArgs) ([]wire.Membe
 		return nil, err
 	}
 	var mr wire.MembersReply
-	body := addNodeBody{ID: a.ID, PeerAddr: a.PeerAddr, ClientAddr: a.ClientAddr, Voter: a.Voter}
+	body := addNodeBody(a)
 	if err := c.Admin(ctx, wire.CmdAddNode, body, &mr); err != nil {
 		return nil, changeError(err)
 	}

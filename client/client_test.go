@@ -241,13 +241,12 @@ func TestDialInvalidArguments(t *testing.T) {
 // Connection choice (behaviour 2)
 
 func TestRoundRobin(t *testing.T) {
-	var fss []*fakeServer
 	var locks []*fakeLocks
 	var addrs []string
 	for range 3 {
 		l := newFakeLocks()
 		fs := newFake(t, fakeOpts{handler: l.handle})
-		fss, locks, addrs = append(fss, fs), append(locks, l), append(addrs, fs.addr)
+		locks, addrs = append(locks, l), append(addrs, fs.addr)
 	}
 	cl := dial(t, addrs)
 	waitUp(t, cl, 3)

@@ -3,7 +3,7 @@ package client
 import (
 	"crypto/rand"
 	"encoding/json"
-	"errors"
+
 	"io"
 	"net"
 	"sync"
@@ -380,5 +380,3 @@ func (l *fakeLocks) handle(r fakeReq) {
 		r.admin(map[string]any{"ok": true})
 	}
 }
-
-func isErr(err, target error) bool { return errors.Is(err, target) }

@@ -34,41 +34,41 @@ type relState struct {
 
 // outcome interprets one attempt; final reports a definite answer (err nil
 // for O), otherwise retry after wait.
-func (s *relState) outcome(cl *Client, c *call) (err error, final bool, wait time.Duration) {
+func (s *relState) outcome(cl *Client, c *call) (final bool, wait time.Duration, err error) {
 	if c.fail != failNone {
 		if errors.Is(c.failErr, ErrClosed) || cl.closed.Load() {
-			return both(ErrIndeterminate, ErrClosed), true, 0
+			return true, 0, both(ErrIndeterminate, ErrClosed)
 		}
 		if c.fail == failUnsent {
-			return nil, false, 0
+			return false, 0, nil
 		}
 		s.maybe = true
 		s.retries++
-		return nil, false, s.backoff(cl)
+		return false, s.backoff(cl), nil
 	}
 	switch c.status {
 	case wire.StatusReleased:
-		return nil, true, 0
+		return true, 0, nil
 	case wire.StatusNotHolder:
 		if s.maybe {
-			return fmt.Errorf("%w: the token no longer holds the key; an earlier unconfirmed attempt may have released it", ErrIndeterminate), true, 0
+			return true, 0, fmt.Errorf("%w: the token no longer holds the key; an earlier unconfirmed attempt may have released it", ErrIndeterminate)
 		}
-		return ErrNotHolder, true, 0
+		return true, 0, ErrNotHolder
 	case wire.StatusMoved:
 		cl.follow(string(c.payload))
 		s.moves++
 		if s.moves > maxMoves {
 			s.moves = 0
 			s.retries++
-			return nil, false, s.backoff(cl)
+			return false, s.backoff(cl), nil
 		}
-		return nil, false, 0
+		return false, 0, nil
 	case wire.StatusUnknown:
 		s.maybe = true
 		s.retries++
-		return nil, false, s.backoff(cl)
+		return false, s.backoff(cl), nil
 	default: // E
-		return &ProtocolError{Code: c.code, Msg: string(c.payload)}, true, 0
+		return true, 0, &ProtocolError{Code: c.code, Msg: string(c.payload)}
 	}
 }
 
@@ -137,7 +137,7 @@ func (cl *Client) Release(ctx context.Context, key string, token uint64) error {
 		if c.fail != failNone {
 			cause = c.failErr
 		}
-		err, final, wait := s.outcome(cl, c)
+		final, wait, err := s.outcome(cl, c)
 		putCall(c)
 		if final {
 			if err != nil {
@@ -281,7 +281,7 @@ func (r *releaser) run() {
 				putCall(c)
 				continue
 			}
-			err, final, wait := j.st.outcome(cl, c)
+			final, wait, err := j.st.outcome(cl, c)
 			putCall(c)
 			if final {
 				r.finish(j, err)

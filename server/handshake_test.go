@@ -379,10 +379,7 @@ func TestMaxConnections(t *testing.T) {
 			return false
 		}
 		defer c.Close()
-		if c.Handshake(st.Options{Role: wire.RoleAdmin}) != nil {
-			return false
-		}
-		return true
+		return c.Handshake(st.Options{Role: wire.RoleAdmin}) == nil
 	})
 }
 

@@ -20,13 +20,12 @@ import (
 // answers like the server: the keys under the prefix, deepest queue first,
 // at most limit, with total and truncated.
 type fakeSource struct {
-	mu         sync.Mutex
-	status     map[string]wire.StatusReply
-	locks      map[string][]wire.LockEntry
-	down       map[string]error
-	ignorePfx  bool     // answer every key whatever the prefix
-	calls      []string // "status ADDR", "locks ADDR PREFIX LIMIT"
-	statusHook func(addr string)
+	mu        sync.Mutex
+	status    map[string]wire.StatusReply
+	locks     map[string][]wire.LockEntry
+	down      map[string]error
+	ignorePfx bool     // answer every key whatever the prefix
+	calls     []string // "status ADDR", "locks ADDR PREFIX LIMIT"
 }
 
 func newFakeSource() *fakeSource {

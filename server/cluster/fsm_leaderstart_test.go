@@ -40,7 +40,7 @@ func TestLeaderStartDropsOwnStaleWaiters(t *testing.T) {
 	}
 	holder, waiter := ConnID(inc, 1), ConnID(inc, 2)
 	start()
-	apply(Command{Op: OpAcquire, Conn: holder, ReqID: 1, Key: []byte("k"), Arg: 60000<<32 | 0})
+	apply(Command{Op: OpAcquire, Conn: holder, ReqID: 1, Key: []byte("k"), Arg: 60000 << 32})
 	if len(out) != 1 || out[0].Status != wire.StatusGranted {
 		t.Fatalf("first acquire: %+v", out)
 	}
