@@ -199,9 +199,10 @@ func (c *clockHealth) round(ctx context.Context, clients map[string]*peerClient)
 	}
 }
 
-// evaluateLocked decides clock health from the latest samples. Healthy:
-// every voter in contact has a fresh sample within the bound, and (with
-// this node) a quorum of voters is verified.
+// evaluateLocked decides clock health from the latest samples. Healthy: no
+// voter in contact is measured beyond the bound (|offset| − rtt/2 above
+// it), and (with this node) a quorum of voters is verified (|offset| +
+// rtt/2 within it).
 func (c *clockHealth) evaluateLocked(voters []raft.Server) {
 	now := c.n.now()
 	verified := 1
@@ -217,7 +218,12 @@ func (c *clockHealth) evaluateLocked(voters []raft.Server) {
 		switch {
 		case s.Healthy:
 			verified++
-		case fresh:
+		case fresh && s.Offset.Abs()-s.RTT/2 > c.n.cfg.MaxClockSkew:
+			// Beyond the bound even at the most favourable end of the
+			// error interval: measured skew, fail closed. (A sample whose
+			// round trip alone is too slow to decide — a peer that just
+			// resumed from a stall — is inconclusive: it verifies nothing,
+			// but does not count as skew; the quorum rule below decides.)
 			healthy, skewed = false, true
 			reason = fmt.Sprintf("clock skew of %s is %v ± %v, above the %v bound", v.ID, s.Offset.Round(time.Millisecond), (s.RTT / 2).Round(time.Microsecond), c.n.cfg.MaxClockSkew)
 		}
