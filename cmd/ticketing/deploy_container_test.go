@@ -50,16 +50,23 @@ func depDocker(t *testing.T, timeout time.Duration, args ...string) string {
 	return string(out)
 }
 
-func TestContainer(t *testing.T) {
-	depNeedDocker(t)
-	root, _ := filepath.Abs(filepath.Join("..", ".."))
-	tag := "t" + strconv.Itoa(os.Getpid()) + "-" + strconv.FormatInt(time.Now().Unix(), 36)
-	image := "ticketing-test:" + tag
-	ver := "v0.0.0-imagetest." + tag
+// depImage is an image built by depMakeImage.
+type depImage struct {
+	root  string // the repository
+	tag   string // unique to this build: for names of containers and compose projects
+	image string // ticketing-test:TAG
+	ver   string // the version stamped into the binary
+}
 
-	// make image, with a version the test can recognise.
+// depMakeImage builds the image with `make image` under a unique tag and a
+// version the test can recognise, and removes it in t.Cleanup.
+func depMakeImage(t *testing.T) depImage {
+	t.Helper()
+	root, _ := filepath.Abs(filepath.Join("..", ".."))
+	tag := "t" + strconv.Itoa(os.Getpid()) + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	im := depImage{root: root, tag: tag, image: "ticketing-test:" + tag, ver: "v0.0.0-imagetest." + tag}
 	depMakeMu.Lock()
-	cmd := exec.Command("make", "-s", "image", "IMAGE="+image, "VERSION="+ver)
+	cmd := exec.Command("make", "-s", "image", "IMAGE="+im.image, "VERSION="+im.ver)
 	cmd.Dir = root
 	cmd.Env = depCleanEnv()
 	out, err := cmd.CombinedOutput()
@@ -67,7 +74,67 @@ func TestContainer(t *testing.T) {
 	if err != nil {
 		t.Fatalf("make image: %v\n%s", err, out)
 	}
-	t.Cleanup(func() { exec.Command("docker", "rmi", "-f", image).Run() })
+	t.Cleanup(func() { exec.Command("docker", "rmi", "-f", im.image).Run() })
+	return im
+}
+
+// depComposeCmd returns the compose command (docker-compose, or the docker
+// compose plugin), or nil when there is none.
+func depComposeCmd() []string {
+	if p, err := exec.LookPath("docker-compose"); err == nil {
+		return []string{p}
+	}
+	if err := exec.Command("docker", "compose", "version").Run(); err == nil {
+		return []string{"docker", "compose"}
+	}
+	return nil
+}
+
+// depCompose is a compose project a test brought up.
+type depCompose struct {
+	cmd     []string // depComposeCmd
+	project string
+	files   []string
+	env     []string // added to the environment (without TICKETING_* of the test's own)
+}
+
+// run runs one compose command on the project.
+func (c *depCompose) run(timeout time.Duration, args ...string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	argv := append([]string{}, c.cmd[1:]...)
+	argv = append(argv, "-p", c.project)
+	for _, f := range c.files {
+		argv = append(argv, "-f", f)
+	}
+	cmd := exec.CommandContext(ctx, c.cmd[0], append(argv, args...)...)
+	cmd.Env = append(depCleanEnv(), c.env...)
+	return cmd.CombinedOutput()
+}
+
+// depComposeUp brings the project up (up -d) and, in t.Cleanup, shows the
+// last log lines when the test failed and takes it down with its volumes.
+func depComposeUp(t *testing.T, c *depCompose) *depCompose {
+	t.Helper()
+	t.Cleanup(func() {
+		if t.Failed() {
+			logs, _ := c.run(time.Minute, "logs", "--tail", "30")
+			t.Logf("compose logs:\n%s", logs)
+		}
+		if out, err := c.run(2*time.Minute, "down", "-v", "-t", "10"); err != nil {
+			t.Logf("compose down: %v\n%s", err, out)
+		}
+	})
+	if out, err := c.run(3*time.Minute, "up", "-d"); err != nil {
+		t.Fatalf("compose up: %v\n%s", err, out)
+	}
+	return c
+}
+
+func TestContainer(t *testing.T) {
+	depNeedDocker(t)
+	im := depMakeImage(t)
+	root, tag, image, ver := im.root, im.tag, im.image, im.ver
 
 	t.Run("image", func(t *testing.T) {
 		out := depDocker(t, time.Minute, "run", "--rm", image, "version")
@@ -101,32 +168,14 @@ func TestContainer(t *testing.T) {
 		}
 	})
 
-	compose, err := exec.LookPath("docker-compose")
-	if err != nil {
+	compose := depComposeCmd()
+	if compose == nil {
 		t.Log("no docker-compose: compose tests skipped")
 		return
 	}
 	up := func(t *testing.T, project, file string, env []string, addrs []string, opts []client.Option) {
 		t.Helper()
-		run := func(timeout time.Duration, args ...string) ([]byte, error) {
-			ctx, cancel := context.WithTimeout(context.Background(), timeout)
-			defer cancel()
-			c := exec.CommandContext(ctx, compose, append([]string{"-p", project, "-f", file}, args...)...)
-			c.Env = append(depCleanEnv(), env...)
-			return c.CombinedOutput()
-		}
-		t.Cleanup(func() {
-			if t.Failed() {
-				logs, _ := run(time.Minute, "logs", "--tail", "30")
-				t.Logf("compose logs:\n%s", logs)
-			}
-			if out, err := run(2*time.Minute, "down", "-v", "-t", "10"); err != nil {
-				t.Logf("compose down: %v\n%s", err, out)
-			}
-		})
-		if out, err := run(3*time.Minute, "up", "-d"); err != nil {
-			t.Fatalf("compose up: %v\n%s", err, out)
-		}
+		depComposeUp(t, &depCompose{cmd: compose, project: project, files: []string{file}, env: env})
 		for i, a := range addrs {
 			depLockVia(t, a, fmt.Sprintf("compose-%d", i), opts, 90*time.Second)
 		}

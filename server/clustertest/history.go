@@ -99,6 +99,19 @@ func (h *History) Ops() []Op {
 	return append([]Op(nil), h.ops...)
 }
 
+// GrantsAfter counts the granted acquires invoked after at.
+func (h *History) GrantsAfter(at time.Duration) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, o := range h.ops {
+		if o.Kind == 'A' && o.Outcome == Granted && o.Call > at {
+			n++
+		}
+	}
+	return n
+}
+
 // Counts tallies outcomes per kind, e.g. "A granted" → 12.
 func (h *History) Counts() map[string]int {
 	out := map[string]int{}

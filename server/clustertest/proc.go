@@ -709,27 +709,56 @@ func (d Digest) String() string {
 }
 
 // TableOf reads a node's lock table with `locks` (up to 10,000 keys).
-func (p *Proc) TableOf() (Digest, error) {
-	st0, err := p.Status()
+func (p *Proc) TableOf() (Digest, error) { return TableAt(p.ID, p.Client, "") }
+
+// TableAt reads the lock table of node id at addr with `locks` (up to
+// 10,000 keys) between two `status` queries that must report the same
+// applied index; adminToken is the nodes' admin token ("" for none).
+func TableAt(id, addr, adminToken string) (Digest, error) {
+	status := func() (wire.StatusReply, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		var st wire.StatusReply
+		err := QueryOnceAuth(ctx, addr, adminToken, wire.CmdStatus, nil, &st)
+		return st, err
+	}
+	st0, err := status()
 	if err != nil {
 		return Digest{}, err
 	}
 	var lr wire.LocksReply
-	if err := p.Query(wire.CmdLocks, map[string]any{"limit": wire.LocksMaxLimit}, &lr); err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	err = QueryOnceAuth(ctx, addr, adminToken, wire.CmdLocks, map[string]any{"limit": wire.LocksMaxLimit}, &lr)
+	cancel()
+	if err != nil {
 		return Digest{}, err
 	}
-	st, err := p.Status()
+	st, err := status()
 	if err != nil {
 		return Digest{}, err
 	}
 	if st.AppliedIndex != st0.AppliedIndex {
-		return Digest{}, fmt.Errorf("node %s applied %d..%d while read", p.ID, st0.AppliedIndex, st.AppliedIndex)
+		return Digest{}, fmt.Errorf("node %s applied %d..%d while read", id, st0.AppliedIndex, st.AppliedIndex)
 	}
-	d := Digest{Node: p.ID, Applied: st.AppliedIndex, Locks: map[string][2]uint64{}}
+	d := Digest{Node: id, Applied: st.AppliedIndex, Locks: map[string][2]uint64{}}
 	for _, l := range lr.Locks {
 		d.Locks[l.Key] = [2]uint64{l.Token, uint64(l.QueueDepth)}
 	}
 	return d, nil
+}
+
+// SameTables reports whether every digest has the same applied index and
+// the same locks (keys, tokens, queue depths); false for none.
+func SameTables(ds []Digest) bool {
+	if len(ds) == 0 {
+		return false
+	}
+	for _, d := range ds[1:] {
+		if d.Applied != ds[0].Applied || !sameLocks(d.Locks, ds[0].Locks) {
+			return false
+		}
+	}
+	return true
 }
 
 // WaitSameTables waits (up to d) until every running member reports the
@@ -752,15 +781,8 @@ func (c *ProcCluster) WaitSameTables(d time.Duration) Digest {
 			}
 			last = append(last, dg)
 		}
-		if same && len(last) > 0 {
-			for _, dg := range last[1:] {
-				if dg.Applied != last[0].Applied || !sameLocks(dg.Locks, last[0].Locks) {
-					same = false
-				}
-			}
-			if same {
-				return last[0]
-			}
+		if same && SameTables(last) {
+			return last[0]
 		}
 		time.Sleep(200 * time.Millisecond)
 	}

@@ -13,10 +13,11 @@ import (
 	"github.com/ticketing/ticketing/client/wire"
 )
 
-// Raw is a protocol connection (role admin, no token) to one node, for the
-// tests' own probes: admin queries to that very node (status, locks,
-// members, add-node …) and single lock requests whose every answer (M, U,
-// B …) the test wants to see, unlike the Go client that follows M. It is
+// Raw is a protocol connection (role admin without a token, or any role
+// and token with DialRawAuth) to one node, for the tests' own probes:
+// admin queries to that very node (status, locks, members, add-node …) and
+// single lock requests whose every answer (M, U, B …) the test wants to
+// see, unlike the Go client that follows M. It is
 // safe for concurrent use; requests are answered in order of req_id
 // matching. Every call has a deadline.
 type Raw struct {
@@ -29,6 +30,12 @@ type Raw struct {
 
 // DialRaw connects to addr with role admin and the empty token.
 func DialRaw(ctx context.Context, addr string) (*Raw, error) {
+	return DialRawAuth(ctx, addr, wire.RoleAdmin, "")
+}
+
+// DialRawAuth connects to addr with role and token (a cluster whose nodes
+// have tokens, e.g. the compose cluster of the container tests).
+func DialRawAuth(ctx context.Context, addr string, role wire.Role, token string) (*Raw, error) {
 	var d net.Dialer
 	nc, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
@@ -49,9 +56,13 @@ func DialRaw(ctx context.Context, addr string) (*Raw, error) {
 		nc.Close()
 		return nil, err
 	}
-	a := wire.Auth{Role: wire.RoleAdmin}
+	a := wire.Auth{Role: role}
 	_, _ = rand.Read(a.Nonce[:])
-	a.Proof = wire.ClientProof(nil, wire.RoleAdmin, &hello.Nonce, &a.Nonce)
+	var tok []byte
+	if token != "" {
+		tok = []byte(token)
+	}
+	a.Proof = wire.ClientProof(tok, role, &hello.Nonce, &a.Nonce)
 	if _, err := nc.Write(wire.AppendAuth(nil, &a)); err != nil {
 		nc.Close()
 		return nil, err
@@ -147,12 +158,17 @@ func Status(ctx context.Context, addr string) (wire.StatusReply, error) {
 
 // QueryOnce runs one admin query on a fresh connection to addr.
 func QueryOnce(ctx context.Context, addr, cmd string, args map[string]any, out any) error {
+	return QueryOnceAuth(ctx, addr, "", cmd, args, out)
+}
+
+// QueryOnceAuth is QueryOnce with an admin token.
+func QueryOnceAuth(ctx context.Context, addr, adminToken, cmd string, args map[string]any, out any) error {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, 3*time.Second)
 		defer cancel()
 	}
-	r, err := DialRaw(ctx, addr)
+	r, err := DialRawAuth(ctx, addr, wire.RoleAdmin, adminToken)
 	if err != nil {
 		return err
 	}

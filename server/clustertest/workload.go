@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
+	"testing"
 	"time"
 
 	"github.com/ticketing/ticketing/client"
@@ -32,6 +33,9 @@ type Workload struct {
 	// ErrPause is the pause after a failed acquire other than a timeout
 	// (default 20–50 ms, jittered; negative = none).
 	ErrPause time.Duration
+	// Opts are added to every client's options (after a 3 s dial
+	// timeout): tokens, TLS.
+	Opts []client.Option
 
 	H *History
 	F *Fence
@@ -75,7 +79,7 @@ func (w *Workload) Start() error {
 	w.cancel = cancel
 	for i := range w.Clients {
 		dctx, dcancel := context.WithTimeout(context.Background(), 10*time.Second)
-		cl, err := client.Dial(dctx, w.Addrs, client.WithDialTimeout(3*time.Second))
+		cl, err := client.Dial(dctx, w.Addrs, append([]client.Option{client.WithDialTimeout(3 * time.Second)}, w.Opts...)...)
 		dcancel()
 		if err != nil {
 			cancel()
@@ -110,6 +114,32 @@ func (w *Workload) Stop(d time.Duration) error {
 		return nil
 	case <-time.After(d):
 		return fmt.Errorf("%d workers still blocked %v after stop: a request was never answered", w.running.Load(), d)
+	}
+}
+
+// Check runs every history check (History.Violations, with porcupine's
+// visualization of a failure written to visualize when not empty) and the
+// fenced resource's, and reports each violation as a test error; on
+// failure it logs every operation that was neither granted nor released.
+func (w *Workload) Check(t testing.TB, visualize string) {
+	t.Helper()
+	t.Logf("history: %s; fenced writes %d; client errors %v", w.H.Summary(), w.F.Writes(), w.Errors())
+	v, notes := w.H.Violations(2*time.Minute, visualize)
+	for _, n := range notes {
+		t.Log(n)
+	}
+	for _, x := range v {
+		t.Error(x)
+	}
+	for _, r := range w.F.Rejected() {
+		t.Errorf("fenced resource: %s", r)
+	}
+	if t.Failed() {
+		for _, o := range w.H.Ops() {
+			if o.Outcome != Granted && o.Outcome != Released {
+				t.Logf("  %s", o)
+			}
+		}
 	}
 }
 

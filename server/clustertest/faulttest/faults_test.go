@@ -253,35 +253,10 @@ func expectLeaderAmong(t *testing.T, c *clustertest.ProcCluster, ids []string) {
 	t.Errorf("no node of %v serves as leader during the partition", ids)
 }
 
-func grantsAfter(h *clustertest.History, at time.Duration) int {
-	n := 0
-	for _, o := range h.Ops() {
-		if o.Kind == 'A' && o.Outcome == clustertest.Granted && o.Call > at {
-			n++
-		}
-	}
-	return n
-}
+func grantsAfter(h *clustertest.History, at time.Duration) int { return h.GrantsAfter(at) }
 
 // checkHistory runs every history check and reports violations.
 func checkHistory(t *testing.T, w *clustertest.Workload) {
 	t.Helper()
-	t.Logf("history: %s; fenced writes %d; client errors %v", w.H.Summary(), w.F.Writes(), w.Errors())
-	v, notes := w.H.Violations(2*time.Minute, os.Getenv("TICKETING_FAULT_LOGDIR"))
-	for _, n := range notes {
-		t.Log(n)
-	}
-	for _, x := range v {
-		t.Error(x)
-	}
-	for _, r := range w.F.Rejected() {
-		t.Errorf("fenced resource: %s", r)
-	}
-	if t.Failed() {
-		for _, o := range w.H.Ops() {
-			if o.Outcome != clustertest.Granted && o.Outcome != clustertest.Released {
-				t.Logf("  %s", o)
-			}
-		}
-	}
+	w.Check(t, os.Getenv("TICKETING_FAULT_LOGDIR"))
 }
