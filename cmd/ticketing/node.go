@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/viper"
 
 	"github.com/ticketing/ticketing/admin"
 	"github.com/ticketing/ticketing/client"
@@ -358,16 +359,7 @@ func nodeAddOptions(cmd *cobra.Command) (*NodeAddOptions, error) {
 	if err := opts.Args.Validate(); err != nil {
 		return nil, usageError("%s", strings.TrimPrefix(oneLine(err), "invalid argument: "))
 	}
-	if opts.Wait, err = getDuration(v, "wait"); err != nil {
-		return nil, err
-	}
-	if opts.Wait <= 0 {
-		return nil, usageError("--wait must be positive")
-	}
-	if opts.Output, err = getOutput(v); err != nil {
-		return nil, err
-	}
-	if opts.Conn, err = connOptions(cmd, v); err != nil {
+	if opts.Wait, opts.Output, opts.Conn, err = changeFlags(cmd, v); err != nil {
 		return nil, err
 	}
 	opts.Connect = memberDialer(opts.Conn)
@@ -445,16 +437,7 @@ func nodeRemoveOptions(cmd *cobra.Command) (*NodeRemoveOptions, error) {
 	if strings.TrimSpace(opts.ID) == "" {
 		return nil, usageError("--id is required")
 	}
-	if opts.Wait, err = getDuration(v, "wait"); err != nil {
-		return nil, err
-	}
-	if opts.Wait <= 0 {
-		return nil, usageError("--wait must be positive")
-	}
-	if opts.Output, err = getOutput(v); err != nil {
-		return nil, err
-	}
-	if opts.Conn, err = connOptions(cmd, v); err != nil {
+	if opts.Wait, opts.Output, opts.Conn, err = changeFlags(cmd, v); err != nil {
 		return nil, err
 	}
 	opts.Connect = memberDialer(opts.Conn)
@@ -529,16 +512,7 @@ func nodeTransferOptions(cmd *cobra.Command) (*NodeTransferOptions, error) {
 	opts := &NodeTransferOptions{}
 	opts.ID, _ = cmd.Flags().GetString("id")
 	opts.ID = strings.TrimSpace(opts.ID)
-	if opts.Wait, err = getDuration(v, "wait"); err != nil {
-		return nil, err
-	}
-	if opts.Wait <= 0 {
-		return nil, usageError("--wait must be positive")
-	}
-	if opts.Output, err = getOutput(v); err != nil {
-		return nil, err
-	}
-	if opts.Conn, err = connOptions(cmd, v); err != nil {
+	if opts.Wait, opts.Output, opts.Conn, err = changeFlags(cmd, v); err != nil {
 		return nil, err
 	}
 	opts.Connect = memberDialer(opts.Conn)
@@ -645,4 +619,20 @@ func printMembers(ios *IO, output string, ms []wire.Member, note string) error {
 	}
 	fmt.Fprintln(ios.ErrOut, note)
 	return nil
+}
+
+// changeFlags reads the flags every membership change shares: --wait (a
+// positive duration), --output and the connection flags.
+func changeFlags(cmd *cobra.Command, v *viper.Viper) (wait time.Duration, output string, conn ConnOptions, err error) {
+	if wait, err = getDuration(v, "wait"); err != nil {
+		return 0, "", conn, err
+	}
+	if wait <= 0 {
+		return 0, "", conn, usageError("--wait must be positive")
+	}
+	if output, err = getOutput(v); err != nil {
+		return 0, "", conn, err
+	}
+	conn, err = connOptions(cmd, v)
+	return wait, output, conn, err
 }
