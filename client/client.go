@@ -35,8 +35,9 @@ type Client struct {
 	leader atomic.Pointer[endpoint] // the leader named by the last M answer; nil when unknown
 	rr     atomic.Uint32            // round-robin cursor
 
-	notify notifier // a connection came up or failed, or an inflight slot was freed
-	rel    releaser
+	notify    notifier // a connection came up or failed, or an inflight slot was freed
+	newLeader notifier // follow learned a leader other than the one it knew
+	rel       releaser
 
 	errMu   sync.Mutex
 	lastErr error // the most recent connection error, for ErrConnect messages
@@ -358,7 +359,7 @@ func (cl *Client) follow(addr string) {
 		return
 	}
 	if ep := cl.pool.Load().byAddr[addr]; ep != nil {
-		cl.leader.Store(ep)
+		cl.setLeader(ep)
 		return
 	}
 	if _, _, err := net.SplitHostPort(addr); err != nil {
@@ -370,7 +371,7 @@ func (cl *Client) follow(addr string) {
 	defer cl.mu.Unlock()
 	old := cl.pool.Load()
 	if ep := old.byAddr[addr]; ep != nil {
-		cl.leader.Store(ep)
+		cl.setLeader(ep)
 		return
 	}
 	if cl.closed.Load() || old.extra >= maxExtraEndpoints {
@@ -389,11 +390,20 @@ func (cl *Client) follow(addr string) {
 	}
 	p.byAddr[addr] = ep
 	cl.pool.Store(p)
-	cl.leader.Store(ep)
 	cl.log.Info("ticketing: following leader to a new address", "addr", addr)
 	cl.wg.Add(len(ep.conns))
 	for _, cn := range ep.conns {
 		go cn.run()
+	}
+	cl.setLeader(ep)
+}
+
+// setLeader makes ep the known leader; when that is news, callers backing
+// off after redirects (sleepRedirect) and the releaser try again at once.
+func (cl *Client) setLeader(ep *endpoint) {
+	if cl.leader.Swap(ep) != ep {
+		cl.newLeader.broadcast()
+		cl.rel.poke()
 	}
 }
 
@@ -455,15 +465,30 @@ func (cl *Client) sleep(d time.Duration) bool {
 	}
 }
 
-// sleepCtx waits d; the error is ctx's or ErrClosed.
-func (cl *Client) sleepCtx(ctx context.Context, d time.Duration) error {
+// redirectDelay is the jittered pause before the n-th (n ≥ 1) retry of a
+// request that found no leader: 25 ms doubling to 200 ms (options.go).
+func (cl *Client) redirectDelay(n int) time.Duration {
+	return jitter(backoffStep(min(cl.cfg.backoffBase, redirectBackoffBase), redirectBackoffCap, n))
+}
+
+// sleepRedirect waits d like sleepCtx, but returns early (nil) as soon as
+// the client learns a leader other than known, the one it knew when the
+// caller decided to back off.
+func (cl *Client) sleepRedirect(ctx context.Context, d time.Duration, known *endpoint) error {
 	if d <= 0 {
 		return nil
+	}
+	ch := cl.newLeader.subscribe()
+	defer cl.newLeader.unsubscribe()
+	if l := cl.leader.Load(); l != nil && l != known {
+		return nil // learned meanwhile
 	}
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:
+		return nil
+	case <-ch:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()

@@ -344,6 +344,57 @@ func TestMovedFollowedAtMostThreeTimes(t *testing.T) {
 	}
 }
 
+// The redirect schedule (after maxMoves M answers, and between release
+// tries): 25 ms doubling to 200 ms, each delay in [step/2, step].
+func TestRedirectDelaySchedule(t *testing.T) {
+	cl := &Client{cfg: newConfig(nil)}
+	want := []time.Duration{25, 50, 100, 200, 200, 200}
+	for i, w := range want {
+		w *= time.Millisecond
+		for range 200 {
+			if d := cl.redirectDelay(i + 1); d < w/2 || d > w {
+				t.Fatalf("redirectDelay(%d) = %v, want within [%v, %v]", i+1, d, w/2, w)
+			}
+		}
+	}
+}
+
+// A caller backing off after redirects wakes as soon as the client learns
+// a new leader (from any request's M answer), not when its delay ends.
+func TestRedirectSleepWakesOnNewLeader(t *testing.T) {
+	a := newFake(t, fakeOpts{})
+	b := newFake(t, fakeOpts{})
+	cl := dial(t, []string{a.addr, b.addr})
+	cl.follow(a.addr)
+	known := cl.leader.Load()
+	res := make(chan error, 1)
+	go func() { res <- cl.sleepRedirect(context.Background(), time.Hour, known) }()
+	eventually(t, "the caller sleeping", func() bool { return cl.newLeader.waiting.Load() == 1 })
+	cl.follow(a.addr) // the same leader again: no news, keeps sleeping
+	select {
+	case err := <-res:
+		t.Fatalf("woke on the leader it already knew (err %v)", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	cl.follow(b.addr)
+	select {
+	case err := <-res:
+		if err != nil {
+			t.Fatalf("sleepRedirect: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("still sleeping 10 s after a new leader was learned (delay 1 h)")
+	}
+	// Learned between the decision to back off and the sleep: no sleep.
+	done := make(chan error, 1)
+	go func() { done <- cl.sleepRedirect(context.Background(), time.Hour, known) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("slept although the leader had changed before the sleep began")
+	}
+}
+
 // ---------------------------------------------------------------------------
 // Outcomes (behaviours 5–7)
 

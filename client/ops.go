@@ -151,11 +151,11 @@ func (cl *Client) Acquire(ctx context.Context, key string, lease, wait time.Dura
 				if moves > maxMoves {
 					// Followed maxMoves consecutive M answers: back off, within the budget.
 					rounds++
-					d := jitter(backoffStep(min(cl.cfg.backoffBase, redirectBackoffBase), redirectBackoffCap, rounds))
+					d := cl.redirectDelay(rounds)
 					if waitMS == 0 || time.Until(budgetEnd) <= d {
 						return nil, opErr("acquire", key, fmt.Errorf("%w: %d consecutive redirects (last to %q)", ErrNoLeader, moves, addr))
 					}
-					if err := cl.sleepCtx(ctx, d); err != nil {
+					if err := cl.sleepRedirect(ctx, d, cl.leader.Load()); err != nil {
 						return nil, opErr("acquire", key, err)
 					}
 					moves = 0

@@ -72,9 +72,12 @@ func (s *relState) outcome(cl *Client, c *call) (final bool, wait time.Duration,
 	}
 }
 
-// backoff is the pause before the next try: 0.1 s doubling, at most 1 s, jittered.
+// backoff is the pause before the next try, on the redirect schedule (25 ms
+// doubling to 200 ms, jittered): a retry after a lost connection or U goes
+// to another node or waits for a new leader, and a release delayed by a
+// failover keeps the key held for nobody.
 func (s *relState) backoff(cl *Client) time.Duration {
-	return jitter(backoffStep(cl.cfg.backoffBase, time.Second, s.retries))
+	return cl.redirectDelay(s.retries)
 }
 
 func (s *relState) giveUp(cause error) error {
@@ -145,8 +148,10 @@ func (cl *Client) Release(ctx context.Context, key string, token uint64) error {
 			}
 			return nil
 		}
-		// Retry; the last try happens shortly before the window ends.
-		if err := cl.sleepCtx(ctx, min(wait, time.Until(s.deadline)-10*time.Millisecond)); err != nil {
+		known := cl.leader.Load()
+		// Retry; the last try happens shortly before the window ends, and
+		// at once when the client learns a new leader meanwhile.
+		if err := cl.sleepRedirect(ctx, min(wait, time.Until(s.deadline)-10*time.Millisecond), known); err != nil {
 			if errors.Is(err, ErrClosed) {
 				return opErr("release", key, both(ErrIndeterminate, ErrClosed))
 			}
@@ -267,6 +272,7 @@ func (r *releaser) run() {
 	var active []*relJob
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
+	leader := cl.leader.Load()
 	for {
 		r.mu.Lock()
 		incoming, completed := r.incoming, r.done
@@ -274,6 +280,16 @@ func (r *releaser) run() {
 		r.mu.Unlock()
 		active = append(active, incoming...)
 		now := time.Now()
+		if l := cl.leader.Load(); l != leader {
+			leader = l
+			if l != nil { // a new leader is known: try the waiting jobs now
+				for _, j := range active {
+					if j.call == nil {
+						j.next = now
+					}
+				}
+			}
+		}
 		for _, c := range completed {
 			j := c.job
 			j.call = nil

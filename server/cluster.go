@@ -32,6 +32,7 @@ type ClusterConfig struct {
 	ElectionTimeout    time.Duration
 	LeaderLeaseTimeout time.Duration
 	TransferTimeout    time.Duration // bound of the hand-over on shutdown; default 3 s
+	SnapshotBytes      int64         // log bytes between snapshots; default 2 MiB (cluster.Config)
 	// ClockOffset shifts this node's wall clock (tests of clock health only).
 	ClockOffset time.Duration
 	// PeerListener, when set, is used instead of listening on PeerListen
@@ -176,6 +177,7 @@ func (s *Server) startCluster(ctx context.Context) error {
 		ElectionTimeout:    cc.ElectionTimeout,
 		LeaderLeaseTimeout: cc.LeaderLeaseTimeout,
 		TransferTimeout:    cc.TransferTimeout,
+		SnapshotBytes:      cc.SnapshotBytes,
 		Limits:             s.limits,
 		Logger:             s.log,
 		Now:                now,

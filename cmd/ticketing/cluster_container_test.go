@@ -3,7 +3,8 @@
 package main
 
 // The fault test on containers (issue 7): the image from `make image`, a
-// 3-node cluster from deploy/compose.yaml on its own docker network, a
+// 3-node and then a 5-node cluster from deploy/compose.yaml (the override
+// adds n4 and n5) on docker networks of their own, a
 // concurrent lock workload whose history is recorded (server/clustertest),
 // and three faults done with docker itself: the leader's container
 // disconnected from the cluster network and connected again, a follower
@@ -85,20 +86,46 @@ func (c *ccCluster) composeOverride() string {
 	for _, n := range c.nodes {
 		peers = append(peers, n.id+"="+n.id+"-peer:7471")
 	}
-	for _, n := range c.nodes {
+	for i, n := range c.nodes {
 		fmt.Fprintf(&b, `  %[1]s:
     restart: "no"
     environment:
       TICKETING_ADVERTISE: %[2]q
       TICKETING_PEER_ADVERTISE: "%[1]s-peer:7471"
       TICKETING_PEERS: %[3]q
-    networks:
+`, n.id, n.adv(), strings.Join(peers, ","))
+		if i >= composeBaseNodes {
+			// Beyond the base file's services: the rest of the service, as
+			// the base file's anchors give it to n1..n3.
+			fmt.Fprintf(&b, `      TICKETING_TOKEN: ${TICKETING_TOKEN}
+      TICKETING_ADMIN_TOKEN: ${TICKETING_ADMIN_TOKEN}
+      TICKETING_PEER_TOKEN: ${TICKETING_PEER_TOKEN}
+      TICKETING_LISTEN: 0.0.0.0:7470
+      TICKETING_PEER_LISTEN: 0.0.0.0:7471
+      TICKETING_BOOTSTRAP: "true"
+      TICKETING_DATA_DIR: /data
+      TICKETING_NODE_ID: %[1]s
+    image: ${TICKETING_IMAGE:-ticketing:latest}
+    pull_policy: never
+    command: ["serve"]
+    hostname: %[1]s
+    ports: ["127.0.0.1:0:7470"]
+    volumes: ["%[1]s-data:/data"]
+`, n.id)
+		}
+		fmt.Fprintf(&b, `    networks:
       clients: {}
       cluster:
-        aliases: ["%[1]s-peer"]
-`, n.id, n.adv(), strings.Join(peers, ","))
+        aliases: ["%s-peer"]
+`, n.id)
 	}
 	fmt.Fprintf(&b, "networks:\n  clients:\n    name: %s\n  cluster:\n    name: %s\n", c.clientNet, c.clusterNet)
+	if len(c.nodes) > composeBaseNodes {
+		b.WriteString("volumes:\n")
+		for _, n := range c.nodes[composeBaseNodes:] {
+			fmt.Fprintf(&b, "  %s-data: {}\n", n.id)
+		}
+	}
 	return b.String()
 }
 
@@ -335,7 +362,19 @@ func TestContainerClusterFaults(t *testing.T) {
 	start := time.Now()
 	im := depMakeImage(t)
 	t.Logf("image %s built in %v", im.image, time.Since(start).Round(time.Second))
-	proj := "tkfault" + strings.ReplaceAll(im.tag, "-", "")
+	for _, size := range []int{3, 5} {
+		t.Run(fmt.Sprintf("%dnodes", size), func(t *testing.T) { containerFaults(t, compose, im, size) })
+	}
+}
+
+// composeBaseNodes is how many services deploy/compose.yaml defines; the
+// override adds the rest of a 5-node cluster.
+const composeBaseNodes = 3
+
+// containerFaults runs the three faults on a compose cluster of size nodes.
+func containerFaults(t *testing.T, compose []string, im depImage, size int) {
+	start := time.Now()
+	proj := fmt.Sprintf("tkfault%d%s", size, strings.ReplaceAll(im.tag, "-", ""))
 	c := &ccCluster{
 		t:           t,
 		clusterNet:  proj + "-cluster",
@@ -351,7 +390,7 @@ func TestContainerClusterFaults(t *testing.T) {
 	})
 	fw := clustertest.NewNet()
 	t.Cleanup(fw.Close)
-	for i := range 3 {
+	for i := range size {
 		id := fmt.Sprintf("n%d", i+1)
 		px, err := fw.Listen(id)
 		if err != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ticketing/ticketing/server"
+	"github.com/ticketing/ticketing/server/cluster"
 )
 
 // ServeOptions is `ticketing serve` after flags, env and config are merged.
@@ -82,9 +83,9 @@ SIGHUP reloads the TLS certificate files.`,
 	f.String("peer-token", "", "peer token (default: the admin token)")
 	f.String("peer-token-file", "", "file holding the peer token")
 	f.Duration("max-clock-skew", 500*time.Millisecond, "clock skew bound between nodes; above it new grants fail closed")
-	f.Duration("raft-heartbeat-timeout", 300*time.Millisecond, "raft heartbeat timeout")
-	f.Duration("raft-election-timeout", 300*time.Millisecond, "raft election timeout")
-	f.Duration("raft-leader-lease-timeout", 250*time.Millisecond, "raft leader lease timeout")
+	f.Duration("raft-heartbeat-timeout", cluster.DefaultHeartbeatTimeout, "raft heartbeat timeout: a follower hearing no leader this long starts an election")
+	f.Duration("raft-election-timeout", cluster.DefaultElectionTimeout, "raft election timeout: a candidate without a majority this long tries again")
+	f.Duration("raft-leader-lease-timeout", cluster.DefaultLeaderLeaseTimeout, "raft leader lease timeout: a leader without a quorum's answer this long steps down (at most the heartbeat timeout)")
 	f.Duration("transfer-timeout", 3*time.Second, "bound of the leadership hand-over on shutdown and transfer-leader")
 	f.Duration("test-clock-offset", 0, "shift this node's wall clock (clock-health tests only)")
 	_ = f.MarkHidden("test-clock-offset")

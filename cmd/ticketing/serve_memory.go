@@ -5,6 +5,7 @@ import (
 	"runtime/debug"
 	"runtime/pprof"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -32,17 +33,27 @@ func tuneServeMemory() {
 
 // profileFromEnv writes a CPU profile of the running server when
 // TICKETING_CPUPROFILE names a file, for TICKETING_CPUPROFILE_SECONDS
-// (default 30) from start-up: how docs/benchmarks.md's server profiles were
-// taken (`go tool pprof bin/ticketing FILE`).
+// (default 30) from start-up, and a heap profile when TICKETING_MEMPROFILE
+// names a file, TICKETING_MEMPROFILE_SECONDS (default 30) after start-up:
+// how docs/benchmarks.md's server profiles were taken
+// (`go tool pprof bin/ticketing FILE`). A "%p" in either file name becomes
+// the process id, so the nodes of a local cluster write files of their own.
 func profileFromEnv() {
-	path := os.Getenv("TICKETING_CPUPROFILE")
+	if path := profilePath("TICKETING_MEMPROFILE"); path != "" {
+		time.AfterFunc(envSeconds("TICKETING_MEMPROFILE_SECONDS"), func() {
+			f, err := os.Create(path)
+			if err != nil {
+				return
+			}
+			defer f.Close()
+			_ = pprof.Lookup("heap").WriteTo(f, 0)
+		})
+	}
+	path := profilePath("TICKETING_CPUPROFILE")
 	if path == "" {
 		return
 	}
-	secs, err := strconv.Atoi(os.Getenv("TICKETING_CPUPROFILE_SECONDS"))
-	if err != nil || secs <= 0 {
-		secs = 30
-	}
+	d := envSeconds("TICKETING_CPUPROFILE_SECONDS")
 	f, err := os.Create(path)
 	if err != nil {
 		return
@@ -51,8 +62,22 @@ func profileFromEnv() {
 		f.Close()
 		return
 	}
-	time.AfterFunc(time.Duration(secs)*time.Second, func() {
+	time.AfterFunc(d, func() {
 		pprof.StopCPUProfile()
 		f.Close()
 	})
+}
+
+func profilePath(name string) string {
+	return strings.ReplaceAll(os.Getenv(name), "%p", strconv.Itoa(os.Getpid()))
+}
+
+// envSeconds reads a whole number of seconds from the environment variable
+// name; 30 s when unset or not a positive number.
+func envSeconds(name string) time.Duration {
+	secs, err := strconv.Atoi(os.Getenv(name))
+	if err != nil || secs <= 0 {
+		secs = 30
+	}
+	return time.Duration(secs) * time.Second
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 
 	"github.com/hashicorp/raft"
 
@@ -49,7 +50,18 @@ type FSM struct {
 	nodes   map[string]NodeMeta
 	applied uint64
 	out     Delivery
+
+	// Bytes of log applied since the last snapshot (entry data plus
+	// logEntryOverhead each) and the size of that snapshot: what the
+	// node's snapshot trigger sizes the in-memory log by (node.go
+	// snapshotLoop).
+	logBytes  atomic.Int64
+	snapBytes atomic.Int64
 }
+
+// logEntryOverhead approximates what one raft log entry costs in memory
+// besides its data (the raft.Log struct and the store's map slot), bytes.
+const logEntryOverhead = 128
 
 // NewFSM returns an empty state machine delivering answers to out.
 func NewFSM(limits locktable.Limits, out Delivery) *FSM {
@@ -65,6 +77,7 @@ func (f *FSM) Deliver(e locktable.Effect) { f.out.Deliver(e) }
 
 // Apply implements raft.FSM: one batch, applied in order at the batch's time.
 func (f *FSM) Apply(l *raft.Log) any {
+	f.logBytes.Add(int64(len(l.Data)) + logEntryOverhead)
 	if l.Type != raft.LogCommand {
 		return nil
 	}
@@ -158,7 +171,17 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	if err != nil {
 		return nil, err
 	}
+	// raft calls Snapshot between Applies: everything applied so far is
+	// in this snapshot.
+	f.logBytes.Store(0)
+	f.snapBytes.Store(int64(len(b)))
 	return snapshot(b), nil
+}
+
+// LogBytes reports the bytes of log applied since the last snapshot and
+// that snapshot's size, bytes.
+func (f *FSM) LogBytes() (sinceSnapshot, snapshot int64) {
+	return f.logBytes.Load(), f.snapBytes.Load()
 }
 
 // Restore implements raft.FSM.

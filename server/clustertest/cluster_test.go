@@ -1,10 +1,13 @@
 package clustertest
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/ticketing/ticketing/client/wire"
+	"github.com/ticketing/ticketing/server"
 	"github.com/ticketing/ticketing/server/servertest"
 )
 
@@ -75,4 +78,43 @@ func TestInProcessWorkloadAndTransfers(t *testing.T) {
 		t.Error("no acquire succeeded")
 	}
 	c.WaitSameDigest(20 * time.Second)
+}
+
+// The in-memory raft log is bounded by bytes: every node snapshots (and so
+// compacts its log) once SnapshotBytes of log were applied since its last
+// snapshot, long before raft's own entry-count backstop (8,192 entries).
+func TestSnapshotsBoundTheLogByBytes(t *testing.T) {
+	const floor = 64 << 10
+	c := Start(t, 3, Options{Mutate: func(_ int, cfg *server.Config) { cfg.Cluster.SnapshotBytes = floor }})
+	l := c.WaitClockHealthy(10 * time.Second)
+	cc := servertest.Dial(t, l.Client, servertest.Options{})
+	key := strings.Repeat("k", 240)
+	// About 1,000 entries of ~400 bytes each: 6× the floor, an eighth of
+	// raft's backstop.
+	for i := range 500 {
+		k := fmt.Sprintf("%s%04d", key, i)
+		r := cc.Acquire(k, 10000, 0)
+		if r.Status != wire.StatusGranted {
+			t.Fatalf("acquire %d: %s", i, servertest.Describe(r))
+		}
+		if r := cc.Release(k, r.Value); r.Status != wire.StatusReleased {
+			t.Fatalf("release %d: %s", i, servertest.Describe(r))
+		}
+	}
+	c.WaitSameDigest(10 * time.Second)
+	for _, n := range c.Running() {
+		var since int64
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			since, _ = n.Srv.ClusterNode().FSM().LogBytes()
+			if since < floor || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		st := n.Srv.ClusterNode().Raft().Stats()
+		if since >= floor || st["last_snapshot_index"] == "0" {
+			t.Errorf("%s: %d bytes of log since the last snapshot (index %s, last log %s), want < %d", n.ID, since, st["last_snapshot_index"], st["last_log_index"], floor)
+		}
+	}
 }

@@ -91,6 +91,9 @@ func TestMeasureFailover(t *testing.T) {
 			t.Fatalf("kill %d: no recovery within 20s (first %v, slowest %v)", k+1, f, s)
 		}
 		t.Logf("kill %d (leader %s): first grant on the new leader after %v, slowest worker after %v", k+1, l.ID, f.Round(time.Millisecond), s.Round(time.Millisecond))
+		if os.Getenv("TICKETING_FAILOVER_TRACE") != "" {
+			traceSlowest(t, w.H, tKill, s)
+		}
 		first = append(first, f)
 		slowest = append(slowest, s)
 		if _, err := c.Replace(l); err != nil {
@@ -142,4 +145,21 @@ func pct(d []time.Duration, p float64) time.Duration {
 	i := int(math.Ceil(p/100*float64(len(s)))) - 1
 	i = max(0, min(i, len(s)-1))
 	return s[i].Round(time.Millisecond)
+}
+
+// traceSlowest logs, for debugging, the operations of the worker that
+// recovered last, from just before the kill to its recovery.
+func traceSlowest(t *testing.T, h *clustertest.History, tKill, slowest time.Duration) {
+	ops := h.Ops()
+	w := -1
+	for _, o := range ops {
+		if o.Kind == 'A' && o.Outcome == clustertest.Granted && o.Return-tKill == slowest {
+			w = o.Worker
+		}
+	}
+	for _, o := range ops {
+		if o.Worker == w && o.Return >= tKill-200*time.Millisecond && o.Call <= tKill+slowest {
+			t.Logf("  +%v..+%v %s", (o.Call - tKill).Round(time.Millisecond), (o.Return - tKill).Round(time.Millisecond), o)
+		}
+	}
 }

@@ -2,6 +2,7 @@ package faulttest
 
 import (
 	"fmt"
+	"os"
 	"testing"
 	"time"
 
@@ -42,10 +43,16 @@ func rollingRestart(t *testing.T, durable bool) {
 	// longer than the default 250 ms leader lease makes the leader step
 	// down — a dirty loss whose U answers are correct but count as failed
 	// here; seen on a loaded 2-core machine (docs/testing.md).
-	c := clustertest.StartProcs(t, bin, 3, clustertest.ProcOptions{
+	// TICKETING_ROLLING_RAFT_TIMEOUT=default runs with the binary's own
+	// timings instead (docs/testing.md: how the defaults were checked).
+	opts := clustertest.ProcOptions{
 		Durable: durable, Direct: true,
 		HeartbeatTimeout: time.Second, ElectionTimeout: time.Second, LeaderLeaseTimeout: time.Second,
-	})
+	}
+	if os.Getenv("TICKETING_ROLLING_RAFT_TIMEOUT") == "default" {
+		opts.HeartbeatTimeout, opts.ElectionTimeout, opts.LeaderLeaseTimeout = 0, 0, 0
+	}
+	c := clustertest.StartProcs(t, bin, 3, opts)
 	w := &clustertest.Workload{
 		Addrs: c.ClientAddrs(),
 		Lease: 30 * time.Second,
