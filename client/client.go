@@ -471,17 +471,25 @@ func (cl *Client) redirectDelay(n int) time.Duration {
 	return jitter(backoffStep(min(cl.cfg.backoffBase, redirectBackoffBase), redirectBackoffCap, n))
 }
 
-// sleepRedirect waits d like sleepCtx, but returns early (nil) as soon as
-// the client learns a leader other than known, the one it knew when the
-// caller decided to back off.
-func (cl *Client) sleepRedirect(ctx context.Context, d time.Duration, known *endpoint) error {
+// sleepRedirect waits d, but returns early (nil) as soon as the client
+// learns a leader other than known, the one it knew when the caller decided
+// to back off — once per call: *woken records that it did, and later sleeps
+// of the same call wait their whole delay. So a failover costs each caller
+// one early retry, and M answers that point in a loop (stale leaders during
+// a change) cannot keep every caller awake. The error is ctx's or
+// ErrClosed.
+func (cl *Client) sleepRedirect(ctx context.Context, d time.Duration, known *endpoint, woken *bool) error {
 	if d <= 0 {
 		return nil
 	}
-	ch := cl.newLeader.subscribe()
-	defer cl.newLeader.unsubscribe()
-	if l := cl.leader.Load(); l != nil && l != known {
-		return nil // learned meanwhile
+	var ch <-chan struct{}
+	if !*woken {
+		ch = cl.newLeader.subscribe()
+		defer cl.newLeader.unsubscribe()
+		if l := cl.leader.Load(); l != nil && l != known {
+			*woken = true
+			return nil // learned meanwhile
+		}
 	}
 	t := time.NewTimer(d)
 	defer t.Stop()
@@ -489,6 +497,7 @@ func (cl *Client) sleepRedirect(ctx context.Context, d time.Duration, known *end
 	case <-t.C:
 		return nil
 	case <-ch:
+		*woken = true
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()

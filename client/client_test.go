@@ -360,15 +360,17 @@ func TestRedirectDelaySchedule(t *testing.T) {
 }
 
 // A caller backing off after redirects wakes as soon as the client learns
-// a new leader (from any request's M answer), not when its delay ends.
+// a new leader (from any request's M answer), not when its delay ends —
+// once per call: a second sleep of the same call waits its whole delay.
 func TestRedirectSleepWakesOnNewLeader(t *testing.T) {
 	a := newFake(t, fakeOpts{})
 	b := newFake(t, fakeOpts{})
 	cl := dial(t, []string{a.addr, b.addr})
 	cl.follow(a.addr)
 	known := cl.leader.Load()
+	woken := false
 	res := make(chan error, 1)
-	go func() { res <- cl.sleepRedirect(context.Background(), time.Hour, known) }()
+	go func() { res <- cl.sleepRedirect(context.Background(), time.Hour, known, &woken) }()
 	eventually(t, "the caller sleeping", func() bool { return cl.newLeader.waiting.Load() == 1 })
 	cl.follow(a.addr) // the same leader again: no news, keeps sleeping
 	select {
@@ -379,15 +381,31 @@ func TestRedirectSleepWakesOnNewLeader(t *testing.T) {
 	cl.follow(b.addr)
 	select {
 	case err := <-res:
-		if err != nil {
-			t.Fatalf("sleepRedirect: %v", err)
+		if err != nil || !woken {
+			t.Fatalf("sleepRedirect: %v, woken %v", err, woken)
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("still sleeping 10 s after a new leader was learned (delay 1 h)")
 	}
-	// Learned between the decision to back off and the sleep: no sleep.
+	// The same call again: no second early wake, however the leader moves.
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { res <- cl.sleepRedirect(ctx, time.Hour, cl.leader.Load(), &woken) }()
+	time.Sleep(20 * time.Millisecond)
+	cl.follow(a.addr)
+	select {
+	case err := <-res:
+		t.Fatalf("woke early a second time in one call (err %v)", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	cancel()
+	if err := <-res; !errors.Is(err, context.Canceled) {
+		t.Fatalf("after cancel: %v", err)
+	}
+	// A new call that knew no leader when it decided to back off, one
+	// learned before its sleep began: no sleep at all.
+	fresh := false
 	done := make(chan error, 1)
-	go func() { done <- cl.sleepRedirect(context.Background(), time.Hour, known) }()
+	go func() { done <- cl.sleepRedirect(context.Background(), time.Hour, nil, &fresh) }()
 	select {
 	case <-done:
 	case <-time.After(10 * time.Second):

@@ -67,9 +67,9 @@
 //     those compensating releases go on in a bounded background queue.
 //   - During an election (no node names a leader: 3 "moved" answers in a
 //     row, or a lost connection before a release's retry) a call backs off
-//     25 ms doubling to 200 ms, jittered, and tries again at once when any
-//     call of the Client learns the new leader: every caller follows a
-//     failover within about a round trip of the first.
+//     25 ms doubling to 200 ms, jittered, and tries again at once (once per
+//     call) when any call of the Client learns the new leader: every caller
+//     follows a failover within about a round trip of the first.
 //   - The server's max_inflight (queued acquires per connection) is
 //     respected: an acquire that could queue waits client-side for a free
 //     slot within its wait budget (ErrTimeout when the budget runs out).

@@ -76,6 +76,7 @@ func (cl *Client) Acquire(ctx context.Context, key string, lease, wait time.Dura
 		connGiveUp = budgetEnd
 	}
 	moves, rounds := 0, 0
+	woken := false // sleepRedirect woke this call early once
 	for {
 		if err := ctx.Err(); err != nil {
 			return nil, opErr("acquire", key, err)
@@ -155,7 +156,7 @@ func (cl *Client) Acquire(ctx context.Context, key string, lease, wait time.Dura
 					if waitMS == 0 || time.Until(budgetEnd) <= d {
 						return nil, opErr("acquire", key, fmt.Errorf("%w: %d consecutive redirects (last to %q)", ErrNoLeader, moves, addr))
 					}
-					if err := cl.sleepRedirect(ctx, d, cl.leader.Load()); err != nil {
+					if err := cl.sleepRedirect(ctx, d, cl.leader.Load(), &woken); err != nil {
 						return nil, opErr("acquire", key, err)
 					}
 					moves = 0

@@ -46,10 +46,11 @@ const (
 	// between the tries of a release, the client backs off on a shorter
 	// schedule than for reconnects: 25 ms doubling to 200 ms, jittered. An
 	// election takes about half a second; a caller sleeping on this
-	// schedule is also woken as soon as any request of the client learns
-	// the new leader (Client.follow), so the slowest caller follows within
-	// one round trip of the first. At the cap an election costs each
-	// waiting caller at most maxMoves+1 small requests per 100–200 ms.
+	// schedule is also woken (once per call) as soon as any request of the
+	// client learns the new leader (Client.follow), so the slowest caller
+	// follows within one round trip of the first. At the cap an election
+	// costs each waiting caller at most maxMoves+1 small requests per
+	// 100–200 ms.
 	redirectBackoffBase = 25 * time.Millisecond
 	redirectBackoffCap  = 200 * time.Millisecond
 	releaseWindow       = 5 * time.Second // releases are retried until this long after they were requested

@@ -30,6 +30,7 @@ type relState struct {
 	maybe    bool // an earlier attempt may have been executed
 	moves    int  // consecutive M answers
 	retries  int
+	woken    bool // a new leader cut a back-off short once (sleepRedirect)
 }
 
 // outcome interprets one attempt; final reports a definite answer (err nil
@@ -151,7 +152,7 @@ func (cl *Client) Release(ctx context.Context, key string, token uint64) error {
 		known := cl.leader.Load()
 		// Retry; the last try happens shortly before the window ends, and
 		// at once when the client learns a new leader meanwhile.
-		if err := cl.sleepRedirect(ctx, min(wait, time.Until(s.deadline)-10*time.Millisecond), known); err != nil {
+		if err := cl.sleepRedirect(ctx, min(wait, time.Until(s.deadline)-10*time.Millisecond), known, &s.woken); err != nil {
 			if errors.Is(err, ErrClosed) {
 				return opErr("release", key, both(ErrIndeterminate, ErrClosed))
 			}
@@ -282,9 +283,10 @@ func (r *releaser) run() {
 		now := time.Now()
 		if l := cl.leader.Load(); l != leader {
 			leader = l
-			if l != nil { // a new leader is known: try the waiting jobs now
+			if l != nil { // a new leader is known: try the waiting jobs now (once each)
 				for _, j := range active {
-					if j.call == nil {
+					if j.call == nil && !j.st.woken {
+						j.st.woken = true
 						j.next = now
 					}
 				}

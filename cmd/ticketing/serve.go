@@ -144,6 +144,10 @@ func serveOptions(cmd *cobra.Command) (*ServeOptions, error) {
 			TransferTimeout:    v.GetDuration("transfer-timeout"),
 			ClockOffset:        v.GetDuration("test-clock-offset"),
 		}
+		if cc := cfg.Cluster; cc.LeaderLeaseTimeout > cc.HeartbeatTimeout || cc.ElectionTimeout < cc.HeartbeatTimeout {
+			return nil, usageError("raft timings: want --raft-leader-lease-timeout (%v) ≤ --raft-heartbeat-timeout (%v) ≤ --raft-election-timeout (%v)",
+				cc.LeaderLeaseTimeout, cc.HeartbeatTimeout, cc.ElectionTimeout)
+		}
 		if cfg.Cluster.Advertise == "" {
 			cfg.Cluster.Advertise = cfg.Listen
 		}
