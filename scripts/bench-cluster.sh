@@ -5,8 +5,9 @@
 #   scripts/bench-cluster.sh [options] [3|5]
 #
 # Each run starts a fresh in-memory cluster of 3 (default) or 5 nodes with
-# scripts/cluster-local.sh (default flags, its own state directory and port
-# base $TICKETING_CLUSTER_PORT, default 17470), drives its leader with the
+# scripts/cluster-local.sh (default flags; state in $TICKETING_CLUSTER_DIR,
+# default a temporary directory; port base $TICKETING_CLUSTER_PORT, default
+# 17470), drives its leader with the
 # pipelined row (pairs, 8 conns × pipeline 64, 10 k keys), reads every node's
 # peak RSS (VmHWM), stops it; then does the same against a fresh single node.
 # Runs alternate (cluster, single, cluster, ...) so machine noise hits both
@@ -28,7 +29,7 @@ case $SIZE in 3 | 5) ;; *) usage >&2; exit 2 ;; esac
 export TICKETING_CLUSTER_PORT=${TICKETING_CLUSTER_PORT:-17470}
 
 bench_setup
-export TICKETING_BIN="$BIN/ticketing" TICKETING_CLUSTER_DIR="$BIN/cluster"
+export TICKETING_BIN="$BIN/ticketing" TICKETING_CLUSTER_DIR=${TICKETING_CLUSTER_DIR:-$BIN/cluster}
 cluster() { "$ROOT/scripts/cluster-local.sh" "$@"; }
 trap 'cluster stop >/dev/null 2>&1 || true; bench_cleanup' EXIT
 read -r -a args <<<"$ROW_pipelined"

@@ -364,3 +364,50 @@ func TestE2EClusterLocalScript(t *testing.T) {
 		t.Errorf("status when stopped: exit %d", p.code)
 	}
 }
+
+// scripts/bench-cluster.sh runs end to end (one short run): it is how
+// docs/benchmarks.md's cluster figures are made, so it must not rot. No
+// figure is asserted, only that both targets were measured and every node's
+// RSS reported.
+func TestE2EBenchClusterScript(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binaries and runs a cluster: not in -short")
+	}
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Skip("bash not found")
+	}
+	script, err := filepath.Abs("../../scripts/bench-cluster.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	state, out := t.TempDir(), t.TempDir()
+	t.Cleanup(func() { // reap the nodes should the script have died
+		files, _ := filepath.Glob(filepath.Join(state, "n*.pid"))
+		for _, f := range files {
+			b, _ := os.ReadFile(f)
+			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	})
+	cmd := exec.Command(bash, script, "-n", "1", "-d", "1s", "-w", "200ms", "-o", out, "3")
+	cmd.Env = append(depCleanEnv(), "TICKETING_CLUSTER_DIR="+state, "TICKETING_CLUSTER_PORT="+strconv.Itoa(freeBase(t, 6)))
+	b, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("bench-cluster.sh: %v\n%s", err, b)
+	}
+	report, err := os.ReadFile(filepath.Join(out, "report.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"| cluster-3-nodes | 1 |", "| single-node | 1 |"} {
+		if !strings.Contains(string(report), want) {
+			t.Errorf("report lacks %q:\n%s", want, report)
+		}
+	}
+	rss, _ := os.ReadFile(filepath.Join(out, "rss.txt"))
+	if n := strings.Count(string(rss), " MB"); n != 3 || !strings.Contains(string(rss), "(leader)") {
+		t.Errorf("want the peak RSS of 3 nodes, one the leader:\n%s", rss)
+	}
+}
