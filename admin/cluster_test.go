@@ -196,8 +196,9 @@ func TestEvaluateCluster(t *testing.T) {
 // ---------------------------------------------------------------------------
 // Against an in-process cluster.
 
-// joinNode starts a cluster node that waits to be added (serve --join).
-func joinNode(t *testing.T, id string) (clientAddr, peerAddr string) {
+// joinNode starts a cluster node that waits to be added (serve --join),
+// its wall clock shifted by clockOffset.
+func joinNode(t *testing.T, id string, clockOffset time.Duration) (clientAddr, peerAddr string) {
 	t.Helper()
 	cl, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -210,7 +211,7 @@ func joinNode(t *testing.T, id string) (clientAddr, peerAddr string) {
 	cfg := server.DefaultConfig()
 	cfg.Listener = cl
 	cfg.NodeID = id
-	cfg.Cluster = &server.ClusterConfig{PeerListener: pl, Advertise: cl.Addr().String()}
+	cfg.Cluster = &server.ClusterConfig{PeerListener: pl, Advertise: cl.Addr().String(), ClockOffset: clockOffset}
 	s, err := server.Start(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -297,7 +298,7 @@ func TestClusterOperations(t *testing.T) {
 	var id, idc, idp string
 	for attempt := 4; ; attempt++ {
 		id = fmt.Sprintf("n%d", attempt)
-		idc, idp = joinNode(t, id)
+		idc, idp = joinNode(t, id, 0)
 		ms, err = AddNode(ctx, cc, AddNodeArgs{ID: id, PeerAddr: idp, ClientAddr: idc, Voter: true})
 		if err == nil || attempt == 5 || !errors.Is(err, ErrChangeFailed) {
 			break
@@ -315,6 +316,11 @@ func TestClusterOperations(t *testing.T) {
 	if len(ms) != 4 || ms[3].ID != id || !ms[3].Voter || ms[3].ClientAddr != idc {
 		t.Fatalf("members after add %+v", ms)
 	}
+	// The add returns once the leader has sampled the new voter's clock:
+	// health right away counts it verified (no waiting).
+	if hr, err := ClusterHealth(ctx, Health(ctx, append(addrs, idc), opts...), ClusterHealthConfig{}, 5*time.Second, opts...); err != nil || !hr.Healthy || hr.Voters != 4 || hr.VotersOK != 4 {
+		t.Errorf("health right after adding %s: %+v %v", id, hr, err)
+	}
 	if _, err := AddNode(ctx, cc, AddNodeArgs{ID: id, PeerAddr: idp, ClientAddr: idc}); !errors.Is(err, ErrInvalidChange) {
 		t.Errorf("adding %s twice: %v", id, err)
 	}
@@ -323,6 +329,25 @@ func TestClusterOperations(t *testing.T) {
 	}
 	if _, err := RemoveNode(ctx, cc, id); !errors.Is(err, ErrInvalidChange) {
 		t.Errorf("removing %s twice: %v", id, err)
+	}
+	// A node whose clock is 30 s off is not promoted: it stays a learner
+	// (which clock health leaves out), and the leader says why.
+	sid := "skewed"
+	sidc, sidp := joinNode(t, sid, 30*time.Second)
+	_, err = AddNode(ctx, cc, AddNodeArgs{ID: sid, PeerAddr: sidp, ClientAddr: sidc, Voter: true})
+	if !errors.Is(err, ErrChangeFailed) || !strings.Contains(err.Error(), "clock") {
+		t.Errorf("adding a voter 30 s off: %v, want ErrChangeFailed about its clock", err)
+	}
+	if ms, err = Members(ctx, cc); err != nil || len(ms) != 4 {
+		t.Fatalf("members after the refused promotion: %+v %v", ms, err)
+	}
+	for _, m := range ms {
+		if m.ID == sid && m.Voter {
+			t.Errorf("%s was promoted with its clock 30 s off", sid)
+		}
+	}
+	if ms, err = RemoveNode(ctx, cc, sid); err != nil || len(ms) != 3 {
+		t.Fatalf("remove %s: %+v %v", sid, ms, err)
 	}
 	newLeader, err := TransferLeader(ctx, cc, follower.ID)
 	if err != nil {

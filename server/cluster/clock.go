@@ -45,10 +45,33 @@ type clockHealth struct {
 	reason  string
 	started time.Time     // when start was called
 	verdict chan struct{} // closed at the first verdict: healthy, or a skew measured beyond the bound
+	kick    chan struct{} // capacity 1: sample again now (AddNode)
 }
 
 func newClockHealth(n *Node) *clockHealth {
-	return &clockHealth{n: n, samples: map[string]ClockSample{}, reason: "not sampled yet"}
+	return &clockHealth{n: n, samples: map[string]ClockSample{}, reason: "not sampled yet", kick: make(chan struct{}, 1)}
+}
+
+// waitSample asks for a round now and waits until id has a successful
+// sample taken at or after from (bounded by ctx; the error is ctx's).
+func (c *clockHealth) waitSample(ctx context.Context, id string, from time.Time) (ClockSample, error) {
+	for {
+		select {
+		case c.kick <- struct{}{}:
+		default:
+		}
+		c.mu.Lock()
+		s, ok := c.samples[id]
+		c.mu.Unlock()
+		if ok && s.Err == "" && !s.At.Before(from) {
+			return s, nil
+		}
+		select {
+		case <-ctx.Done():
+			return s, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // Healthy reports whether new grants may be made, and why not.
@@ -120,6 +143,7 @@ func (c *clockHealth) run(ctx context.Context) {
 			c.mu.Unlock()
 			return
 		case <-time.After(wait):
+		case <-c.kick:
 		}
 	}
 }

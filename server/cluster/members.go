@@ -97,8 +97,10 @@ func (n *Node) Members() ([]wire.Member, error) {
 }
 
 // AddNode adds id as a learner (non-voter), waits until it has caught up
-// with the leader's commit index (bounded by ctx), then promotes it to voter
-// when voter is set. One change at a time.
+// with the leader's commit index and the leader has sampled its clock
+// (bounded by ctx), then promotes it to voter when voter is set — unless
+// its clock is measured beyond MaxClockSkew (ErrMembership; it stays a
+// learner). One change at a time.
 func (n *Node) AddNode(ctx context.Context, id, peerAddr, clientAddr string, voter bool) error {
 	if !n.memberMu.TryLock() {
 		return fmt.Errorf("%w: another membership change is in progress", ErrMembership)
@@ -150,6 +152,18 @@ func (n *Node) AddNode(ctx context.Context, id, peerAddr, clientAddr string, vot
 			return fmt.Errorf("%w: learner %s did not catch up (applied %d of %d): %v", ErrMembership, id, st.AppliedIndex, target, ctx.Err())
 		case <-time.After(100 * time.Millisecond):
 		}
+	}
+	// Its clock: a voter joins clock health (architecture.md), so it is
+	// promoted only once the leader has sampled it — `health` right after
+	// the add sees it verified — and never with a clock measured beyond
+	// the bound, which would make new grants fail closed.
+	s, err := n.clock.waitSample(ctx, id, n.now())
+	if err != nil {
+		return fmt.Errorf("%w: learner %s: no clock sample over its peer port %s: %v (last: %s)", ErrMembership, id, peerAddr, err, s.Err)
+	}
+	if s.Offset.Abs()-s.RTT/2 > n.cfg.MaxClockSkew {
+		return fmt.Errorf("%w: learner %s: its clock is %v ± %v off the leader's, above the %v bound; it stays a learner: fix its clock, remove it and add it again under a new id",
+			ErrMembership, id, s.Offset.Round(time.Millisecond), (s.RTT / 2).Round(time.Microsecond), n.cfg.MaxClockSkew)
 	}
 	if err := n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(peerAddr), 0, 10*time.Second).Error(); err != nil {
 		return fmt.Errorf("%w: promote: %v", ErrMembership, err)
