@@ -388,7 +388,15 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		_ = s.metrics.Shutdown(ctx)
 	}
 	if s.node != nil {
-		_ = s.node.Shutdown(ctx)
+		// raft's shutdown waits for its goroutines (a snapshot being
+		// persisted, a hand-over in progress); the budget bounds it all.
+		stopped := make(chan struct{})
+		go func() { _ = s.node.Shutdown(ctx); close(stopped) }()
+		select {
+		case <-stopped:
+		case <-ctx.Done():
+			s.log.Warn("the cluster node did not stop within the shutdown budget; stopping anyway")
+		}
 		s.peerLn.Close()
 	}
 	done := make(chan struct{})

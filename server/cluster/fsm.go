@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -155,27 +156,25 @@ type fsmState struct {
 	Nodes     map[string]NodeMeta `json:"nodes"`
 }
 
+// state captures the FSM's state (keys in no particular order); the caller
+// holds f.mu.
 func (f *FSM) state() fsmState {
 	nodes := make(map[string]NodeMeta, len(f.nodes))
 	for k, v := range f.nodes {
 		nodes[k] = v
 	}
-	return fsmState{Table: f.table.Snapshot(), LastToken: f.tokens.Last(), Leader: f.leader, Nodes: nodes}
+	return fsmState{Table: f.table.SnapshotUnordered(), LastToken: f.tokens.Last(), Leader: f.leader, Nodes: nodes}
 }
 
 // Snapshot implements raft.FSM.
 func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	b, err := json.Marshal(f.state())
-	if err != nil {
-		return nil, err
-	}
-	// raft calls Snapshot between Applies: everything applied so far is
-	// in this snapshot.
+	// Only the capture holds the lock (Apply waits for it); raft calls
+	// Persist afterwards, concurrently with Apply, and that sorts and
+	// encodes. Everything applied so far is in this snapshot.
 	f.logBytes.Store(0)
-	f.snapBytes.Store(int64(len(b)))
-	return snapshot(b), nil
+	return &fsmSnapshot{st: f.state(), size: &f.snapBytes}, nil
 }
 
 // LogBytes reports the bytes of log applied since the last snapshot and
@@ -209,17 +208,41 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	return nil
 }
 
-type snapshot []byte
+// fsmSnapshot is a captured state, encoded by Persist as JSON (keys
+// sorted) straight into raft's sink: no second copy of the encoding.
+type fsmSnapshot struct {
+	st   fsmState
+	size *atomic.Int64 // receives the encoding's size, bytes
+}
 
-func (s snapshot) Persist(sink raft.SnapshotSink) error {
-	if _, err := sink.Write(s); err != nil {
-		sink.Cancel()
-		return err
+func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
+	s.st.Table.Sort()
+	cw := &countingWriter{w: sink}
+	bw := bufio.NewWriterSize(cw, 64<<10)
+	err := json.NewEncoder(bw).Encode(&s.st)
+	if err == nil {
+		err = bw.Flush()
 	}
+	if err != nil {
+		sink.Cancel()
+		return fmt.Errorf("cluster: persist snapshot: %w", err)
+	}
+	s.size.Store(cw.n)
 	return sink.Close()
 }
 
-func (s snapshot) Release() {}
+func (s *fsmSnapshot) Release() {}
+
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
 
 // With runs fn with the FSM locked (reads of the table for admin queries and
 // the leader's timers).

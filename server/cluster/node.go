@@ -265,7 +265,17 @@ func (n *Node) snapshotLoop() {
 		if since < max(n.cfg.SnapshotBytes, 2*last) {
 			continue
 		}
-		err := n.raft.Snapshot().Error()
+		// Wait for the snapshot, but not past shutdown (raft answers the
+		// future then too; this only keeps Shutdown from depending on it).
+		f := n.raft.Snapshot()
+		errc := make(chan error, 1)
+		go func() { errc <- f.Error() }()
+		var err error
+		select {
+		case err = <-errc:
+		case <-n.done:
+			return
+		}
 		if err != nil && !errors.Is(err, raft.ErrNothingNewToSnapshot) && !errors.Is(err, raft.ErrRaftShutdown) {
 			n.log.Warn("snapshot failed", "err", err)
 		}

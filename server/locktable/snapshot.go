@@ -29,10 +29,19 @@ type State struct {
 	Keys []KeyState `json:"keys"`
 }
 
-// Snapshot returns the table's state. Counters and the idle cache are not
-// part of it (they do not change any answer).
+// Snapshot returns the table's state, keys sorted. Counters and the idle
+// cache are not part of it (they do not change any answer).
 func (t *Table) Snapshot() State {
-	var s State
+	s := t.SnapshotUnordered()
+	s.Sort()
+	return s
+}
+
+// SnapshotUnordered is Snapshot without the sort: the part that must run
+// while nothing changes the table (a raft snapshot captures it under the
+// state machine's lock and sorts and encodes it after).
+func (t *Table) SnapshotUnordered() State {
+	s := State{Keys: make([]KeyState, 0, t.active)}
 	for st := range t.activeStates() {
 		ks := KeyState{Key: st.key, Token: st.token, Holder: st.holder, Grant: st.grant, Deadline: st.lease.at}
 		for w := st.head; w != nil; w = w.next {
@@ -40,8 +49,12 @@ func (t *Table) Snapshot() State {
 		}
 		s.Keys = append(s.Keys, ks)
 	}
-	sort.Slice(s.Keys, func(i, j int) bool { return s.Keys[i].Key < s.Keys[j].Key })
 	return s
+}
+
+// Sort puts the keys in order (State's deterministic order).
+func (s *State) Sort() {
+	sort.Slice(s.Keys, func(i, j int) bool { return s.Keys[i].Key < s.Keys[j].Key })
 }
 
 // Restore replaces the table's lock state with s (the table must be empty:
