@@ -277,7 +277,14 @@ func (n *Node) snapshotLoop() {
 			return
 		}
 		if err != nil && !errors.Is(err, raft.ErrNothingNewToSnapshot) && !errors.Is(err, raft.ErrRaftShutdown) {
-			n.log.Warn("snapshot failed", "err", err)
+			// A failing store (a full disk) is retried once a second, not
+			// at every tick.
+			n.log.Warn("snapshot failed; retrying in 1 s", "err", err)
+			select {
+			case <-n.done:
+				return
+			case <-time.After(time.Second):
+			}
 		}
 	}
 }
