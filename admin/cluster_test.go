@@ -349,6 +349,38 @@ func TestClusterOperations(t *testing.T) {
 	if ms, err = RemoveNode(ctx, cc, sid); err != nil || len(ms) != 3 {
 		t.Fatalf("remove %s: %+v %v", sid, ms, err)
 	}
+	// Ids are never reused, not even after a remove.
+	for _, old := range []struct{ id, peer, client string }{{id, idp, idc}, {sid, sidp, sidc}} {
+		if _, err := AddNode(ctx, cc, AddNodeArgs{ID: old.id, PeerAddr: old.peer, ClientAddr: old.client, Voter: true}); !errors.Is(err, ErrInvalidChange) || !strings.Contains(err.Error(), "used before") {
+			t.Errorf("adding the removed %s again: %v, want ErrInvalidChange (used before)", old.id, err)
+		}
+	}
+	// A learner is promoted by adding it again with --voter (same peer
+	// address); a different peer address is refused.
+	lid := "learner1"
+	lidc, lidp := joinNode(t, lid, 0)
+	voterOf := func(ms []wire.Member, id string) (voter, found bool) {
+		for _, m := range ms {
+			if m.ID == id {
+				return m.Voter, true
+			}
+		}
+		return false, false
+	}
+	ms, err = AddNode(ctx, cc, AddNodeArgs{ID: lid, PeerAddr: lidp, ClientAddr: lidc})
+	if v, ok := voterOf(ms, lid); err != nil || len(ms) != 4 || !ok || v {
+		t.Fatalf("add learner: %+v %v", ms, err)
+	}
+	if _, err := AddNode(ctx, cc, AddNodeArgs{ID: lid, PeerAddr: "127.0.0.1:1", ClientAddr: lidc, Voter: true}); !errors.Is(err, ErrInvalidChange) {
+		t.Errorf("promoting %s under another peer address: %v, want ErrInvalidChange", lid, err)
+	}
+	ms, err = AddNode(ctx, cc, AddNodeArgs{ID: lid, PeerAddr: lidp, ClientAddr: lidc, Voter: true})
+	if v, ok := voterOf(ms, lid); err != nil || len(ms) != 4 || !ok || !v {
+		t.Fatalf("promote learner: %+v %v", ms, err)
+	}
+	if ms, err = RemoveNode(ctx, cc, lid); err != nil || len(ms) != 3 {
+		t.Fatalf("remove %s: %+v %v", lid, ms, err)
+	}
 	newLeader, err := TransferLeader(ctx, cc, follower.ID)
 	if err != nil {
 		t.Fatal(err)

@@ -58,4 +58,4 @@ echo
 echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT/machine.txt"
 "$BIN/ticketing" bench-report "$OUT"/*.json | tee "$OUT/report.md"
 cat "$OUT/rss.txt"
-echo "results: $OUT" >&2
+bench_results

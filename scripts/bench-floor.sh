@@ -61,4 +61,4 @@ done
 echo
 echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT/machine.txt"
 "$BIN/ticketing" bench-report --budget "$OUT"/*.json | tee "$OUT/report.md"
-echo "results: $OUT" >&2
+bench_results

@@ -56,7 +56,7 @@ bench_setup() {
   trap bench_cleanup EXIT
   BIN=$(mktemp -d "${TMPDIR:-/tmp}/ticketing-bench.XXXXXX")
   if [ -z "$OUT" ]; then
-    OUT="$BIN/results"
+    OUT="$BIN/results" # removed at exit with the rest of $BIN (bench_results)
   fi
   mkdir -p "$OUT"
   echo "building into $BIN ..." >&2
@@ -136,3 +136,11 @@ ROW_unpipelined="--mode pairs --conns 64 --pipeline 1 --keys 10000"
 ROW_latency="--mode pairs --conns 1 --pipeline 1 --keys 10000"
 ROW_hotkey="--mode pairs --conns 100 --pipeline 1 --keys 10000 --hot-keys 1 --wait 60s"
 ROW_memory="--mode fill --conns 4 --pipeline 256 --keys 1000000 --lease 10m --warmup 0"
+
+# bench_results: the last line of a run, saying where the JSON is kept.
+bench_results() {
+  case $OUT in
+    "$BIN"/*) echo "results: not kept (pass -o DIR to keep the JSON)" >&2 ;;
+    *) echo "results: $OUT" >&2 ;;
+  esac
+}

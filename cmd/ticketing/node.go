@@ -310,7 +310,11 @@ func newCmdNodeAdd(ios *IO, runF func(context.Context, *IO, *NodeAddOptions) err
 its --node-id, --peer-listen, --advertise); then add it here under the same id
 and addresses. It joins as a learner (it replicates, but neither votes nor
 serves); with --voter the leader waits until it has caught up with the
-commit index, then promotes it to voter. Prints the members afterwards.
+commit index and its clock was sampled, then promotes it to voter (not with
+a clock off beyond the cluster's bound: it stays a learner). Run add again
+with --voter and the same addresses to promote a learner. An id is never
+reused, not after its node lost its state and not after a remove. Prints the
+members afterwards.
 
 A member that lost its state (in-memory, or its data directory) comes back
 under a new id: add the replacement, then remove the old id.

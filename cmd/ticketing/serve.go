@@ -26,6 +26,9 @@ type ServeOptions struct {
 
 const shutdownBudget = 5 * time.Second
 
+// minRaftTimeout is hashicorp/raft's floor for its timeouts (ValidateConfig).
+const minRaftTimeout = 5 * time.Millisecond
+
 func newCmdServe(ios *IO, runF func(context.Context, *IO, *ServeOptions) error) *cobra.Command {
 	if runF == nil {
 		runF = runServe
@@ -143,6 +146,9 @@ func serveOptions(cmd *cobra.Command) (*ServeOptions, error) {
 			LeaderLeaseTimeout: v.GetDuration("raft-leader-lease-timeout"),
 			TransferTimeout:    v.GetDuration("transfer-timeout"),
 			ClockOffset:        v.GetDuration("test-clock-offset"),
+		}
+		if cc := cfg.Cluster; min(cc.LeaderLeaseTimeout, cc.HeartbeatTimeout, cc.ElectionTimeout) < minRaftTimeout {
+			return nil, usageError("raft timings: --raft-heartbeat-timeout, --raft-election-timeout and --raft-leader-lease-timeout must each be at least %v", minRaftTimeout)
 		}
 		if cc := cfg.Cluster; cc.LeaderLeaseTimeout > cc.HeartbeatTimeout || cc.ElectionTimeout < cc.HeartbeatTimeout {
 			return nil, usageError("raft timings: want --raft-leader-lease-timeout (%v) ≤ --raft-heartbeat-timeout (%v) ≤ --raft-election-timeout (%v)",

@@ -26,6 +26,9 @@ func TestServeRaftTimings(t *testing.T) {
 		{name: "lease above heartbeat", args: []string{"--raft-leader-lease-timeout", "500ms"}, wantErr: "raft timings"},
 		{name: "heartbeat alone raised", args: []string{"--raft-heartbeat-timeout", "1s"}, wantErr: "raft timings"},
 		{name: "election below heartbeat", args: []string{"--raft-election-timeout", "100ms"}, wantErr: "raft timings"},
+		{name: "below raft's floor", args: []string{"--raft-leader-lease-timeout", "1ms"}, wantErr: "at least 5ms"},
+		{name: "zero", args: []string{"--raft-leader-lease-timeout", "0"}, wantErr: "at least 5ms"},
+		{name: "negative", args: []string{"--raft-heartbeat-timeout", "-1s"}, wantErr: "at least 5ms"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -26,8 +26,9 @@ type NodeMeta struct {
 	ID          string `json:"id"`
 	ClientAddr  string `json:"client_addr"`
 	PeerAddr    string `json:"peer_addr"`
-	Incarnation uint32 `json:"incarnation"` // the process that joined under this id
-	Durable     bool   `json:"durable"`     // has a data dir: may restart under its id
+	Incarnation uint32 `json:"incarnation"`       // the process that joined under this id
+	Durable     bool   `json:"durable"`           // has a data dir: may restart under its id
+	Removed     bool   `json:"removed,omitempty"` // a tombstone: the id left the cluster and is never reused
 }
 
 // Delivery routes an answer made by the state machine to a connection of
@@ -140,8 +141,15 @@ func (f *FSM) apply(now int64, c *Command) {
 		if json.Unmarshal(c.Key, &m) != nil || m.ID == "" {
 			return
 		}
+		if m.Removed {
+			// Keep a tombstone (one per removal: bounded by the operator's
+			// membership changes), so the id is never added again.
+			old := f.nodes[m.ID]
+			f.nodes[m.ID] = NodeMeta{ID: m.ID, Incarnation: old.Incarnation, Durable: old.Durable, Removed: true}
+			return
+		}
 		if m.PeerAddr == "" && m.ClientAddr == "" {
-			delete(f.nodes, m.ID)
+			delete(f.nodes, m.ID) // written by earlier versions for a removal
 			return
 		}
 		f.nodes[m.ID] = m

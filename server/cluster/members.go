@@ -32,7 +32,7 @@ func (n *Node) checkIncarnation(id string, st peerStatus) {
 	case meta.Incarnation != st.Incarnation && !meta.Durable:
 		n.log.Error("refusing a node that restarted without its state under its old id; removing it (rejoin under a new id)", "id", id)
 		_ = n.raft.RemoveServer(raft.ServerID(id), 0, 5*time.Second).Error()
-		m, _ := json.Marshal(NodeMeta{ID: id})
+		m, _ := json.Marshal(NodeMeta{ID: id, Removed: true})
 		_ = n.Submit(Command{Op: OpNodeMeta, Key: m})
 	case meta.Incarnation != st.Incarnation && meta.Durable:
 		m, _ := json.Marshal(NodeMeta{ID: id, ClientAddr: st.Advertise, PeerAddr: meta.PeerAddr, Incarnation: st.Incarnation, Durable: st.Durable})
@@ -116,22 +116,31 @@ func (n *Node) AddNode(ctx context.Context, id, peerAddr, clientAddr string, vot
 	if err := cf.Error(); err != nil {
 		return err
 	}
+	promote := false // id is a learner at peerAddr, to be made a voter
 	for _, s := range cf.Configuration().Servers {
-		if string(s.ID) == id {
+		switch {
+		case string(s.ID) == id && voter && s.Suffrage == raft.Nonvoter && string(s.Address) == peerAddr:
+			promote = true
+		case string(s.ID) == id && s.Suffrage == raft.Nonvoter:
+			return fmt.Errorf("%w: id %q is already a learner (at %s); `node add` it again with the same peer address and --voter to promote it", ErrMembership, id, s.Address)
+		case string(s.ID) == id:
 			return fmt.Errorf("%w: id %q is already a member (a node that lost its state rejoins under a new id)", ErrMembership, id)
-		}
-		if string(s.Address) == peerAddr {
+		case string(s.Address) == peerAddr:
 			return fmt.Errorf("%w: peer address %s is already used by %s", ErrMembership, peerAddr, s.ID)
 		}
 	}
-	if old, ok := n.fsm.Nodes()[id]; ok && old.Incarnation != 0 {
-		return fmt.Errorf("%w: id %q was used before; choose a new id", ErrMembership, id)
+	if !promote {
+		// An id is never reused: not after its process was seen, and not
+		// after it was removed (a tombstone stays in the metadata).
+		if old, ok := n.fsm.Nodes()[id]; ok && (old.Incarnation != 0 || old.Removed) {
+			return fmt.Errorf("%w: id %q was used before; choose a new id", ErrMembership, id)
+		}
+		if err := n.raft.AddNonvoter(raft.ServerID(id), raft.ServerAddress(peerAddr), 0, 10*time.Second).Error(); err != nil {
+			return fmt.Errorf("%w: add learner: %v", ErrMembership, err)
+		}
+		m, _ := json.Marshal(NodeMeta{ID: id, ClientAddr: clientAddr, PeerAddr: peerAddr})
+		_ = n.Submit(Command{Op: OpNodeMeta, Key: m})
 	}
-	if err := n.raft.AddNonvoter(raft.ServerID(id), raft.ServerAddress(peerAddr), 0, 10*time.Second).Error(); err != nil {
-		return fmt.Errorf("%w: add learner: %v", ErrMembership, err)
-	}
-	m, _ := json.Marshal(NodeMeta{ID: id, ClientAddr: clientAddr, PeerAddr: peerAddr})
-	_ = n.Submit(Command{Op: OpNodeMeta, Key: m})
 	if !voter {
 		return nil
 	}
@@ -149,7 +158,11 @@ func (n *Node) AddNode(ctx context.Context, id, peerAddr, clientAddr string, vot
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%w: learner %s did not catch up (applied %d of %d): %v", ErrMembership, id, st.AppliedIndex, target, ctx.Err())
+			why := fmt.Sprintf("applied %d of %d", st.AppliedIndex, target)
+			if err != nil {
+				why = fmt.Sprintf("its peer port %s does not answer: %v", peerAddr, err)
+			}
+			return fmt.Errorf("%w: learner %s did not catch up in time (%s); it stays a learner", ErrMembership, id, why)
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
@@ -162,7 +175,7 @@ func (n *Node) AddNode(ctx context.Context, id, peerAddr, clientAddr string, vot
 		return fmt.Errorf("%w: learner %s: no clock sample over its peer port %s: %v (last: %s)", ErrMembership, id, peerAddr, err, s.Err)
 	}
 	if s.Offset.Abs()-s.RTT/2 > n.cfg.MaxClockSkew {
-		return fmt.Errorf("%w: learner %s: its clock is %v ± %v off the leader's, above the %v bound; it stays a learner: fix its clock, remove it and add it again under a new id",
+		return fmt.Errorf("%w: learner %s: its clock is %v ± %v off the leader's, above the %v bound; it stays a learner: fix its clock, then run this add again to promote it",
 			ErrMembership, id, s.Offset.Round(time.Millisecond), (s.RTT / 2).Round(time.Microsecond), n.cfg.MaxClockSkew)
 	}
 	if err := n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(peerAddr), 0, 10*time.Second).Error(); err != nil {
@@ -186,7 +199,7 @@ func (n *Node) RemoveNode(ctx context.Context, id string) error {
 	if err := n.raft.RemoveServer(raft.ServerID(id), 0, 10*time.Second).Error(); err != nil {
 		return fmt.Errorf("%w: remove: %v", ErrMembership, err)
 	}
-	m, _ := json.Marshal(NodeMeta{ID: id})
+	m, _ := json.Marshal(NodeMeta{ID: id, Removed: true})
 	_ = n.Submit(Command{Op: OpNodeMeta, Key: m})
 	return nil
 }
