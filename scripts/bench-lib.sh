@@ -16,6 +16,12 @@ OUT=${OUT:-}
 BIN=""
 PIDS=()
 
+# usage: the calling script's header comment, then the common options.
+usage() {
+  sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
+  bench_usage_common
+}
+
 bench_usage_common() {
   cat <<'USAGE'
 Options:

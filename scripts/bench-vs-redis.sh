@@ -21,11 +21,6 @@ set -euo pipefail
 # shellcheck source=scripts/bench-lib.sh
 source "$(dirname "$0")/bench-lib.sh"
 
-usage() {
-  sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
-  bench_usage_common
-}
-
 bench_parse_opts "$@"
 shift "$SHIFT"
 rows=("$@")

@@ -15,6 +15,23 @@ type recorder []locktable.Effect
 
 func (r *recorder) Deliver(e locktable.Effect) { *r = append(*r, e) }
 
+// applier returns a function applying one batch of cmds to f as the next
+// raft log entry (1 ms after the previous one), and the index of the last.
+func applier(t *testing.T, f *FSM) (apply func(cmds ...Command), last func() uint64) {
+	idx := uint64(0)
+	now := time.Now().UnixNano()
+	apply = func(cmds ...Command) {
+		t.Helper()
+		idx++
+		now += int64(time.Millisecond)
+		b := Batch{Time: now, Cmds: cmds}
+		if err := f.Apply(&raft.Log{Type: raft.LogCommand, Index: idx, Data: AppendBatch(nil, &b)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return apply, func() uint64 { return idx }
+}
+
 // TestLeaderStartDropsOwnStaleWaiters: a node that stopped serving answered
 // its waiters U or M ("not executed"); when it becomes leader again without
 // another leader's LeaderStart in between, its own LeaderStart must drop
@@ -23,16 +40,7 @@ func (r *recorder) Deliver(e locktable.Effect) { *r = append(*r, e) }
 func TestLeaderStartDropsOwnStaleWaiters(t *testing.T) {
 	var out recorder
 	f := NewFSM(locktable.Limits{MaxKeys: 100, MaxWaiters: 100, MaxWaitersPerKey: 100}, &out)
-	idx := uint64(0)
-	now := time.Now().UnixNano()
-	apply := func(cmds ...Command) {
-		idx++
-		now += int64(time.Millisecond)
-		b := Batch{Time: now, Cmds: cmds}
-		if err := f.Apply(&raft.Log{Type: raft.LogCommand, Index: idx, Data: AppendBatch(nil, &b)}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	apply, _ := applier(t, f)
 	const inc = 7
 	start := func() {
 		meta, _ := json.Marshal(LeaderMeta{ID: "n1", ClientAddr: "127.0.0.1:1", Incarnation: inc})

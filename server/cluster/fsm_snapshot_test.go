@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"testing"
-	"time"
 
 	"github.com/hashicorp/raft"
 
@@ -20,16 +19,7 @@ func TestSnapshotCapturesThenPersists(t *testing.T) {
 	limits := locktable.Limits{MaxKeys: 1000, MaxWaiters: 1000, MaxWaitersPerKey: 100}
 	var out recorder
 	f := NewFSM(limits, &out)
-	idx := uint64(0)
-	now := time.Now().UnixNano()
-	apply := func(cmds ...Command) {
-		idx++
-		now += int64(time.Millisecond)
-		b := Batch{Time: now, Cmds: cmds}
-		if err := f.Apply(&raft.Log{Type: raft.LogCommand, Index: idx, Data: AppendBatch(nil, &b)}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	apply, last := applier(t, f)
 	const inc = 3
 	meta, _ := json.Marshal(LeaderMeta{ID: "n1", ClientAddr: "127.0.0.1:1", Incarnation: inc})
 	apply(Command{Op: OpLeaderStart, Key: meta, Arg: inc})
@@ -60,7 +50,7 @@ func TestSnapshotCapturesThenPersists(t *testing.T) {
 	}
 
 	store := raft.NewInmemSnapshotStore()
-	sink, err := store.Create(raft.SnapshotVersionMax, idx, 1, raft.Configuration{}, 1, nil)
+	sink, err := store.Create(raft.SnapshotVersionMax, last(), 1, raft.Configuration{}, 1, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
