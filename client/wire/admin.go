@@ -103,6 +103,11 @@ type ClockNode struct {
 	Err      string `json:"err,omitempty"`
 }
 
+// Measured reports whether the leader ever sampled this node's clock (a
+// sample has a round trip; a node only ever tried has none, and its offset
+// and bound mean nothing).
+func (c *ClockNode) Measured() bool { return c.RTTUS > 0 }
+
 // AddNodeQuery is the body of `add-node`.
 type AddNodeQuery struct {
 	Cmd        string `json:"cmd"`

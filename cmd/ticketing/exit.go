@@ -25,7 +25,7 @@ const exitCodesHelp = `Exit codes:
   1  unexpected error
   2  usage or configuration error
   3  not acquired: timed out (overridable with -E/--conflict-exit-code)
-  4  not acquired: busy
+  4  not acquired: busy (a server limit, clock unhealthy, or no cluster leader or quorum)
   5  indeterminate: the outcome is unknown; do not enter the critical section
   6  release: not the holder
   7  cannot connect

@@ -282,7 +282,7 @@ func clusterHealthOut(ch admin.ClusterHealthResult, opts *HealthOptions) cluster
 				j.LastContactMS = st.LastContactMS
 			}
 		}
-		if n.Clock != nil {
+		if n.Clock != nil && n.Clock.Measured() {
 			off, bound := n.Clock.OffsetUS, n.Clock.BoundUS
 			j.ClockOffsetUS, j.ClockBoundUS = &off, &bound
 		} else if n.ID == v.LeaderID && v.LeaderID != "" {
@@ -330,7 +330,7 @@ func clusterHealthRows(ch admin.ClusterHealthResult) (header []string, rows [][]
 		switch {
 		case n.ID == v.LeaderID && v.LeaderID != "":
 			row[9] = "reference"
-		case n.Clock != nil:
+		case n.Clock != nil && n.Clock.Measured():
 			row[9] = fmtOffset(time.Duration(n.Clock.OffsetUS)*time.Microsecond, time.Duration(n.Clock.RTTUS/2)*time.Microsecond)
 		}
 		switch {

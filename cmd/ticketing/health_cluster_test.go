@@ -127,6 +127,19 @@ func TestHealthRunCluster(t *testing.T) {
 		t.Errorf("warnings: code %d\n%s", code, out)
 	}
 
+	// A voter the leader tried but never measured: its CLOCK is "-", not a
+	// perfect +0.000ms (and JSON has no offset), and it fails with the error.
+	v = skewView()
+	v.Nodes[0].Status.Clock.Nodes[1] = wire.ClockNode{ID: "n3", Err: "dial tcp: connection refused"}
+	code, out, _, _ = run(t, v, "text")
+	if code != ExitBusy || !regexp.MustCompile(`(?m)^n3\s+h3:7470\s+follower\s+yes\s.*\s-\s+FAIL$`).MatchString(out) ||
+		strings.Contains(out, "+0.000ms") || !strings.Contains(out, "FAIL n3 (h3:7470): the leader cannot sample its clock: dial tcp: connection refused") {
+		t.Errorf("unmeasured clock: code %d\n%s", code, out)
+	}
+	if _, out, _, _ = run(t, v, "json"); strings.Count(out, "clock_offset_us") != 2 { // n1 (reference) and n2
+		t.Errorf("unmeasured clock in JSON:\n%s", out)
+	}
+
 	// A node refusing the credentials: 8.
 	v = sampleView()
 	v.Nodes[2].Err = &client.OpError{Op: "dial", Err: &client.RejectError{Code: wire.CodeAuthFailed}}
