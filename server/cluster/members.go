@@ -24,24 +24,30 @@ func (n *Node) checkIncarnation(id string, st peerStatus) {
 	meta, ok := n.fsm.Nodes()[id]
 	switch {
 	case !ok || meta.Incarnation == 0:
-		m, _ := json.Marshal(NodeMeta{ID: id, ClientAddr: st.Advertise, PeerAddr: meta.PeerAddr, Incarnation: st.Incarnation, Durable: st.Durable})
-		if meta.PeerAddr == "" {
-			m, _ = json.Marshal(NodeMeta{ID: id, ClientAddr: st.Advertise, PeerAddr: n.peerAddrOf(id), Incarnation: st.Incarnation, Durable: st.Durable})
+		peer := meta.PeerAddr
+		if peer == "" {
+			peer = n.peerAddrOf(id)
 		}
-		_ = n.Submit(Command{Op: OpNodeMeta, Key: m})
+		n.submitMeta(NodeMeta{ID: id, ClientAddr: st.Advertise, PeerAddr: peer, Incarnation: st.Incarnation, Durable: st.Durable})
 	case meta.Incarnation != st.Incarnation && !meta.Durable:
 		n.log.Error("refusing a node that restarted without its state under its old id; removing it (rejoin under a new id)", "id", id)
 		_ = n.raft.RemoveServer(raft.ServerID(id), 0, 5*time.Second).Error()
-		m, _ := json.Marshal(NodeMeta{ID: id, Removed: true})
-		_ = n.Submit(Command{Op: OpNodeMeta, Key: m})
+		n.submitMeta(NodeMeta{ID: id, Removed: true})
 	case meta.Incarnation != st.Incarnation && meta.Durable:
-		m, _ := json.Marshal(NodeMeta{ID: id, ClientAddr: st.Advertise, PeerAddr: meta.PeerAddr, Incarnation: st.Incarnation, Durable: st.Durable})
-		_ = n.Submit(Command{Op: OpNodeMeta, Key: m})
+		n.submitMeta(NodeMeta{ID: id, ClientAddr: st.Advertise, PeerAddr: meta.PeerAddr, Incarnation: st.Incarnation, Durable: st.Durable})
 	case meta.ClientAddr != st.Advertise && st.Advertise != "":
 		meta.ClientAddr = st.Advertise
-		m, _ := json.Marshal(meta)
-		_ = n.Submit(Command{Op: OpNodeMeta, Key: m})
+		n.submitMeta(meta)
 	}
+}
+
+// submitMeta replicates a member's metadata (OpNodeMeta). Best effort, as
+// at every call site: the configuration change it describes is already in
+// raft's own log, and checkIncarnation rewrites a member's entry from the
+// next clock sample.
+func (n *Node) submitMeta(m NodeMeta) {
+	b, _ := json.Marshal(m)
+	_ = n.Submit(Command{Op: OpNodeMeta, Key: b})
 }
 
 func (n *Node) peerAddrOf(id string) string {
@@ -138,8 +144,7 @@ func (n *Node) AddNode(ctx context.Context, id, peerAddr, clientAddr string, vot
 		if err := n.raft.AddNonvoter(raft.ServerID(id), raft.ServerAddress(peerAddr), 0, 10*time.Second).Error(); err != nil {
 			return fmt.Errorf("%w: add learner: %v", ErrMembership, err)
 		}
-		m, _ := json.Marshal(NodeMeta{ID: id, ClientAddr: clientAddr, PeerAddr: peerAddr})
-		_ = n.Submit(Command{Op: OpNodeMeta, Key: m})
+		n.submitMeta(NodeMeta{ID: id, ClientAddr: clientAddr, PeerAddr: peerAddr})
 	}
 	if !voter {
 		return nil
@@ -199,8 +204,7 @@ func (n *Node) RemoveNode(ctx context.Context, id string) error {
 	if err := n.raft.RemoveServer(raft.ServerID(id), 0, 10*time.Second).Error(); err != nil {
 		return fmt.Errorf("%w: remove: %v", ErrMembership, err)
 	}
-	m, _ := json.Marshal(NodeMeta{ID: id, Removed: true})
-	_ = n.Submit(Command{Op: OpNodeMeta, Key: m})
+	n.submitMeta(NodeMeta{ID: id, Removed: true})
 	return nil
 }
 

@@ -265,17 +265,9 @@ func (n *Node) snapshotLoop() {
 		if since < max(n.cfg.SnapshotBytes, 2*last) {
 			continue
 		}
-		// Wait for the snapshot, but not past shutdown (raft answers the
-		// future then too; this only keeps Shutdown from depending on it).
-		f := n.raft.Snapshot()
-		errc := make(chan error, 1)
-		go func() { errc <- f.Error() }()
-		var err error
-		select {
-		case err = <-errc:
-		case <-n.done:
-			return
-		}
+		// raft answers the future on shutdown too (ErrRaftShutdown), and
+		// Server.Shutdown bounds the whole shutdown by its budget.
+		err := n.raft.Snapshot().Error()
 		if err != nil && !errors.Is(err, raft.ErrNothingNewToSnapshot) && !errors.Is(err, raft.ErrRaftShutdown) {
 			// A failing store (a full disk) is retried once a second, not
 			// at every tick.
