@@ -1,0 +1,3 @@
+module ticketing.invalid/client-ruby
+
+go 1.26

@@ -1,0 +1,476 @@
+# frozen_string_literal: true
+
+require "socket"
+require "openssl"
+require "securerandom"
+
+module Ticketing
+  # One request in flight. Owned by its sender until enqueued, then by its
+  # connection's pending table until answered or lost, then by its owner:
+  # :caller (a thread waits on it), :abandoned (nobody: a grant is
+  # compensated), :releaser (the background releaser), :dropped (nothing to do).
+  class Call
+    attr_accessor :op, :key, :arg1, :arg2, :counts, :conn, :req_id, :seq, :sent_at, :pending,
+                  :owner, :job, :response, :fail, :fail_err
+
+    def initialize(op, key, arg1 = 0, arg2 = 0, counts: false, owner: :caller)
+      @op = op
+      @key = key
+      @arg1 = arg1
+      @arg2 = arg2
+      @counts = counts
+      @owner = owner
+      @pending = false
+      @fail = nil
+      @done = false
+      @m = Mutex.new
+      @cv = ConditionVariable.new
+    end
+
+    def frame
+      case @op
+      when Wire::OP_ACQUIRE then Wire.encode_acquire(@req_id, @key, @arg1, @arg2)
+      when Wire::OP_RELEASE then Wire.encode_release(@req_id, @key, @arg1)
+      when Wire::OP_CANCEL then Wire.encode_cancel(@req_id, @key, @arg1)
+      when Wire::OP_PING then Wire.encode_ping(@req_id)
+      end
+    end
+
+    def finish!
+      @m.synchronize do
+        @done = true
+        @cv.broadcast
+      end
+    end
+
+    def done?
+      @m.synchronize { @done }
+    end
+
+    # Waits until answered (or lost); with a timeout in seconds, false when it ran out.
+    def wait_done(timeout = nil)
+      @m.synchronize do
+        if timeout
+          limit = Ticketing.now + timeout
+          until @done
+            left = limit - Ticketing.now
+            return false if left <= 0
+
+            @cv.wait(@m, left)
+          end
+        else
+          @cv.wait(@m) until @done
+        end
+        true
+      end
+    end
+  end
+
+  # One persistent connection to one address, kept by a supervisor thread
+  # (connect, handshake, read loop, back off, again) until the client closes.
+  # Senders append frames to wbuf under @mu and flush under @wmu: whoever
+  # flushes writes every frame queued so far in one write, so concurrent
+  # callers share syscalls. A call whose frame was taken for writing (seq <
+  # @taken) may have reached the server ("lost" when the connection dies);
+  # any other was never sent ("unsent": safe to retry).
+  #
+  # Lock order: @wmu -> @mu -> Call's lock; the client's lock is never taken
+  # while @mu is held.
+  class Connection
+    READ_SIZE = 64 * 1024
+    MAX_WRITE_BUFFER = 4 << 20
+
+    attr_reader :addr
+
+    def initialize(client, addr)
+      @client = client
+      @addr = addr
+      @host, @port = Ticketing.split_addr(addr)
+      @mu = Mutex.new
+      @wmu = Mutex.new
+      @state = :down
+      @sock = nil
+      @ever_up = false
+      @failures = 0
+      @max_inflight = 1
+      @inflight = 0
+      @pending = {}
+      @next_id = 0
+      @wbuf = String.new(encoding: Encoding::BINARY)
+      @seq = 0
+      @taken = 0
+      @thread = nil
+    end
+
+    def start
+      @thread = Thread.new { run }
+      @thread.name = "ticketing #{@addr}" if @thread.respond_to?(:name=)
+      @thread.report_on_exception = false
+      self
+    end
+
+    def join(limit = 5)
+      @thread&.join(limit)
+    end
+
+    def up?
+      @mu.synchronize { @state == :up }
+    end
+
+    def failures
+      @mu.synchronize { @failures }
+    end
+
+    # Still on its first attempt: never up, never failed.
+    def connecting?
+      @mu.synchronize { @state == :down && !@ever_up && @failures.zero? }
+    end
+
+    # Queues call's frame; :ok, :down (not connected or too much unsent), or
+    # :full (every max_inflight slot in use).
+    def enqueue(call)
+      @mu.synchronize do
+        return :down if @state != :up || @wbuf.bytesize > MAX_WRITE_BUFFER
+        return :full if call.counts && @inflight >= @max_inflight
+
+        enqueue_locked(call)
+      end
+      flush
+      :ok
+    end
+
+    # Leaves a pending call to the connection: a queued acquire is withdrawn
+    # with C and a grant that wins the race is compensated. False when the
+    # call was already answered (its result is on the call).
+    def abandon(call)
+      @mu.synchronize do
+        return false unless call.pending
+
+        call.owner = :abandoned
+        enqueue_locked(Call.new(Wire::OP_CANCEL, call.key, call.req_id, owner: :dropped)) if call.op == Wire::OP_ACQUIRE && call.counts
+      end
+      flush
+      true
+    end
+
+    # Gives a pending call to new_owner (with job); false when already answered.
+    def reown(call, new_owner, job = nil)
+      @mu.synchronize do
+        return false unless call.pending
+
+        call.owner = new_owner
+        call.job = job
+        true
+      end
+    end
+
+    def shutdown
+      sock = @mu.synchronize { @sock }
+      kill(sock, ClosedError.new("client closed")) if sock
+    end
+
+    # After fork: forget the parent's socket without a TLS close_notify or a
+    # shutdown that would disturb the parent's stream.
+    def abandon_after_fork
+      @mu.synchronize do
+        s = @sock
+        @sock = nil
+        @state = :down
+        @pending.clear
+        begin
+          (s.respond_to?(:to_io) ? s.to_io : s)&.close
+        rescue StandardError
+          nil
+        end
+      end
+    end
+
+    private
+
+    def enqueue_locked(call)
+      id = alloc_id
+      call.conn = self
+      call.req_id = id
+      call.seq = @seq
+      call.pending = true
+      @seq += 1
+      @pending[id] = call
+      @inflight += 1 if call.counts
+      call.sent_at = Ticketing.now if call.op == Wire::OP_ACQUIRE # t_send (protocol.md §5)
+      @wbuf << call.frame
+    end
+
+    # The next req_id no outstanding request of this connection uses; 0 skipped.
+    def alloc_id
+      loop do
+        @next_id = (@next_id + 1) & Wire::MAX_U32
+        next if @next_id.zero?
+        return @next_id unless @pending.key?(@next_id)
+      end
+    end
+
+    def flush
+      @wmu.synchronize do
+        sock = nil
+        data = nil
+        @mu.synchronize do
+          return if @state != :up || @wbuf.empty?
+
+          sock = @sock
+          data = @wbuf
+          @wbuf = String.new(encoding: Encoding::BINARY)
+          @taken = @seq
+        end
+        begin
+          sock.write(data)
+        rescue StandardError => e
+          kill(sock, e)
+        end
+      end
+    end
+
+    def run
+      attempt = 0
+      until @client.closed?
+        if attempt.positive?
+          d = @client.backoff_delay(attempt)
+          @client.on_reconnect&.call(@addr, attempt, d)
+          break unless @client.sleep_unless_closed(d)
+        end
+        begin
+          sock, welcome = connect
+        rescue StandardError => e
+          break if @client.closed?
+
+          failed(e)
+          attempt += 1
+          next
+        end
+        unless up(sock, welcome)
+          close_quietly(sock)
+          break
+        end
+        read_loop(sock)
+        attempt = 1
+      end
+    end
+
+    def connect
+      deadline = Ticketing.now + @client.connect_timeout
+      raw = begin
+        Socket.tcp(@host, @port, connect_timeout: @client.connect_timeout)
+      rescue SocketError => e
+        raise ConnectionError, "cannot resolve #{@addr}: #{e.message}"
+      rescue SystemCallError, IOError => e
+        raise ConnectionError, "connect #{@addr}: #{e.message}"
+      end
+      begin
+        tune(raw)
+        sock = raw
+        sock = tls_connect(raw, deadline) if @client.tls_context
+        welcome = handshake(sock, deadline)
+        [sock, welcome]
+      rescue StandardError
+        close_quietly(raw)
+        raise
+      end
+    end
+
+    def tune(raw)
+      raw.setsockopt(Socket::IPPROTO_TCP, Socket::TCP_NODELAY, 1)
+      raw.setsockopt(Socket::SOL_SOCKET, Socket::SO_KEEPALIVE, true)
+      if defined?(Socket::TCP_KEEPIDLE)
+        raw.setsockopt(Socket::IPPROTO_TCP, Socket::TCP_KEEPIDLE, 15)
+        raw.setsockopt(Socket::IPPROTO_TCP, Socket::TCP_KEEPINTVL, 5)
+        raw.setsockopt(Socket::IPPROTO_TCP, Socket::TCP_KEEPCNT, 3)
+      end
+    rescue SystemCallError
+      nil
+    end
+
+    def tls_connect(raw, deadline)
+      ssl = OpenSSL::SSL::SSLSocket.new(raw, @client.tls_context)
+      ssl.sync_close = true
+      ssl.hostname = @client.tls_server_name || @host
+      loop do
+        case ssl.connect_nonblock(exception: false)
+        when :wait_readable then wait_io(raw, :r, deadline, "TLS handshake")
+        when :wait_writable then wait_io(raw, :w, deadline, "TLS handshake")
+        else break
+        end
+      end
+      ssl.post_connection_check(ssl.hostname) if @client.tls_context.verify_mode != OpenSSL::SSL::VERIFY_NONE
+      ssl
+    rescue OpenSSL::SSL::SSLError => e
+      raise TLSError, "TLS handshake with #{@addr}: #{e.message}"
+    end
+
+    def wait_io(io, dir, deadline, what)
+      left = deadline - Ticketing.now
+      ready = left.positive? && (dir == :r ? IO.select([io], nil, nil, left) : IO.select(nil, [io], nil, left))
+      raise ConnectionError, "#{what} with #{@addr}: no answer within #{@client.connect_timeout}s" unless ready
+    end
+
+    def read_full(sock, n, deadline, what)
+      buf = String.new(encoding: Encoding::BINARY)
+      while buf.bytesize < n
+        r = sock.read_nonblock(n - buf.bytesize, exception: false)
+        case r
+        when :wait_readable then wait_io(sock.respond_to?(:to_io) ? sock.to_io : sock, :r, deadline, what)
+        when :wait_writable then wait_io(sock.respond_to?(:to_io) ? sock.to_io : sock, :w, deadline, what)
+        when nil then raise ConnectionError, "#{what} from #{@addr}: connection closed"
+        else buf << r
+        end
+      end
+      buf
+    rescue OpenSSL::SSL::SSLError => e
+      raise TLSError, "#{what} from #{@addr}: #{e.message}"
+    rescue SystemCallError, IOError => e
+      raise ConnectionError, "#{what} from #{@addr}: #{e.message}"
+    end
+
+    def handshake(sock, deadline)
+      hello = begin
+        Wire.parse_hello(read_full(sock, Wire::HELLO_LEN, deadline, "reading HELLO"))
+      rescue Wire::DecodeError => e
+        raise ProtocolError, "#{@addr} is not a ticketing v1 server: #{e.message}"
+      end
+      token = @client.auth_token
+      role = @client.role
+      nonce = SecureRandom.random_bytes(Wire::NONCE_LEN)
+      proof = Wire.client_proof(token, role, hello.nonce, nonce)
+      begin
+        sock.write(Wire.encode_auth(role, nonce, proof))
+      rescue SystemCallError, IOError, OpenSSL::SSL::SSLError => e
+        raise ConnectionError, "sending AUTH to #{@addr}: #{e.message}"
+      end
+      w = begin
+        Wire.parse_welcome(read_full(sock, Wire::WELCOME_LEN, deadline, "reading WELCOME"))
+      rescue Wire::DecodeError => e
+        raise ProtocolError, "bad WELCOME from #{@addr}: #{e.message}"
+      end
+      unless w.accepted?
+        name = Wire.code_name(w.code)
+        if [10, 11].include?(w.code)
+          hint = w.code == 11 && token.empty? && hello.tokens_configured? ? " (the server requires a token and none is configured)" : ""
+          raise AuthenticationError, "#{@addr} rejected the handshake: #{name}#{hint}"
+        end
+        raise ConnectionError, "#{@addr} rejected the connection: #{name}"
+      end
+      if !token.empty? && !Wire.proof_equal?(Wire.server_proof(token, role, nonce, hello.nonce), w.proof)
+        raise AuthenticationError, "#{@addr} did not prove the token (an impostor, or a server without this token)"
+      end
+
+      w.max_inflight = 1 if w.max_inflight.zero?
+      w
+    end
+
+    def failed(err)
+      n = @mu.synchronize { @failures += 1 }
+      @client.connection_failed(self, err, n)
+    end
+
+    def up(sock, welcome)
+      @mu.synchronize do
+        return false if @client.closed?
+
+        @state = :up
+        @sock = sock
+        @ever_up = true
+        @failures = 0
+        @max_inflight = [welcome.max_inflight, 1 << 30].min
+        @inflight = 0
+        @next_id = 0
+        @seq = 0
+        @taken = 0
+        @wbuf = String.new(encoding: Encoding::BINARY)
+      end
+      @client.changed
+      true
+    end
+
+    def read_loop(sock)
+      buf = String.new(capacity: READ_SIZE, encoding: Encoding::BINARY)
+      loop do
+        chunk = sock.readpartial(READ_SIZE)
+        buf << chunk
+        off = dispatch(buf)
+        buf = off == buf.bytesize ? String.new(capacity: READ_SIZE, encoding: Encoding::BINARY) : buf.byteslice(off..)
+      end
+    rescue Wire::DecodeError => e
+      kill(sock, ProtocolError.new("#{@addr} broke the protocol: #{e.message}"))
+    rescue ProtocolError => e
+      kill(sock, e)
+    rescue StandardError => e
+      kill(sock, e)
+    end
+
+    # Matches every complete response in buf to its pending call and
+    # completes them after unlocking; returns the bytes consumed.
+    def dispatch(buf)
+      done = []
+      off = 0
+      freed = false
+      err = nil
+      @mu.synchronize do
+        loop do
+          resp, n = Wire.parse_response(buf, off)
+          break if n.zero?
+
+          off += n
+          call = @pending[resp.req_id]
+          next if call.nil? # not ours (e.g. a duplicate after a withdrawn call)
+          next if resp.status == Wire::STATUS_ERROR && resp.code == Wire::CODE_DUPLICATE_REQ_ID # §2.1
+
+          unless Wire::FITS.fetch(call.op).include?(resp.status)
+            err = ProtocolError.new("#{@addr} answered #{call.op.chr} with #{resp.status.chr}")
+            break
+          end
+          @pending.delete(resp.req_id)
+          call.pending = false
+          if call.counts
+            @inflight -= 1
+            freed = true
+          end
+          call.response = resp
+          done << call
+        end
+      end
+      done.each { |c| @client.complete(c) }
+      @client.changed if freed
+      raise err if err
+
+      off
+    end
+
+    # Takes sock down (once) and completes every pending call as unsent or lost.
+    def kill(sock, cause)
+      calls = nil
+      @mu.synchronize do
+        return if @state != :up || !@sock.equal?(sock)
+
+        @state = :down
+        @sock = nil
+        calls = @pending.values
+        @pending = {}
+        calls.each do |c|
+          c.pending = false
+          c.fail = c.seq < @taken ? :lost : :unsent
+          c.fail_err = cause
+        end
+        @inflight = 0
+        @wbuf = String.new(encoding: Encoding::BINARY)
+      end
+      close_quietly(sock)
+      @client.connection_lost(self, cause, calls.size) unless cause.is_a?(ClosedError)
+      calls.each { |c| @client.complete(c) }
+      @client.changed
+    end
+
+    def close_quietly(sock)
+      sock&.close
+    rescue StandardError
+      nil
+    end
+  end
+end

@@ -1,0 +1,61 @@
+# frozen_string_literal: true
+
+module Ticketing
+  # A granted lock. Ownership lives in the token, not in a thread: any thread
+  # (or any process that knows key and token) may release it.
+  class Lease
+    # The key (String) and the fencing token (Integer, exact u64).
+    attr_reader :key, :token, :client
+
+    # deadline: the conservative local end of the lease, in monotonic seconds
+    # (Process.clock_gettime(Process::CLOCK_MONOTONIC)): send time + time
+    # queued (from G) + lease (protocol.md §5).
+    attr_reader :deadline
+
+    def initialize(client, key, token, deadline)
+      @client = client
+      @key = key
+      @token = token
+      @deadline = deadline
+      @released = false
+      @mu = Mutex.new
+    end
+
+    # Seconds left before the local deadline (0.0 once passed).
+    def remaining
+      [@deadline - Ticketing.now, 0.0].max
+    end
+
+    # True once the local deadline passed: stop writing under this lock.
+    def expired?
+      remaining <= 0
+    end
+
+    # True when fewer than margin seconds are left (default 10% of nothing:
+    # pass the margin your writes need).
+    def expiring?(margin)
+      remaining <= margin
+    end
+
+    # True once the server confirmed the release (O).
+    def released?
+      @mu.synchronize { @released }
+    end
+
+    # Releases the lock; true when the server answered O. Idempotent: a lease
+    # already released returns true without a request. Raises NotHolder or
+    # Indeterminate as Client#release does; the handle stays unreleased then.
+    def release
+      return true if released?
+
+      @client.release(@key, @token)
+      @mu.synchronize { @released = true }
+      true
+    end
+
+    def inspect
+      "#<Ticketing::Lease key=#{@key.inspect} token=#{@token} remaining=#{format('%.3f', remaining)}s#{released? ? ' released' : ''}>"
+    end
+    alias to_s inspect
+  end
+end
