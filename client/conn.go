@@ -2,12 +2,10 @@ package client
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"runtime"
@@ -166,41 +164,18 @@ func (cn *conn) handshake(ctx context.Context, raw net.Conn) (net.Conn, wire.Wel
 		}
 		nc = tc
 	}
-	var b [wire.AuthLen]byte
-	if _, err := io.ReadFull(nc, b[:wire.HelloLen]); err != nil {
-		return nil, wire.Welcome{}, fmt.Errorf("reading HELLO: %w", err)
-	}
-	h, err := wire.ParseHello(b[:wire.HelloLen])
-	if err != nil {
-		return nil, wire.Welcome{}, fmt.Errorf("not a ticketing v1 server: %w", err)
-	}
-	a := wire.Auth{Role: cl.role}
-	if _, err := rand.Read(a.Nonce[:]); err != nil {
-		return nil, wire.Welcome{}, err
-	}
-	a.Proof = wire.ClientProof(cl.token, cl.role, &h.Nonce, &a.Nonce)
-	if _, err := nc.Write(wire.AppendAuth(b[:0], &a)); err != nil {
-		return nil, wire.Welcome{}, fmt.Errorf("sending AUTH: %w", err)
-	}
-	if _, err := io.ReadFull(nc, b[:wire.WelcomeLen]); err != nil {
-		return nil, wire.Welcome{}, fmt.Errorf("reading WELCOME: %w", err)
-	}
-	w, err := wire.ParseWelcome(b[:wire.WelcomeLen])
-	if err != nil {
-		return nil, wire.Welcome{}, fmt.Errorf("bad WELCOME: %w", err)
-	}
-	if !w.Accepted() {
+	h, w, err := wire.ClientHandshake(nc, cl.role, cl.token)
+	switch {
+	case errors.Is(err, wire.ErrRejected):
 		rej := &RejectError{Code: w.Code}
 		if w.Code == wire.CodeAuthFailed && len(cl.token) == 0 && h.TokensConfigured() {
 			return nil, w, fmt.Errorf("%w (the server requires a token and none is configured)", rej)
 		}
 		return nil, w, rej
-	}
-	if len(cl.token) > 0 {
-		want := wire.ServerProof(cl.token, cl.role, &a.Nonce, &h.Nonce)
-		if !wire.ProofEqual(&want, &w.Proof) {
-			return nil, w, fmt.Errorf("%w: the server did not prove the token (an impostor, or a server without this token)", ErrAuth)
-		}
+	case errors.Is(err, wire.ErrServerProof):
+		return nil, w, fmt.Errorf("%w: the server did not prove the token (an impostor, or a server without this token)", ErrAuth)
+	case err != nil:
+		return nil, wire.Welcome{}, err
 	}
 	if w.MaxInflight == 0 {
 		w.MaxInflight = 1

@@ -2,7 +2,11 @@ package wire
 
 import (
 	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
 )
 
 // Hello is the server's first frame (§1.1), 40 bytes.
@@ -167,3 +171,58 @@ func proof(token []byte, label string, role Role, first, second *[NonceLen]byte)
 
 // ProofEqual compares two proofs in constant time (§1.3).
 func ProofEqual(a, b *[ProofLen]byte) bool { return hmac.Equal(a[:], b[:]) }
+
+// Errors of ClientHandshake besides the frame errors and I/O errors it wraps.
+var (
+	// ErrRejected: the server answered REJECT; the returned Welcome holds the code.
+	ErrRejected = errors.New("wire: handshake rejected")
+	// ErrServerProof: WELCOME's server_proof is wrong (a token was given):
+	// the peer does not hold the token, an impostor.
+	ErrServerProof = errors.New("wire: the server did not prove the token")
+)
+
+// ClientHandshake runs the client side of the handshake (§1) on rw, an
+// established (and, with TLS, already TLS-handshaken) connection: read
+// HELLO, send AUTH for role with a fresh client nonce, read WELCOME/REJECT
+// and, when token is not empty, check the server's proof. The caller sets
+// the deadline. It returns the HELLO and the WELCOME (also on a REJECT).
+//
+// Errors wrap, in the order they can happen: the read error ("reading
+// HELLO"), a ParseHello error ("not a ticketing v1 server"), the write error
+// ("sending AUTH"), the read error ("reading WELCOME"), a ParseWelcome error
+// ("bad WELCOME"), ErrRejected (the code is in the Welcome), ErrServerProof.
+func ClientHandshake(rw io.ReadWriter, role Role, token []byte) (Hello, Welcome, error) {
+	var b [AuthLen]byte
+	if _, err := io.ReadFull(rw, b[:HelloLen]); err != nil {
+		return Hello{}, Welcome{}, fmt.Errorf("reading HELLO: %w", err)
+	}
+	h, err := ParseHello(b[:HelloLen])
+	if err != nil {
+		return h, Welcome{}, fmt.Errorf("not a ticketing v1 server: %w", err)
+	}
+	a := Auth{Role: role}
+	if _, err := rand.Read(a.Nonce[:]); err != nil {
+		return h, Welcome{}, err
+	}
+	a.Proof = ClientProof(token, role, &h.Nonce, &a.Nonce)
+	if _, err := rw.Write(AppendAuth(b[:0], &a)); err != nil {
+		return h, Welcome{}, fmt.Errorf("sending AUTH: %w", err)
+	}
+	if _, err := io.ReadFull(rw, b[:WelcomeLen]); err != nil {
+		return h, Welcome{}, fmt.Errorf("reading WELCOME: %w", err)
+	}
+	w, err := ParseWelcome(b[:WelcomeLen])
+	if err != nil {
+		return h, w, fmt.Errorf("bad WELCOME: %w", err)
+	}
+	if !w.Accepted() {
+		return h, w, fmt.Errorf("%w: %s", ErrRejected, w.Code)
+	}
+	if len(token) > 0 {
+		want := ServerProof(token, role, &a.Nonce, &h.Nonce)
+		if !ProofEqual(&want, &w.Proof) {
+			return h, w, ErrServerProof
+		}
+	}
+	return h, w, nil
+}

@@ -3,11 +3,9 @@ package cluster
 import (
 	"bufio"
 	"context"
-	"crypto/rand"
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"sync"
 	"time"
@@ -60,41 +58,20 @@ func DialPeer(ctx context.Context, addr string, token string, tlsCfg *tls.Config
 		}
 		nc = tc
 	}
-	var hb [wire.WelcomeLen]byte
-	if _, err := io.ReadFull(nc, hb[:wire.HelloLen]); err != nil {
-		nc.Close()
-		return nil, err
-	}
-	hello, err := wire.ParseHello(hb[:])
-	if err != nil {
-		nc.Close()
-		return nil, fmt.Errorf("%w: %v", ErrPeerAuth, err)
-	}
-	a := wire.Auth{Role: wire.RolePeer}
-	if _, err := rand.Read(a.Nonce[:]); err != nil {
-		nc.Close()
-		return nil, err
-	}
-	a.Proof = wire.ClientProof([]byte(token), wire.RolePeer, &hello.Nonce, &a.Nonce)
-	if _, err := nc.Write(wire.AppendAuth(nil, &a)); err != nil {
-		nc.Close()
-		return nil, err
-	}
-	if _, err := io.ReadFull(nc, hb[:]); err != nil {
-		nc.Close()
-		return nil, err
-	}
-	w, err := wire.ParseWelcome(hb[:])
-	if err != nil || !w.Accepted() {
+	_, w, err := wire.ClientHandshake(nc, wire.RolePeer, []byte(token))
+	switch {
+	case errors.Is(err, wire.ErrRejected):
 		nc.Close()
 		return nil, fmt.Errorf("%w: rejected (%s)", ErrPeerAuth, w.Code)
-	}
-	if token != "" {
-		want := wire.ServerProof([]byte(token), wire.RolePeer, &a.Nonce, &hello.Nonce)
-		if !wire.ProofEqual(&want, &w.Proof) {
-			nc.Close()
-			return nil, fmt.Errorf("%w: the peer did not prove the token", ErrPeerAuth)
+	case errors.Is(err, wire.ErrServerProof):
+		nc.Close()
+		return nil, fmt.Errorf("%w: the peer did not prove the token", ErrPeerAuth)
+	case err != nil:
+		nc.Close()
+		if errors.Is(err, wire.ErrBadMagic) || errors.Is(err, wire.ErrBadVersion) || errors.Is(err, wire.ErrBadReserved) || errors.Is(err, wire.ErrBadStatus) {
+			return nil, fmt.Errorf("%w: %v", ErrPeerAuth, err)
 		}
+		return nil, err
 	}
 	_ = nc.SetDeadline(time.Time{})
 	return nc, nil

@@ -2,10 +2,8 @@ package clustertest
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"sync"
 	"time"
@@ -46,35 +44,9 @@ func DialRawAuth(ctx context.Context, addr string, role wire.Role, token string)
 		dl = time.Now().Add(5 * time.Second)
 	}
 	_ = nc.SetDeadline(dl)
-	var hb [wire.WelcomeLen]byte
-	if _, err := io.ReadFull(nc, hb[:wire.HelloLen]); err != nil {
+	if _, _, err := wire.ClientHandshake(nc, role, []byte(token)); err != nil {
 		nc.Close()
 		return nil, err
-	}
-	hello, err := wire.ParseHello(hb[:wire.HelloLen])
-	if err != nil {
-		nc.Close()
-		return nil, err
-	}
-	a := wire.Auth{Role: role}
-	_, _ = rand.Read(a.Nonce[:])
-	var tok []byte
-	if token != "" {
-		tok = []byte(token)
-	}
-	a.Proof = wire.ClientProof(tok, role, &hello.Nonce, &a.Nonce)
-	if _, err := nc.Write(wire.AppendAuth(nil, &a)); err != nil {
-		nc.Close()
-		return nil, err
-	}
-	if _, err := io.ReadFull(nc, hb[:]); err != nil {
-		nc.Close()
-		return nil, err
-	}
-	w, err := wire.ParseWelcome(hb[:])
-	if err != nil || !w.Accepted() {
-		nc.Close()
-		return nil, fmt.Errorf("rejected: %v %v", err, w.Code)
 	}
 	_ = nc.SetDeadline(time.Time{})
 	return &Raw{Addr: addr, nc: nc}, nil
