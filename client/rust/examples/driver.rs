@@ -1,0 +1,320 @@
+//! The testkit driver (shared/design/testkit.md): JSON lines on stdin, one
+//! result line per command on stdout, in completion order. Commands run
+//! concurrently on one `ticketing::Client`; `cancel` drops the target's
+//! acquire future (the crate's native cancellation).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{json, Map, Value};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::sync::{mpsc, oneshot, watch};
+use ticketing::{Client, Config, Error};
+
+type Out = mpsc::UnboundedSender<Value>;
+
+#[derive(Default)]
+struct State {
+    client: Option<Client>,
+    /// Closed when the current client is closed: pending commands answer `closed`.
+    gen: Option<watch::Sender<bool>>,
+    cancels: HashMap<i64, oneshot::Sender<()>>,
+}
+
+type Shared = Arc<Mutex<State>>;
+
+fn err_line(id: &Value, e: &Error) -> Value {
+    let kind = match e {
+        Error::Timeout => "timeout",
+        Error::Busy(_) | Error::NoLeader => "busy",
+        Error::Indeterminate => "indeterminate",
+        Error::NotHolder => "not_holder",
+        Error::Invalid(_) => "invalid",
+        Error::Auth => "auth",
+        Error::Tls(_) => "tls",
+        Error::Connect(_) => "connect",
+        Error::Cancelled => "cancelled",
+        Error::Closed => "closed",
+        Error::Protocol(_) => "protocol",
+        _ => "internal",
+    };
+    let mut m = Map::new();
+    m.insert("id".into(), id.clone());
+    m.insert("ok".into(), Value::Bool(false));
+    m.insert("error".into(), kind.into());
+    if let Some(c) = e.code() {
+        m.insert("code".into(), c.0.into());
+    }
+    m.insert("message".into(), e.to_string().into());
+    Value::Object(m)
+}
+
+fn simple_err(id: &Value, kind: &str, msg: &str) -> Value {
+    json!({"id": id, "ok": false, "error": kind, "message": msg})
+}
+
+fn ok_line(id: &Value, mut fields: Map<String, Value>) -> Value {
+    fields.insert("id".into(), id.clone());
+    fields.insert("ok".into(), Value::Bool(true));
+    Value::Object(fields)
+}
+
+fn key_of(cmd: &Value) -> Result<Vec<u8>, String> {
+    if let Some(k) = cmd.get("key").and_then(Value::as_str) {
+        return Ok(k.as_bytes().to_vec());
+    }
+    if let Some(h) = cmd.get("key_hex").and_then(Value::as_str) {
+        if h.len() % 2 != 0 {
+            return Err("key_hex: odd length".into());
+        }
+        return (0..h.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&h[i..i + 2], 16).map_err(|e| format!("key_hex: {e}")))
+            .collect();
+    }
+    Err("missing key".into())
+}
+
+fn ms(cmd: &Value, name: &str) -> Result<Duration, String> {
+    match cmd.get(name) {
+        None | Some(Value::Null) => Ok(Duration::ZERO),
+        Some(v) => match v.as_i64() {
+            Some(n) if n >= 0 => Ok(Duration::from_millis(n as u64)),
+            // A negative duration: the client's own argument check.
+            Some(_) => Err(format!("{name} must not be negative")),
+            None => Err(format!("{name} must be an integer")),
+        },
+    }
+}
+
+fn current(st: &Shared) -> Option<(Client, watch::Receiver<bool>)> {
+    let s = st.lock().unwrap();
+    Some((s.client.clone()?, s.gen.as_ref()?.subscribe()))
+}
+
+async fn run_cmd(st: Shared, out: Out, cmd: Value) {
+    let id = cmd.get("id").cloned().unwrap_or(Value::Null);
+    let name = cmd.get("cmd").and_then(Value::as_str).unwrap_or("").to_string();
+    let line = match name.as_str() {
+        "connect" => connect(&st, &id, &cmd).await,
+        "info" => {
+            let mut m = Map::new();
+            m.insert("language".into(), "rust".into());
+            m.insert("client_version".into(), ticketing::VERSION.into());
+            m.insert("runtime".into(), format!("tokio, rustc {}", option_env!("RUSTC_VERSION").unwrap_or("1.x")).into());
+            ok_line(&id, m)
+        }
+        "close" => {
+            let (c, g) = {
+                let mut s = st.lock().unwrap();
+                (s.client.take(), s.gen.take())
+            };
+            if let Some(g) = g {
+                let _ = g.send(true);
+            }
+            if let Some(c) = c {
+                c.close().await;
+            }
+            ok_line(&id, Map::new())
+        }
+        "cancel" => {
+            let target = cmd.get("target").and_then(Value::as_i64).unwrap_or(-1);
+            if let Some(tx) = st.lock().unwrap().cancels.remove(&target) {
+                let _ = tx.send(());
+            }
+            ok_line(&id, Map::new())
+        }
+        "acquire" | "release" | "with_lock" => {
+            let Some((client, mut gen)) = current(&st) else {
+                let _ = out.send(simple_err(&id, "closed", "no client (connect first)"));
+                return;
+            };
+            let cancel_rx = if name == "acquire" {
+                let (tx, rx) = oneshot::channel();
+                if let Some(n) = id.as_i64() {
+                    st.lock().unwrap().cancels.insert(n, tx);
+                }
+                Some(rx)
+            } else {
+                None
+            };
+            let work = op(&client, &id, &name, &cmd);
+            let line = tokio::select! {
+                l = work => l,
+                _ = async { match cancel_rx { Some(rx) => { let _ = rx.await; } None => std::future::pending().await } } => {
+                    // The acquire future was dropped: the client withdrew it.
+                    err_line(&id, &Error::Cancelled)
+                }
+                _ = gen.wait_for(|c| *c) => err_line(&id, &Error::Closed),
+            };
+            if let Some(n) = id.as_i64() {
+                st.lock().unwrap().cancels.remove(&n);
+            }
+            line
+        }
+        other => simple_err(&id, "internal", &format!("unknown cmd {other:?}")),
+    };
+    let _ = out.send(line);
+}
+
+async fn op(client: &Client, id: &Value, name: &str, cmd: &Value) -> Value {
+    let key = match key_of(cmd) {
+        Ok(k) => k,
+        Err(m) => return simple_err(id, "invalid", &m),
+    };
+    let (lease, wait) = match (ms(cmd, "lease_ms"), ms(cmd, "wait_ms")) {
+        (Ok(l), Ok(w)) => (l, w),
+        (Err(m), _) | (_, Err(m)) => return simple_err(id, "invalid", &m),
+    };
+    match name {
+        "acquire" => match client.acquire(&key, lease, wait).await {
+            Ok(l) => {
+                let mut m = Map::new();
+                m.insert("token".into(), l.token().to_string().into());
+                m.insert("deadline_in_ms".into(), (l.remaining().as_millis() as u64).into());
+                // The runner releases by token: keep the lock held.
+                let _ = l.detach();
+                ok_line(id, m)
+            }
+            Err(e) => err_line(id, &e),
+        },
+        "release" => {
+            let token = cmd.get("token").and_then(|t| match t {
+                Value::String(s) => s.parse::<u64>().ok(),
+                Value::Number(n) => n.as_u64(),
+                _ => None,
+            });
+            let Some(token) = token else {
+                return simple_err(id, "invalid", "token must be a decimal string");
+            };
+            match client.release(&key, token).await {
+                Ok(()) => ok_line(id, Map::new()),
+                Err(e) => err_line(id, &e),
+            }
+        }
+        _ => {
+            let hold = ms(cmd, "hold_ms").unwrap_or_default();
+            let fail = cmd.get("fail").and_then(Value::as_bool).unwrap_or(false);
+            let r = client
+                .with_lock(&key, lease, wait, async |l| {
+                    tokio::time::sleep(hold).await;
+                    if fail {
+                        Err(l.token())
+                    } else {
+                        Ok(l.token())
+                    }
+                })
+                .await;
+            match r {
+                // The failing scope's error is swallowed once the scope released the lock.
+                Ok(Ok(t)) | Ok(Err(t)) => {
+                    let mut m = Map::new();
+                    m.insert("token".into(), t.to_string().into());
+                    ok_line(id, m)
+                }
+                Err(e) => err_line(id, &e),
+            }
+        }
+    }
+}
+
+async fn connect(st: &Shared, id: &Value, cmd: &Value) -> Value {
+    let old = {
+        let mut s = st.lock().unwrap();
+        let g = s.gen.take();
+        if let Some(g) = g {
+            let _ = g.send(true);
+        }
+        s.client.take()
+    };
+    if let Some(c) = old {
+        c.close().await;
+    }
+    let mut b = Config::builder();
+    if let Some(addrs) = cmd.get("addrs").and_then(Value::as_array) {
+        b = b.addrs(addrs.iter().filter_map(Value::as_str).map(str::to_string));
+    }
+    if let Some(t) = cmd.get("token").and_then(Value::as_str) {
+        b = b.token(t);
+    }
+    if let Some(n) = cmd.get("connect_timeout_ms").and_then(Value::as_u64) {
+        b = b.connect_timeout(Duration::from_millis(n));
+    }
+    if let Some(tls) = cmd.get("tls").filter(|v| v.is_object()) {
+        let s = |k: &str| tls.get(k).and_then(Value::as_str).filter(|s| !s.is_empty()).map(str::to_string);
+        let Some(ca) = s("ca") else {
+            return simple_err(id, "tls", "tls.ca missing");
+        };
+        let client = match (s("cert"), s("key")) {
+            (Some(c), Some(k)) => Some((c, k)),
+            _ => None,
+        };
+        let mut t = match ticketing::TlsConfig::from_pem_files(ca, client) {
+            Ok(t) => t,
+            Err(e) => return err_line(id, &e),
+        };
+        if let Some(n) = s("server_name") {
+            t = t.server_name(n);
+        }
+        b = b.tls(t);
+    }
+    let cfg = match b.build() {
+        Ok(c) => c,
+        Err(e) => return err_line(id, &e),
+    };
+    match Client::connect(cfg).await {
+        Ok(c) => {
+            let mut s = st.lock().unwrap();
+            s.client = Some(c);
+            s.gen = Some(watch::channel(false).0);
+            ok_line(id, Map::new())
+        }
+        Err(e) => err_line(id, &e),
+    }
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let (out_tx, mut out_rx) = mpsc::unbounded_channel::<Value>();
+    let writer = tokio::spawn(async move {
+        let mut stdout = tokio::io::stdout();
+        while let Some(v) = out_rx.recv().await {
+            let mut line = v.to_string();
+            line.push('\n');
+            if stdout.write_all(line.as_bytes()).await.is_err() || stdout.flush().await.is_err() {
+                break;
+            }
+        }
+    });
+    let st: Shared = Arc::default();
+    let mut lines = BufReader::new(tokio::io::stdin()).lines();
+    let mut tasks = tokio::task::JoinSet::new();
+    while let Ok(Some(line)) = lines.next_line().await {
+        if line.trim().is_empty() {
+            continue;
+        }
+        match serde_json::from_str::<Value>(&line) {
+            Ok(cmd) => {
+                tasks.spawn(run_cmd(st.clone(), out_tx.clone(), cmd));
+            }
+            Err(e) => {
+                let _ = out_tx.send(simple_err(&Value::Null, "internal", &format!("bad JSON: {e}")));
+            }
+        }
+    }
+    // EOF: close the client; pending commands answer closed.
+    let (c, g) = {
+        let mut s = st.lock().unwrap();
+        (s.client.take(), s.gen.take())
+    };
+    if let Some(g) = g {
+        let _ = g.send(true);
+    }
+    if let Some(c) = c {
+        c.close().await;
+    }
+    while tasks.join_next().await.is_some() {}
+    drop(out_tx);
+    let _ = writer.await;
+}

@@ -1,0 +1,3 @@
+module ticketing.invalid/client-rust
+
+go 1.26

@@ -1,0 +1,211 @@
+//! A blocking client for synchronous code.
+//!
+//! [`Client`] runs the async client on **its own runtime thread** (a
+//! current-thread tokio runtime that the client owns); each call hands its
+//! work to that thread and waits on a plain channel. It never uses, blocks or
+//! panics inside a runtime of the caller, so it also works from code that
+//! happens to run inside one (though async code should use
+//! [`crate::Client`]).
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! let client = ticketing::blocking::Client::connect(
+//!     ticketing::Config::builder().addr("127.0.0.1:7470").build()?,
+//! )?;
+//! if let Some(lease) = client.try_acquire("reports/daily", Duration::from_secs(60))? {
+//!     // ... work, passing lease.token() to the protected resource ...
+//!     lease.release()?;
+//! }
+//! # Ok::<(), ticketing::Error>(())
+//! ```
+
+use std::future::Future;
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::sync::oneshot;
+
+use crate::{Config, Error};
+
+struct Runtime {
+    handle: tokio::runtime::Handle,
+    stop: Mutex<Option<oneshot::Sender<()>>>,
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        if let Some(tx) = self.stop.lock().unwrap().take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+impl Runtime {
+    fn run<F>(&self, f: F) -> Result<F::Output, Error>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        let (tx, rx) = mpsc::sync_channel(1);
+        self.handle.spawn(async move {
+            let _ = tx.send(f.await);
+        });
+        rx.recv().map_err(|_| Error::Closed)
+    }
+}
+
+/// The blocking client: the same operations as [`crate::Client`]. Cheap to
+/// clone, `Send + Sync`.
+#[derive(Clone)]
+pub struct Client {
+    inner: crate::Client,
+    rt: Arc<Runtime>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.inner.fmt(f)
+    }
+}
+
+impl Client {
+    /// Starts the client's runtime thread and connects (see
+    /// [`crate::Client::connect`]).
+    pub fn connect(cfg: Config) -> Result<Client, Error> {
+        let (tx, rx) = mpsc::sync_channel(1);
+        let (stop_tx, stop_rx) = oneshot::channel::<()>();
+        std::thread::Builder::new()
+            .name("ticketing-runtime".into())
+            .spawn(move || {
+                let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                    Ok(rt) => rt,
+                    Err(e) => {
+                        let _ = tx.send(Err(Error::Connect(format!("starting the runtime: {e}"))));
+                        return;
+                    }
+                };
+                let handle = rt.handle().clone();
+                rt.block_on(async move {
+                    let client = match crate::Client::connect(cfg).await {
+                        Ok(c) => c,
+                        Err(e) => {
+                            let _ = tx.send(Err(e));
+                            return;
+                        }
+                    };
+                    let _ = tx.send(Ok((client.clone(), handle)));
+                    let _ = stop_rx.await;
+                    // Let background releases (dropped leases) finish, bounded.
+                    let _ = tokio::time::timeout(Duration::from_secs(6), client.drain()).await;
+                    client.close().await;
+                });
+            })
+            .map_err(|e| Error::Connect(format!("starting the runtime thread: {e}")))?;
+        let (inner, handle) = rx.recv().map_err(|_| Error::Closed)??;
+        Ok(Client {
+            inner,
+            rt: Arc::new(Runtime {
+                handle,
+                stop: Mutex::new(Some(stop_tx)),
+            }),
+        })
+    }
+
+    /// See [`crate::Client::acquire`].
+    pub fn acquire(&self, key: impl AsRef<[u8]>, lease: Duration, wait: Duration) -> Result<Lease, Error> {
+        let c = self.inner.clone();
+        let key = key.as_ref().to_vec();
+        let l = self.rt.run(async move { c.acquire(key, lease, wait).await })??;
+        Ok(Lease { inner: Some(l), rt: self.rt.clone() })
+    }
+
+    /// See [`crate::Client::try_acquire`].
+    pub fn try_acquire(&self, key: impl AsRef<[u8]>, lease: Duration) -> Result<Option<Lease>, Error> {
+        match self.acquire(key, lease, Duration::ZERO) {
+            Ok(l) => Ok(Some(l)),
+            Err(Error::Timeout) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// See [`crate::Client::release`].
+    pub fn release(&self, key: impl AsRef<[u8]>, token: u64) -> Result<(), Error> {
+        let c = self.inner.clone();
+        let key = key.as_ref().to_vec();
+        self.rt.run(async move { c.release(key, token).await })?
+    }
+
+    /// Runs `f` holding the lock, then releases it (awaited) and returns `f`'s
+    /// result. A panic in `f` drops the lease, which releases it in the
+    /// background.
+    pub fn with_lock<T>(&self, key: impl AsRef<[u8]>, lease: Duration, wait: Duration, f: impl FnOnce(&Lease) -> T) -> Result<T, Error> {
+        let l = self.acquire(key, lease, wait)?;
+        let out = f(&l);
+        let _ = l.release();
+        Ok(out)
+    }
+
+    /// See [`crate::Client::drain`].
+    pub fn drain(&self) {
+        let c = self.inner.clone();
+        let _ = self.rt.run(async move { c.drain().await });
+    }
+
+    /// Closes the client (see [`crate::Client::close`]).
+    pub fn close(&self) {
+        let c = self.inner.clone();
+        let _ = self.rt.run(async move { c.close().await });
+    }
+
+    /// The async client underneath (its futures must run on a tokio runtime).
+    pub fn as_async(&self) -> &crate::Client {
+        &self.inner
+    }
+}
+
+/// A lease from the blocking client (see [`crate::Lease`]). Dropping it
+/// without [`Lease::release`] releases it in the background.
+#[derive(Debug)]
+#[must_use = "dropping a Lease releases it in the background at once"]
+pub struct Lease {
+    inner: Option<crate::Lease>,
+    rt: Arc<Runtime>,
+}
+
+impl Lease {
+    fn l(&self) -> &crate::Lease {
+        self.inner.as_ref().expect("lease")
+    }
+
+    /// See [`crate::Lease::key`].
+    pub fn key(&self) -> &[u8] {
+        self.l().key()
+    }
+
+    /// See [`crate::Lease::token`].
+    pub fn token(&self) -> u64 {
+        self.l().token()
+    }
+
+    /// See [`crate::Lease::deadline`].
+    pub fn deadline(&self) -> Instant {
+        self.l().deadline()
+    }
+
+    /// See [`crate::Lease::remaining`].
+    pub fn remaining(&self) -> Duration {
+        self.l().remaining()
+    }
+
+    /// See [`crate::Lease::release`].
+    pub fn release(mut self) -> Result<(), Error> {
+        let l = self.inner.take().expect("lease");
+        self.rt.run(async move { l.release().await })?
+    }
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Runtime")
+    }
+}

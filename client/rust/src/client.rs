@@ -1,0 +1,825 @@
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::{Duration, Instant};
+
+use tokio::sync::{watch, Notify};
+use tokio::task::JoinHandle;
+
+use crate::config::{split_host_port, Config};
+use crate::conn::{self, CallHandle, Conn, ConnErr, EnqErr, Reply, Req};
+use crate::error::Error;
+use crate::lease::Lease;
+use crate::wire::{self, Op, Status};
+
+/// Consecutive `M` answers followed before backing off (protocol.md §7).
+const MAX_MOVES: u32 = 3;
+/// Addresses learned from `M` answers beyond those configured.
+const MAX_EXTRA_ENDPOINTS: usize = 32;
+/// Bound of the background release queue.
+const RELEASE_QUEUE_LEN: usize = 4096;
+const REDIRECT_BASE: Duration = Duration::from_millis(25);
+const REDIRECT_CAP: Duration = Duration::from_millis(200);
+
+fn log_enabled() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("TICKETING_RUST_LOG").is_some_and(|v| !v.is_empty() && v != "0"))
+}
+
+/// Connection events go to stderr when `TICKETING_RUST_LOG` is set (never a token).
+pub(crate) fn log(args: std::fmt::Arguments<'_>) {
+    if log_enabled() {
+        eprintln!("ticketing: {args}");
+    }
+}
+
+pub(crate) struct Endpoint {
+    addr: String,
+    conns: Vec<Arc<Conn>>,
+}
+
+struct Pool {
+    eps: Vec<Arc<Endpoint>>,
+    conns: Arc<[Arc<Conn>]>,
+    extra: usize,
+}
+
+pub(crate) struct Inner {
+    pub(crate) cfg: Config,
+    closed: AtomicBool,
+    close_tx: watch::Sender<bool>,
+    pool: Mutex<Pool>,
+    leader: Mutex<Option<Arc<Endpoint>>>,
+    rr: AtomicUsize,
+    /// A connection came up or failed, or an inflight slot was freed.
+    pub(crate) changed: Notify,
+    /// A request learned a leader other than the one known.
+    new_leader: Notify,
+    /// Background releases running.
+    rel_count: AtomicUsize,
+    /// Abandoned acquires still awaiting their answer.
+    pub(crate) abandoned: AtomicUsize,
+    tasks: Mutex<Vec<JoinHandle<()>>>,
+    handle: tokio::runtime::Handle,
+    me: OnceLock<Weak<ClientRef>>,
+    pid: u32,
+    rng: AtomicU64,
+}
+
+/// A client of one Ticketing server or cluster: cheap to clone (all clones
+/// share the connections), `Send + Sync`, one per process.
+///
+/// It keeps one persistent connection per address (two when given a single
+/// address), each driven by a background task on the tokio runtime that
+/// `connect` ran on, reconnecting with backoff (0.1 s doubling to 3.2 s)
+/// forever: a dead socket never breaks the client. Requests are pipelined and
+/// matched by req_id. The client closes when [`Client::close`] is called or
+/// when the last clone (and the last [`Lease`]) is dropped.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), ticketing::Error> {
+/// use std::time::Duration;
+/// let client = ticketing::Client::connect(ticketing::Config::builder().addr("127.0.0.1:7470").build()?).await?;
+/// let lease = client.acquire("orders/42", Duration::from_secs(30), Duration::from_secs(5)).await?;
+/// // Pass lease.token() to every resource the lock protects.
+/// lease.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Client {
+    r: Arc<ClientRef>,
+}
+
+pub(crate) struct ClientRef {
+    inner: Arc<Inner>,
+}
+
+impl Drop for ClientRef {
+    fn drop(&mut self) {
+        self.inner.shutdown();
+    }
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client").field("addrs", &self.r.inner.cfg.addrs).finish()
+    }
+}
+
+impl Inner {
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::SeqCst)
+    }
+
+    pub(crate) fn close_rx(&self) -> watch::Receiver<bool> {
+        self.close_tx.subscribe()
+    }
+
+    fn shutdown(&self) {
+        if !self.closed.swap(true, Ordering::SeqCst) {
+            self.close_tx.send_replace(true);
+            self.changed.notify_waiters();
+            self.new_leader.notify_waiters();
+        }
+    }
+
+    fn client(&self) -> Option<Client> {
+        self.me.get()?.upgrade().map(|r| Client { r })
+    }
+
+    fn rand(&self) -> u64 {
+        // xorshift64*: jitter only.
+        let mut x = self.rng.load(Ordering::Relaxed);
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.rng.store(x, Ordering::Relaxed);
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    fn jitter(&self, step: Duration) -> Duration {
+        let half = step / 2;
+        let span = (step - half).as_nanos() as u64;
+        if span == 0 {
+            return step;
+        }
+        half + Duration::from_nanos(self.rand() % (span + 1))
+    }
+
+    /// The reconnect delay before attempt n ≥ 1: 0.1 s, 0.2 s, … 3.2 s, each
+    /// drawn from [step/2, step].
+    pub(crate) fn backoff_delay(&self, n: u32) -> Duration {
+        self.jitter(backoff_step(self.cfg.backoff_base, self.cfg.backoff_cap, n))
+    }
+
+    fn redirect_delay(&self, n: u32) -> Duration {
+        self.jitter(backoff_step(self.cfg.backoff_base.min(REDIRECT_BASE), REDIRECT_CAP, n))
+    }
+
+    fn spawn_conn(self: &Arc<Self>, c: Arc<Conn>) {
+        let h = self.handle.spawn(conn::run(self.clone(), c));
+        self.tasks.lock().unwrap().push(h);
+    }
+
+    fn conns(&self) -> Arc<[Arc<Conn>]> {
+        self.pool.lock().unwrap().conns.clone()
+    }
+
+    fn leader(&self) -> Option<Arc<Endpoint>> {
+        self.leader.lock().unwrap().clone()
+    }
+
+    /// Queues on the known leader first, else round robin over all up connections.
+    fn try_enqueue(&self, r: &Req<'_>) -> Result<CallHandle, EnqErr> {
+        let n0 = self.rr.fetch_add(1, Ordering::Relaxed);
+        let mut res = EnqErr::Down;
+        if let Some(ep) = self.leader() {
+            let n = ep.conns.len();
+            for i in 0..n {
+                match ep.conns[(n0 + i) % n].enqueue(r) {
+                    Ok(h) => return Ok(h),
+                    Err(EnqErr::Full) => res = EnqErr::Full,
+                    Err(EnqErr::Down) => {}
+                }
+            }
+            // The leader is up but full, or still connecting for the first
+            // time: wait for it rather than asking a follower (it would say M).
+            if matches!(res, EnqErr::Full) || ep.conns.iter().any(|c| c.connecting()) {
+                return Err(res);
+            }
+        }
+        let conns = self.conns();
+        let n = conns.len();
+        for i in 0..n {
+            match conns[(n0 + i) % n].enqueue(r) {
+                Ok(h) => return Ok(h),
+                Err(EnqErr::Full) => res = EnqErr::Full,
+                Err(EnqErr::Down) => {}
+            }
+        }
+        Err(res)
+    }
+
+    fn last_conn_err(&self) -> Option<ConnErr> {
+        let mut last = None;
+        for c in self.conns().iter() {
+            if let Some(e) = &c.st.lock().unwrap().last_err {
+                if matches!(e, ConnErr::Auth(_)) {
+                    return Some(e.clone());
+                }
+                last = Some(e.clone());
+            }
+        }
+        last
+    }
+
+    fn connect_err(&self) -> Error {
+        match self.last_conn_err() {
+            Some(e) => (&e).into(),
+            None => Error::Connect(format!("no connection to any server within {:?}", self.cfg.connect_timeout)),
+        }
+    }
+
+    /// Queues r, waiting for a connection (until give_up) or a free
+    /// max_inflight slot (until slot_give_up; then `Ok(None)`).
+    async fn send(&self, r: &Req<'_>, give_up: Instant, slot_give_up: Instant) -> Result<Option<CallHandle>, Error> {
+        if self.is_closed() {
+            return Err(Error::Closed);
+        }
+        if let Ok(h) = self.try_enqueue(r) {
+            return Ok(Some(h));
+        }
+        let mut closed = self.close_rx();
+        loop {
+            let notified = self.changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let full = match self.try_enqueue(r) {
+                Ok(h) => return Ok(Some(h)),
+                Err(EnqErr::Full) => true,
+                Err(EnqErr::Down) => false,
+            };
+            if self.is_closed() {
+                return Err(Error::Closed);
+            }
+            let limit = if full { slot_give_up } else { give_up };
+            if Instant::now() >= limit {
+                return if full { Ok(None) } else { Err(self.connect_err()) };
+            }
+            tokio::select! {
+                _ = notified => {}
+                _ = tokio::time::sleep_until(limit.into()) => {}
+                _ = closed.wait_for(|c| *c) => {}
+            }
+        }
+    }
+
+    /// Remembers the leader named by an M answer; an empty address forgets it.
+    fn follow(self: &Arc<Self>, addr: &[u8]) {
+        let Ok(addr) = std::str::from_utf8(addr) else {
+            *self.leader.lock().unwrap() = None;
+            return;
+        };
+        if addr.is_empty() || split_host_port(addr).is_none() {
+            *self.leader.lock().unwrap() = None;
+            return;
+        }
+        let ep = {
+            let mut p = self.pool.lock().unwrap();
+            if let Some(ep) = p.eps.iter().find(|e| e.addr == addr) {
+                ep.clone()
+            } else {
+                if self.is_closed() || p.extra >= MAX_EXTRA_ENDPOINTS {
+                    drop(p);
+                    *self.leader.lock().unwrap() = None;
+                    return;
+                }
+                let ep = Arc::new(Endpoint {
+                    addr: addr.to_string(),
+                    conns: vec![Arc::new(Conn::new(addr.to_string(), Arc::downgrade(self)))],
+                });
+                p.eps.push(ep.clone());
+                let mut conns: Vec<Arc<Conn>> = p.conns.to_vec();
+                conns.extend(ep.conns.iter().cloned());
+                p.conns = conns.into();
+                p.extra += 1;
+                log(format_args!("following the leader to a new address {addr}"));
+                for c in &ep.conns {
+                    self.spawn_conn(c.clone());
+                }
+                ep
+            }
+        };
+        let mut l = self.leader.lock().unwrap();
+        let news = !l.as_ref().is_some_and(|o| Arc::ptr_eq(o, &ep));
+        *l = Some(ep);
+        drop(l);
+        if news {
+            self.new_leader.notify_waiters();
+        }
+    }
+
+    /// Waits d, but returns early once per call when a new leader is learned.
+    async fn sleep_redirect(&self, d: Duration, woken: &mut bool) -> Result<(), Error> {
+        let mut closed = self.close_rx();
+        if *woken {
+            tokio::select! {
+                _ = tokio::time::sleep(d) => Ok(()),
+                _ = closed.wait_for(|c| *c) => Err(Error::Closed),
+            }
+        } else {
+            tokio::select! {
+                _ = tokio::time::sleep(d) => Ok(()),
+                _ = self.new_leader.notified() => { *woken = true; Ok(()) }
+                _ = closed.wait_for(|c| *c) => Err(Error::Closed),
+            }
+        }
+    }
+
+    /// Releases in the background a grant whose acquire was abandoned.
+    pub(crate) fn compensate(&self, key: Arc<[u8]>, token: u64) {
+        if !self.submit_release(key, token, RelState::new(self.cfg.release_window)) {
+            log(format_args!("release queue full or client closed: an abandoned grant stays held until its lease ends"));
+        }
+    }
+
+    /// Queues a background release; false when the queue is full or closed.
+    pub(crate) fn submit_release(&self, key: Arc<[u8]>, token: u64, st: RelState) -> bool {
+        if self.is_closed() {
+            return false;
+        }
+        let Some(client) = self.client() else {
+            return false;
+        };
+        if self.rel_count.fetch_add(1, Ordering::SeqCst) >= RELEASE_QUEUE_LEN {
+            self.rel_count.fetch_sub(1, Ordering::SeqCst);
+            return false;
+        }
+        self.handle.spawn(async move {
+            let mut st = st;
+            let inner = client.r.inner.clone();
+            if let Err(e) = release_loop(&inner, &key, token, &mut st).await {
+                log(format_args!("background release of {:?} failed: {e}", String::from_utf8_lossy(&key)));
+            }
+            inner.rel_count.fetch_sub(1, Ordering::SeqCst);
+            drop(client);
+        });
+        true
+    }
+}
+
+fn backoff_step(base: Duration, cap: Duration, n: u32) -> Duration {
+    let mut d = base;
+    let mut i = 1;
+    while i < n && d < cap {
+        d *= 2;
+        i += 1;
+    }
+    d.min(cap)
+}
+
+/// Converts to whole milliseconds, rounding up; `None` beyond u32.
+fn millis(d: Duration) -> Option<u32> {
+    let ms = d.as_nanos().div_ceil(1_000_000);
+    u32::try_from(ms).ok()
+}
+
+pub(crate) fn check_key(key: &[u8]) -> Result<(), Error> {
+    if wire::valid_key(key) {
+        Ok(())
+    } else {
+        Err(Error::invalid("key must be 1..250 bytes of UTF-8 without control characters"))
+    }
+}
+
+/// The state of one release across its attempts.
+#[derive(Clone, Debug)]
+pub(crate) struct RelState {
+    deadline: Instant,
+    maybe: bool,
+    moves: u32,
+    retries: u32,
+    woken: bool,
+}
+
+impl RelState {
+    pub(crate) fn new(window: Duration) -> RelState {
+        RelState {
+            deadline: Instant::now() + window,
+            maybe: false,
+            moves: 0,
+            retries: 0,
+            woken: false,
+        }
+    }
+}
+
+enum RelStep {
+    Done(Result<(), Error>),
+    Retry(Duration),
+}
+
+fn rel_outcome(inner: &Arc<Inner>, s: &mut RelState, r: Reply) -> RelStep {
+    let a = match r {
+        Reply::Unsent if inner.is_closed() => return RelStep::Done(Err(Error::Closed)),
+        Reply::Lost if inner.is_closed() => return RelStep::Done(Err(Error::Indeterminate)),
+        Reply::Unsent => return RelStep::Retry(Duration::ZERO),
+        Reply::Lost => {
+            s.maybe = true;
+            s.retries += 1;
+            return RelStep::Retry(inner.redirect_delay(s.retries));
+        }
+        Reply::Answer(a) => a,
+    };
+    match a.status {
+        Status::Released => RelStep::Done(Ok(())),
+        Status::NotHolder if s.maybe => RelStep::Done(Err(Error::Indeterminate)),
+        Status::NotHolder => RelStep::Done(Err(Error::NotHolder)),
+        Status::Moved => {
+            inner.follow(&a.payload);
+            s.moves += 1;
+            if s.moves > MAX_MOVES {
+                s.moves = 0;
+                s.retries += 1;
+                RelStep::Retry(inner.redirect_delay(s.retries))
+            } else {
+                RelStep::Retry(Duration::ZERO)
+            }
+        }
+        Status::Unknown => {
+            s.maybe = true;
+            s.retries += 1;
+            RelStep::Retry(inner.redirect_delay(s.retries))
+        }
+        _ => RelStep::Done(Err(server_error(&a))),
+    }
+}
+
+fn server_error(a: &conn::Answer) -> Error {
+    Error::Invalid(crate::error::Invalid {
+        code: Some(a.code),
+        message: String::from_utf8_lossy(&a.payload).into_owned(),
+    })
+}
+
+/// Releases key/token: retried until a definite answer or the state's
+/// deadline (5 s after it was requested), never reported as success without O.
+pub(crate) async fn release_loop(inner: &Arc<Inner>, key: &Arc<[u8]>, token: u64, s: &mut RelState) -> Result<(), Error> {
+    loop {
+        if inner.is_closed() {
+            return Err(if s.maybe { Error::Indeterminate } else { Error::Closed });
+        }
+        let now = Instant::now();
+        if now >= s.deadline {
+            return Err(Error::Indeterminate);
+        }
+        let req = Req {
+            op: Op::Release,
+            key,
+            arg: token,
+            counts: false,
+        };
+        let mut h = match inner.send(&req, s.deadline, s.deadline).await {
+            Ok(Some(h)) => h,
+            Ok(None) => return Err(Error::Indeterminate),
+            Err(Error::Closed) => return Err(if s.maybe { Error::Indeterminate } else { Error::Closed }),
+            // Nothing could be sent within the window: the lock may still be held.
+            Err(_) => return Err(Error::Indeterminate),
+        };
+        let reply = tokio::select! {
+            r = h.wait() => r,
+            // The window is over and this attempt is unanswered: never wait longer
+            // (dropping h leaves the attempt to the connection).
+            _ = tokio::time::sleep_until(s.deadline.into()) => return Err(Error::Indeterminate),
+        };
+        match rel_outcome(inner, s, reply) {
+            RelStep::Done(r) => return r,
+            RelStep::Retry(wait) => {
+                let left = s.deadline.saturating_duration_since(Instant::now());
+                let d = wait.min(left.saturating_sub(Duration::from_millis(10)));
+                if !d.is_zero() {
+                    let mut woken = s.woken;
+                    let r = inner.sleep_redirect(d, &mut woken).await;
+                    s.woken = woken;
+                    if r.is_err() {
+                        return Err(if s.maybe { Error::Indeterminate } else { Error::Closed });
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// An explicit release in progress; when its future is dropped before the
+/// end, the release goes on in the background (within the same 5 s window).
+pub(crate) struct ReleaseGuard {
+    pub inner: Arc<Inner>,
+    pub key: Arc<[u8]>,
+    pub token: u64,
+    pub st: RelState,
+    pub done: bool,
+}
+
+impl ReleaseGuard {
+    pub(crate) async fn run(mut self) -> Result<(), Error> {
+        let inner = self.inner.clone();
+        let key = self.key.clone();
+        let r = release_loop(&inner, &key, self.token, &mut self.st).await;
+        self.done = true;
+        r
+    }
+}
+
+impl Drop for ReleaseGuard {
+    fn drop(&mut self) {
+        if !self.done {
+            let st = RelState { maybe: true, ..self.st.clone() };
+            self.inner.submit_release(self.key.clone(), self.token, st);
+        }
+    }
+}
+
+impl Client {
+    /// Connects to the servers of `cfg` and returns once a connection is up.
+    /// Must be called within a tokio runtime (its background tasks run there).
+    ///
+    /// Errors: [`Error::Connect`] when no connection is up within the
+    /// connect timeout, [`Error::Auth`] when every address rejected the
+    /// credentials or failed to prove the token, [`Error::Tls`] when every
+    /// address failed TLS, [`Error::Invalid`] outside a runtime.
+    pub async fn connect(cfg: Config) -> Result<Client, Error> {
+        let handle = tokio::runtime::Handle::try_current().map_err(|_| Error::invalid("Client::connect must run inside a tokio runtime (or use ticketing::blocking)"))?;
+        let mut seed = [0u8; 8];
+        ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut seed).map_err(|_| Error::Connect("no randomness".into()))?;
+        let (close_tx, _) = watch::channel(false);
+        let per = if cfg.addrs.len() == 1 { 2 } else { 1 };
+        let timeout = cfg.connect_timeout;
+        let inner = Arc::new_cyclic(|w: &Weak<Inner>| {
+            let eps: Vec<Arc<Endpoint>> = cfg
+                .addrs
+                .iter()
+                .map(|a| {
+                    Arc::new(Endpoint {
+                        addr: a.clone(),
+                        conns: (0..per).map(|_| Arc::new(Conn::new(a.clone(), w.clone()))).collect(),
+                    })
+                })
+                .collect();
+            let conns: Vec<Arc<Conn>> = eps.iter().flat_map(|e| e.conns.iter().cloned()).collect();
+            Inner {
+                cfg,
+                closed: AtomicBool::new(false),
+                close_tx,
+                pool: Mutex::new(Pool {
+                    eps,
+                    conns: conns.into(),
+                    extra: 0,
+                }),
+                leader: Mutex::new(None),
+                rr: AtomicUsize::new(0),
+                changed: Notify::new(),
+                new_leader: Notify::new(),
+                rel_count: AtomicUsize::new(0),
+                abandoned: AtomicUsize::new(0),
+                tasks: Mutex::new(Vec::new()),
+                handle,
+                me: OnceLock::new(),
+                pid: std::process::id(),
+                rng: AtomicU64::new(u64::from_le_bytes(seed) | 1),
+            }
+        });
+        let r = Arc::new(ClientRef { inner: inner.clone() });
+        let _ = inner.me.set(Arc::downgrade(&r));
+        let client = Client { r };
+        for c in inner.conns().iter() {
+            inner.spawn_conn(c.clone());
+        }
+        client.wait_first(Instant::now() + timeout).await?;
+        Ok(client)
+    }
+
+    async fn wait_first(&self, deadline: Instant) -> Result<(), Error> {
+        let inner = &self.r.inner;
+        loop {
+            let notified = inner.changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let conns = inner.conns();
+            let mut all_failed = true;
+            let mut all_auth = true;
+            let mut all_tls = true;
+            let mut last = None;
+            for c in conns.iter() {
+                let st = c.st.lock().unwrap();
+                if st.up {
+                    return Ok(());
+                }
+                all_failed &= st.failures > 0;
+                all_auth &= matches!(st.last_err, Some(ConnErr::Auth(_)));
+                all_tls &= matches!(st.last_err, Some(ConnErr::Tls(_)));
+                if st.last_err.is_some() {
+                    last.clone_from(&st.last_err);
+                }
+            }
+            if all_failed && (all_auth || all_tls) {
+                self.r.inner.shutdown();
+                return Err((&last.expect("failed")).into());
+            }
+            if Instant::now() >= deadline {
+                let e = inner.connect_err();
+                self.r.inner.shutdown();
+                return Err(e);
+            }
+            tokio::select! {
+                _ = notified => {}
+                _ = tokio::time::sleep_until(deadline.into()) => {}
+            }
+        }
+    }
+
+    pub(crate) fn inner(&self) -> &Arc<Inner> {
+        &self.r.inner
+    }
+
+    fn check_pid(&self) -> Result<(), Error> {
+        if self.r.inner.is_closed() || std::process::id() != self.r.inner.pid {
+            // After fork() the inherited sockets belong to the parent.
+            return Err(Error::Closed);
+        }
+        Ok(())
+    }
+
+    /// Waits up to `wait` for the lock on `key` and returns it with a lease
+    /// of `lease`. Both are rounded up to whole milliseconds; `lease` must be
+    /// at least 1 ms; `wait` zero means try once (see [`Client::try_acquire`]).
+    ///
+    /// Errors: [`Error::Timeout`] (not acquired within wait), [`Error::Busy`]
+    /// (refused at once, never retried), [`Error::Indeterminate`] (the request
+    /// was written but no definite answer came: the lock may have been
+    /// granted — do not enter the critical section), [`Error::Connect`],
+    /// [`Error::NoLeader`], [`Error::Invalid`], [`Error::Closed`].
+    ///
+    /// The request is retried internally only when it was never written or
+    /// the answer was `M` (not executed), within the remaining wait.
+    ///
+    /// **Cancellation safe**: dropping the future while the acquire is queued
+    /// withdraws it (`C`) on its connection, and a grant that won the race is
+    /// released by the client in the background.
+    pub async fn acquire(&self, key: impl AsRef<[u8]>, lease: Duration, wait: Duration) -> Result<Lease, Error> {
+        self.check_pid()?;
+        let key: Arc<[u8]> = Arc::from(key.as_ref());
+        check_key(&key)?;
+        let lease_ms = match millis(lease) {
+            Some(ms) if ms > 0 => ms,
+            _ => return Err(Error::invalid(format!("lease {lease:?} must be 1ms..{}ms", u32::MAX))),
+        };
+        let mut wait_ms = millis(wait).ok_or_else(|| Error::invalid(format!("wait {wait:?} must be 0..{}ms", u32::MAX)))?;
+        let inner = self.inner();
+        let start = Instant::now();
+        let budget_end = start + Duration::from_millis(wait_ms as u64);
+        let conn_give_up = (start + inner.cfg.connect_timeout).max(budget_end);
+        let (mut moves, mut rounds, mut woken) = (0u32, 0u32, false);
+        loop {
+            let req = Req {
+                op: Op::Acquire,
+                key: &key,
+                arg: (lease_ms as u64) << 32 | wait_ms as u64,
+                counts: wait_ms > 0,
+            };
+            let Some(mut h) = inner.send(&req, conn_give_up, budget_end).await? else {
+                return Err(Error::Timeout); // no free max_inflight slot within the wait
+            };
+            let reply = h.wait().await;
+            let sent = h.sent;
+            drop(h);
+            match reply {
+                Reply::Lost if inner.is_closed() => return Err(Error::Closed),
+                Reply::Lost => return Err(Error::Indeterminate),
+                Reply::Unsent if inner.is_closed() => return Err(Error::Closed),
+                Reply::Unsent => {} // never written: retry, on another connection if need be
+                Reply::Answer(a) => match a.status {
+                    Status::Granted => {
+                        let deadline = sent + wire::queued_duration(a.queued) + Duration::from_millis(lease_ms as u64);
+                        return Ok(Lease::new(self.clone(), key, a.value, deadline));
+                    }
+                    Status::Timeout => return Err(Error::Timeout),
+                    Status::Busy => return Err(Error::Busy(a.code)),
+                    Status::Unknown => return Err(Error::Indeterminate),
+                    Status::Moved => {
+                        inner.follow(&a.payload);
+                        moves += 1;
+                        if moves > MAX_MOVES {
+                            rounds += 1;
+                            let d = inner.redirect_delay(rounds);
+                            if wait_ms == 0 || budget_end.saturating_duration_since(Instant::now()) <= d {
+                                return Err(Error::NoLeader);
+                            }
+                            inner.sleep_redirect(d, &mut woken).await?;
+                            moves = 0;
+                        }
+                    }
+                    _ => return Err(server_error(&a)),
+                },
+            }
+            // Retry with the remaining wait (protocol.md §7).
+            if wait_ms > 0 {
+                let rem = budget_end.saturating_duration_since(Instant::now());
+                if rem < Duration::from_millis(1) {
+                    return Err(Error::Timeout);
+                }
+                wait_ms = rem.as_millis() as u32;
+            }
+        }
+    }
+
+    /// [`Client::acquire`] with wait 0: one attempt, answered at once;
+    /// `Ok(None)` when the key is held.
+    pub async fn try_acquire(&self, key: impl AsRef<[u8]>, lease: Duration) -> Result<Option<Lease>, Error> {
+        match self.acquire(key, lease, Duration::ZERO).await {
+            Ok(l) => Ok(Some(l)),
+            Err(Error::Timeout) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Releases the lock on `key` held with `token`, from any process that
+    /// knows the token. `Ok` only when the server answered `O`;
+    /// [`Error::NotHolder`] when the key is free or held under another token;
+    /// [`Error::Indeterminate`] when no confirmation came within 5 s.
+    /// Dropping the future hands the release to the background (same window).
+    pub async fn release(&self, key: impl AsRef<[u8]>, token: u64) -> Result<(), Error> {
+        self.check_pid()?;
+        let key: Arc<[u8]> = Arc::from(key.as_ref());
+        check_key(&key)?;
+        self.release_arc(key, token).await
+    }
+
+    pub(crate) async fn release_arc(&self, key: Arc<[u8]>, token: u64) -> Result<(), Error> {
+        let inner = self.inner().clone();
+        let st = RelState::new(inner.cfg.release_window);
+        ReleaseGuard {
+            inner,
+            key,
+            token,
+            st,
+            done: false,
+        }
+        .run()
+        .await
+    }
+
+    /// Runs `f` holding the lock, then releases it (also when `f` returns an
+    /// error value) and returns `f`'s result. The release is awaited; its
+    /// failure is not reported over `f`'s result (the lease is the safety net).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: ticketing::Client) -> Result<(), ticketing::Error> {
+    /// use std::time::Duration;
+    /// let n = client
+    ///     .with_lock("jobs/nightly", Duration::from_secs(60), Duration::from_secs(1), async |lease| {
+    ///         // write with fencing token lease.token()
+    ///         lease.token()
+    ///     })
+    ///     .await?;
+    /// # let _ = n; Ok(()) }
+    /// ```
+    pub async fn with_lock<T, F>(&self, key: impl AsRef<[u8]>, lease: Duration, wait: Duration, f: F) -> Result<T, Error>
+    where
+        F: AsyncFnOnce(&Lease) -> T,
+    {
+        let l = self.acquire(key, lease, wait).await?;
+        let out = f(&l).await;
+        let _ = l.release().await;
+        Ok(out)
+    }
+
+    /// Waits until no background work is left: no withdrawn acquire still
+    /// awaiting its answer and no release retried in the background. Call it
+    /// before `close` in a short-lived process. Returns within about 5 s.
+    pub async fn drain(&self) {
+        let inner = self.inner();
+        while inner.rel_count.load(Ordering::SeqCst) > 0 || inner.abandoned.load(Ordering::SeqCst) > 0 {
+            if inner.is_closed() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+
+    /// Closes every connection and stops the background tasks. Operations in
+    /// progress fail with [`Error::Closed`]; background releases are
+    /// abandoned (those locks end with their leases). Idempotent.
+    pub async fn close(&self) {
+        let inner = self.inner();
+        inner.shutdown();
+        let tasks: Vec<_> = std::mem::take(&mut *inner.tasks.lock().unwrap());
+        for t in tasks {
+            let _ = t.await;
+        }
+    }
+
+    /// Whether [`Client::close`] was called.
+    pub fn is_closed(&self) -> bool {
+        self.inner().is_closed()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_schedule() {
+        let b = Duration::from_millis(100);
+        let c = Duration::from_millis(3200);
+        let got: Vec<u128> = (1..=8).map(|n| backoff_step(b, c, n).as_millis()).collect();
+        assert_eq!(got, [100, 200, 400, 800, 1600, 3200, 3200, 3200]);
+    }
+
+    #[test]
+    fn millis_rounds_up_and_bounds() {
+        assert_eq!(millis(Duration::from_micros(1)), Some(1));
+        assert_eq!(millis(Duration::from_millis(5)), Some(5));
+        assert_eq!(millis(Duration::from_millis(u32::MAX as u64)), Some(u32::MAX));
+        assert_eq!(millis(Duration::from_millis(u32::MAX as u64 + 1)), None);
+    }
+}

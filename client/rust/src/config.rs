@@ -1,0 +1,176 @@
+use std::fmt;
+use std::time::Duration;
+
+use crate::error::Error;
+
+/// Default bound of one connection attempt and of the wait for a connection.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Client configuration, made with [`Config::builder`].
+///
+/// ```
+/// use std::time::Duration;
+/// let cfg = ticketing::Config::builder()
+///     .addr("127.0.0.1:7470")
+///     .token("s3cret")
+///     .connect_timeout(Duration::from_secs(2))
+///     .build()
+///     .unwrap();
+/// assert_eq!(cfg.addrs(), ["127.0.0.1:7470"]);
+/// ```
+#[derive(Clone)]
+pub struct Config {
+    pub(crate) addrs: Vec<String>,
+    pub(crate) token: Vec<u8>,
+    pub(crate) role: u8,
+    pub(crate) connect_timeout: Duration,
+    #[cfg(feature = "rustls")]
+    pub(crate) tls: Option<crate::tls::TlsConfig>,
+    pub(crate) backoff_base: Duration,
+    pub(crate) backoff_cap: Duration,
+    pub(crate) release_window: Duration,
+}
+
+impl fmt::Debug for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut d = f.debug_struct("Config");
+        d.field("addrs", &self.addrs)
+            .field("token", &if self.token.is_empty() { "<none>" } else { "<redacted>" })
+            .field("role", &self.role)
+            .field("connect_timeout", &self.connect_timeout);
+        #[cfg(feature = "rustls")]
+        d.field("tls", &self.tls.is_some());
+        d.finish()
+    }
+}
+
+impl Config {
+    /// A builder with the defaults: no token, no TLS, connect timeout 5 s.
+    pub fn builder() -> ConfigBuilder {
+        ConfigBuilder {
+            cfg: Config {
+                addrs: Vec::new(),
+                token: Vec::new(),
+                role: 1,
+                connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+                #[cfg(feature = "rustls")]
+                tls: None,
+                backoff_base: Duration::from_millis(100),
+                backoff_cap: Duration::from_millis(3200),
+                release_window: Duration::from_secs(5),
+            },
+        }
+    }
+
+    /// The server addresses.
+    pub fn addrs(&self) -> &[String] {
+        &self.addrs
+    }
+}
+
+/// Builds a [`Config`].
+#[derive(Debug, Clone)]
+pub struct ConfigBuilder {
+    cfg: Config,
+}
+
+impl ConfigBuilder {
+    /// Adds a server address `host:port` (for a cluster, any of its nodes).
+    pub fn addr(mut self, addr: impl Into<String>) -> Self {
+        self.cfg.addrs.push(addr.into());
+        self
+    }
+
+    /// Adds several server addresses.
+    pub fn addrs<I, S>(mut self, addrs: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.cfg.addrs.extend(addrs.into_iter().map(Into::into));
+        self
+    }
+
+    /// The client token. With a token the client also checks that the server
+    /// proves it, and refuses an impostor with [`Error::Auth`]. Empty = none.
+    pub fn token(mut self, token: impl AsRef<[u8]>) -> Self {
+        self.cfg.token = token.as_ref().to_vec();
+        self
+    }
+
+    /// Connect with role admin (protocol.md §1) using the admin token.
+    pub fn admin_token(mut self, token: impl AsRef<[u8]>) -> Self {
+        self.cfg.token = token.as_ref().to_vec();
+        self.cfg.role = 2;
+        self
+    }
+
+    /// Bounds one connection attempt (TCP, TLS and handshake), how long
+    /// [`Client::connect`](crate::Client::connect) waits for the first
+    /// connection, and how long an operation waits for one. Default 5 s.
+    pub fn connect_timeout(mut self, d: Duration) -> Self {
+        self.cfg.connect_timeout = d;
+        self
+    }
+
+    /// Enables TLS (1.2 or later).
+    #[cfg(feature = "rustls")]
+    pub fn tls(mut self, tls: crate::tls::TlsConfig) -> Self {
+        self.cfg.tls = Some(tls);
+        self
+    }
+
+    /// Reconnect backoff: first step and cap (defaults 100 ms and 3.2 s).
+    #[doc(hidden)]
+    pub fn backoff(mut self, base: Duration, cap: Duration) -> Self {
+        self.cfg.backoff_base = base;
+        self.cfg.backoff_cap = cap;
+        self
+    }
+
+    /// How long releases are retried (default 5 s).
+    #[doc(hidden)]
+    pub fn release_window(mut self, d: Duration) -> Self {
+        self.cfg.release_window = d;
+        self
+    }
+
+    /// Checks and returns the configuration.
+    pub fn build(mut self) -> Result<Config, Error> {
+        if self.cfg.addrs.is_empty() {
+            return Err(Error::invalid("no server address"));
+        }
+        let mut uniq: Vec<String> = Vec::new();
+        for a in &self.cfg.addrs {
+            if split_host_port(a).is_none() {
+                return Err(Error::invalid(format!("address {a:?} is not host:port")));
+            }
+            if !uniq.contains(a) {
+                uniq.push(a.clone());
+            }
+        }
+        self.cfg.addrs = uniq;
+        if self.cfg.connect_timeout.is_zero() {
+            self.cfg.connect_timeout = DEFAULT_CONNECT_TIMEOUT;
+        }
+        Ok(self.cfg)
+    }
+}
+
+/// Splits `host:port` (IPv6 in brackets); `None` when malformed.
+pub(crate) fn split_host_port(a: &str) -> Option<(&str, u16)> {
+    let (host, port) = a.rsplit_once(':')?;
+    let port: u16 = port.parse().ok()?;
+    let host = if let Some(h) = host.strip_prefix('[') {
+        h.strip_suffix(']')?
+    } else {
+        if host.contains(':') {
+            return None;
+        }
+        host
+    };
+    if host.is_empty() {
+        return None;
+    }
+    Some((host, port))
+}

@@ -1,0 +1,593 @@
+//! One persistent connection per address, kept by one background driver task.
+//!
+//! Senders encode their frame straight into the connection's write buffer
+//! under its mutex and register a pending entry under a fresh req_id; the
+//! driver task writes whole batches and reads responses concurrently (one
+//! `select!` over a read loop and a write loop). The batch counter `taken`
+//! tells which frames may have reached the socket: a request whose frame
+//! number is below it was "written" (its loss is indeterminate), any other
+//! was "unsent" (safe to retry). Completions (oneshot sends) happen under
+//! the mutex, so a caller that drops its future sees either its entry still
+//! pending (and withdraws it) or its answer already in its channel.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Instant;
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::{oneshot, Notify};
+
+use crate::client::Inner;
+use crate::error::Error;
+use crate::wire::{self, Code, Op, Status};
+
+const READ_BUF: usize = 64 << 10;
+/// Unsent bytes per connection above which new requests go elsewhere or wait.
+pub(crate) const MAX_WRITE_BUFFER: usize = 4 << 20;
+
+pub(crate) trait Stream: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Stream for T {}
+
+/// Why a connection attempt failed.
+#[derive(Clone, Debug)]
+pub(crate) enum ConnErr {
+    Auth(String),
+    Tls(String),
+    Other(String),
+}
+
+impl std::fmt::Display for ConnErr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ConnErr::Auth(m) | ConnErr::Tls(m) | ConnErr::Other(m) => f.write_str(m),
+        }
+    }
+}
+
+/// An answer, or why there is none.
+#[derive(Debug)]
+pub(crate) enum Reply {
+    Answer(Answer),
+    /// Never handed to the socket: definitely not executed.
+    Unsent,
+    /// Handed to the socket, no answer: maybe executed.
+    Lost,
+}
+
+#[derive(Debug)]
+pub(crate) struct Answer {
+    pub status: Status,
+    pub code: Code,
+    pub queued: u16,
+    pub value: u64,
+    pub payload: Vec<u8>,
+}
+
+enum Waiter {
+    Caller(oneshot::Sender<Reply>),
+    /// The caller gave up on an acquire: compensate a grant (key kept here).
+    Abandoned(Arc<[u8]>),
+    /// Nobody waits and nothing is to be done.
+    Dropped,
+}
+
+struct Pending {
+    op: Op,
+    seq: u64,
+    counts: bool,
+    waiter: Waiter,
+}
+
+pub(crate) struct State {
+    pub up: bool,
+    epoch: u64,
+    pub ever_up: bool,
+    pub failures: u32,
+    pub last_err: Option<ConnErr>,
+    max_inflight: usize,
+    inflight: usize,
+    pending: HashMap<u32, Pending>,
+    next_id: u32,
+    wbuf: Vec<u8>,
+    seq: u64,
+    taken: u64,
+}
+
+pub(crate) struct Conn {
+    pub addr: String,
+    pub st: Mutex<State>,
+    kick: Notify,
+    inner: Weak<Inner>,
+}
+
+/// A request to queue.
+pub(crate) struct Req<'a> {
+    pub op: Op,
+    pub key: &'a Arc<[u8]>,
+    pub arg: u64,
+    pub counts: bool,
+}
+
+pub(crate) enum EnqErr {
+    Down,
+    Full,
+}
+
+/// A request in flight; dropping it before its answer withdraws it.
+pub(crate) struct CallHandle {
+    conn: Arc<Conn>,
+    epoch: u64,
+    id: u32,
+    op: Op,
+    counts: bool,
+    key: Arc<[u8]>,
+    rx: oneshot::Receiver<Reply>,
+    pub sent: Instant,
+    armed: bool,
+}
+
+impl CallHandle {
+    pub async fn wait(&mut self) -> Reply {
+        let r = (&mut self.rx).await;
+        self.armed = false;
+        r.unwrap_or_else(|_| Reply::Lost)
+    }
+}
+
+impl Drop for CallHandle {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let mut comp = None;
+        {
+            let mut st = self.conn.st.lock().unwrap();
+            let mine = st.epoch == self.epoch && st.pending.contains_key(&self.id);
+            if mine {
+                let p = st.pending.get_mut(&self.id).expect("pending");
+                if self.op == Op::Acquire {
+                    p.waiter = Waiter::Abandoned(self.key.clone());
+                    if let Some(inner) = self.conn.inner.upgrade() {
+                        inner.abandoned.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    }
+                    if self.counts {
+                        // Withdraw the queued acquire (protocol.md §5 "Cancel").
+                        let arg = (self.id as u64) << 32;
+                        self.conn.enqueue_locked(&mut st, Op::Cancel, &self.key, arg, false, Waiter::Dropped);
+                    }
+                } else {
+                    p.waiter = Waiter::Dropped;
+                }
+            } else if let Ok(Reply::Answer(a)) = self.rx.try_recv() {
+                // Answered before the caller gave up: the answer is ours to handle.
+                if self.op == Op::Acquire && a.status == Status::Granted {
+                    comp = Some(a.value);
+                }
+            }
+        }
+        self.conn.kick.notify_one();
+        if let (Some(token), Some(inner)) = (comp, self.conn.inner.upgrade()) {
+            inner.compensate(self.key.clone(), token);
+        }
+    }
+}
+
+impl Conn {
+    pub fn new(addr: String, inner: Weak<Inner>) -> Conn {
+        Conn {
+            addr,
+            st: Mutex::new(State {
+                up: false,
+                epoch: 0,
+                ever_up: false,
+                failures: 0,
+                last_err: None,
+                max_inflight: 1,
+                inflight: 0,
+                pending: HashMap::new(),
+                next_id: 0,
+                wbuf: Vec::new(),
+                seq: 0,
+                taken: 0,
+            }),
+            kick: Notify::new(),
+            inner,
+        }
+    }
+
+    /// Queues a request under a fresh req_id.
+    pub fn enqueue(self: &Arc<Self>, r: &Req<'_>) -> Result<CallHandle, EnqErr> {
+        let (tx, rx) = oneshot::channel();
+        let (epoch, id, sent);
+        {
+            let mut st = self.st.lock().unwrap();
+            if !st.up || st.wbuf.len() > MAX_WRITE_BUFFER {
+                return Err(EnqErr::Down);
+            }
+            if r.counts && st.inflight >= st.max_inflight {
+                return Err(EnqErr::Full);
+            }
+            sent = Instant::now(); // t_send (protocol.md §5): before the frame can be written
+            id = self.enqueue_locked(&mut st, r.op, r.key, r.arg, r.counts, Waiter::Caller(tx));
+            epoch = st.epoch;
+        }
+        self.kick.notify_one();
+        Ok(CallHandle {
+            conn: self.clone(),
+            epoch,
+            id,
+            op: r.op,
+            counts: r.counts,
+            key: r.key.clone(),
+            rx,
+            sent,
+            armed: true,
+        })
+    }
+
+    fn enqueue_locked(&self, st: &mut State, op: Op, key: &[u8], arg: u64, counts: bool, waiter: Waiter) -> u32 {
+        let id = loop {
+            st.next_id = st.next_id.wrapping_add(1);
+            if st.next_id != 0 && !st.pending.contains_key(&st.next_id) {
+                break st.next_id;
+            }
+        };
+        let seq = st.seq;
+        st.seq += 1;
+        st.pending.insert(id, Pending { op, seq, counts, waiter });
+        if counts {
+            st.inflight += 1;
+        }
+        match op {
+            Op::Acquire => wire::append_acquire(&mut st.wbuf, id, key, (arg >> 32) as u32, arg as u32),
+            Op::Release => wire::append_release(&mut st.wbuf, id, key, arg),
+            Op::Cancel => wire::append_cancel(&mut st.wbuf, id, key, (arg >> 32) as u32),
+            Op::Ping => wire::append_ping(&mut st.wbuf, id),
+            Op::Query => wire::append_query(&mut st.wbuf, id, key),
+        }
+        id
+    }
+
+    /// Down and never connected yet, first attempt still running.
+    pub fn connecting(&self) -> bool {
+        let st = self.st.lock().unwrap();
+        !st.up && !st.ever_up && st.failures == 0
+    }
+
+    pub fn failed(&self, inner: &Inner, e: ConnErr) {
+        let n = {
+            let mut st = self.st.lock().unwrap();
+            st.failures += 1;
+            st.last_err = Some(e.clone());
+            st.failures
+        };
+        if n == 1 || matches!(e, ConnErr::Auth(_)) {
+            crate::client::log(format_args!("connect to {} failed (attempt {n}): {e}", self.addr));
+        }
+        inner.changed.notify_waiters();
+    }
+
+    fn up(&self, inner: &Inner, max_inflight: u32) -> Option<u64> {
+        let epoch = {
+            let mut st = self.st.lock().unwrap();
+            if inner.is_closed() {
+                return None;
+            }
+            st.up = true;
+            st.ever_up = true;
+            st.failures = 0;
+            st.last_err = None;
+            st.max_inflight = (max_inflight.max(1) as usize).min(1 << 30);
+            st.inflight = 0;
+            st.next_id = 0;
+            st.seq = 0;
+            st.taken = 0;
+            st.wbuf.clear();
+            st.epoch
+        };
+        inner.changed.notify_waiters();
+        Some(epoch)
+    }
+
+    /// Takes the connection of `epoch` down and completes every pending
+    /// request as unsent or lost.
+    pub fn kill(&self, inner: &Inner, epoch: u64, cause: &str) {
+        let n;
+        {
+            let mut st = self.st.lock().unwrap();
+            if st.epoch != epoch || !st.up {
+                return;
+            }
+            st.up = false;
+            st.epoch += 1;
+            let taken = st.taken;
+            let pending = std::mem::take(&mut st.pending);
+            n = pending.len();
+            for (_, p) in pending {
+                match p.waiter {
+                    Waiter::Caller(tx) => {
+                        let r = if p.seq < taken { Reply::Lost } else { Reply::Unsent };
+                        let _ = tx.send(r);
+                    }
+                    Waiter::Abandoned(_) => {
+                        inner.abandoned.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+                    }
+                    Waiter::Dropped => {}
+                }
+            }
+            st.inflight = 0;
+            st.wbuf.clear();
+            if st.wbuf.capacity() > 1 << 20 {
+                st.wbuf = Vec::new();
+            }
+        }
+        if !inner.is_closed() {
+            crate::client::log(format_args!("connection to {} lost ({n} pending): {cause}", self.addr));
+        }
+        inner.changed.notify_waiters();
+    }
+
+    /// Matches every complete response in `b` to its pending request;
+    /// returns the bytes used.
+    fn dispatch(&self, inner: &Inner, epoch: u64, b: &[u8]) -> Result<usize, String> {
+        let mut used = 0;
+        let mut freed = false;
+        let mut comps: Vec<(Arc<[u8]>, u64)> = Vec::new();
+        let mut res = Ok(());
+        {
+            let mut st = self.st.lock().unwrap();
+            if st.epoch != epoch {
+                return Err("connection replaced".into());
+            }
+            loop {
+                let (r, n) = match wire::parse_response(&b[used..]) {
+                    Ok(Some(x)) => x,
+                    Ok(None) => break,
+                    Err(e) => {
+                        res = Err(e.to_string());
+                        break;
+                    }
+                };
+                used += n;
+                let Some(p) = st.pending.get(&r.req_id) else {
+                    continue; // unknown req_id: ignored
+                };
+                if r.status == Status::Error && r.code == Code::DUPLICATE_REQ_ID {
+                    continue; // never complete an outstanding request with a code-25 E (§2.1)
+                }
+                if !r.status.fits(p.op) {
+                    res = Err(format!("{:?} answered with {:?}", p.op, r.status));
+                    break;
+                }
+                let p = st.pending.remove(&r.req_id).expect("pending");
+                if p.counts {
+                    st.inflight -= 1;
+                    freed = true;
+                }
+                match p.waiter {
+                    Waiter::Caller(tx) => {
+                        let _ = tx.send(Reply::Answer(Answer {
+                            status: r.status,
+                            code: r.code,
+                            queued: r.queued,
+                            value: r.value,
+                            payload: r.payload.to_vec(),
+                        }));
+                    }
+                    Waiter::Abandoned(key) => {
+                        if p.op == Op::Acquire && r.status == Status::Granted {
+                            comps.push((key, r.value));
+                        } else {
+                            inner.abandoned.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+                        }
+                    }
+                    Waiter::Dropped => {}
+                }
+            }
+        }
+        for (key, token) in comps {
+            // The caller gave up but the grant won the race: release it ourselves.
+            inner.compensate(key, token);
+            inner.abandoned.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+        }
+        if freed {
+            inner.changed.notify_waiters();
+        }
+        res.map(|_| used)
+    }
+}
+
+/// The driver task of one connection: connect, serve, back off, until close.
+pub(crate) async fn run(inner: Arc<Inner>, conn: Arc<Conn>) {
+    let mut closed = inner.close_rx();
+    let mut attempt = 0u32;
+    loop {
+        if attempt > 0 {
+            let d = inner.backoff_delay(attempt);
+            tokio::select! {
+                _ = tokio::time::sleep(d) => {}
+                _ = closed.wait_for(|c| *c) => return,
+            }
+        }
+        if inner.is_closed() {
+            return;
+        }
+        let res = tokio::select! {
+            r = tokio::time::timeout(inner.cfg.connect_timeout, connect(&inner, &conn.addr)) => r,
+            _ = closed.wait_for(|c| *c) => return,
+        };
+        let (stream, max_inflight) = match res {
+            Ok(Ok(x)) => x,
+            Ok(Err(e)) => {
+                conn.failed(&inner, e);
+                attempt += 1;
+                continue;
+            }
+            Err(_) => {
+                conn.failed(&inner, ConnErr::Other(format!("no connection within {:?}", inner.cfg.connect_timeout)));
+                attempt += 1;
+                continue;
+            }
+        };
+        let Some(epoch) = conn.up(&inner, max_inflight) else {
+            return;
+        };
+        crate::client::log(format_args!("connected to {} (max_inflight {max_inflight})", conn.addr));
+        let cause = tokio::select! {
+            e = serve(&inner, &conn, epoch, stream) => e,
+            _ = closed.wait_for(|c| *c) => "client closed".to_string(),
+        };
+        conn.kill(&inner, epoch, &cause);
+        if inner.is_closed() {
+            return;
+        }
+        attempt = 1;
+    }
+}
+
+async fn connect(inner: &Inner, addr: &str) -> Result<(Box<dyn Stream>, u32), ConnErr> {
+    let tcp = tokio::net::TcpStream::connect(addr).await.map_err(|e| ConnErr::Other(format!("dial {addr}: {e}")))?;
+    let _ = tcp.set_nodelay(true);
+    #[cfg(feature = "rustls")]
+    if let Some(tls) = &inner.cfg.tls {
+        let host = crate::config::split_host_port(addr).map(|(h, _)| h).unwrap_or(addr);
+        let mut s = tls.connect(host, tcp).await.map_err(|e| match e {
+            Error::Tls(m) => ConnErr::Tls(m),
+            e => ConnErr::Other(e.to_string()),
+        })?;
+        let mi = handshake(inner, &mut s).await?;
+        return Ok((Box::new(s), mi));
+    }
+    let mut tcp = tcp;
+    let mi = handshake(inner, &mut tcp).await?;
+    Ok((Box::new(tcp), mi))
+}
+
+async fn handshake<S: AsyncRead + AsyncWrite + Unpin>(inner: &Inner, s: &mut S) -> Result<u32, ConnErr> {
+    let io = |what: &str, e: std::io::Error| ConnErr::Other(format!("{what}: {e}"));
+    let mut b = [0u8; wire::AUTH_LEN];
+    s.read_exact(&mut b[..wire::HELLO_LEN]).await.map_err(|e| io("reading HELLO", e))?;
+    let h = wire::parse_hello(&b[..wire::HELLO_LEN]).map_err(|e| ConnErr::Other(format!("not a ticketing v1 server: {e}")))?;
+    let mut nonce = [0u8; wire::NONCE_LEN];
+    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut nonce).map_err(|_| ConnErr::Other("no randomness".into()))?;
+    let role = inner.cfg.role;
+    let token = &inner.cfg.token;
+    let a = wire::Auth {
+        role,
+        nonce,
+        proof: wire::client_proof(token, role, &h.nonce, &nonce),
+    };
+    let mut out = Vec::with_capacity(wire::AUTH_LEN);
+    wire::append_auth(&mut out, &a);
+    s.write_all(&out).await.map_err(|e| io("sending AUTH", e))?;
+    s.flush().await.map_err(|e| io("sending AUTH", e))?;
+    s.read_exact(&mut b[..wire::WELCOME_LEN]).await.map_err(|e| io("reading WELCOME", e))?;
+    let w = wire::parse_welcome(&b[..wire::WELCOME_LEN]).map_err(|e| ConnErr::Other(format!("bad WELCOME: {e}")))?;
+    if !w.accepted() {
+        return Err(match w.code {
+            Code::AUTH_FAILED | Code::BAD_HANDSHAKE => {
+                let hint = if token.is_empty() && h.tokens_configured() {
+                    " (the server requires a token and none is configured)"
+                } else {
+                    ""
+                };
+                ConnErr::Auth(format!("handshake rejected ({}){hint}", w.code))
+            }
+            c => ConnErr::Other(format!("handshake rejected ({c})")),
+        });
+    }
+    if !token.is_empty() {
+        let want = wire::server_proof(token, role, &nonce, &h.nonce);
+        if !wire::proof_eq(&want, &w.proof) {
+            return Err(ConnErr::Auth("the server did not prove the token (an impostor, or a server without this token)".into()));
+        }
+    }
+    Ok(w.max_inflight.max(1))
+}
+
+async fn serve(inner: &Inner, conn: &Arc<Conn>, epoch: u64, stream: Box<dyn Stream>) -> String {
+    let (mut rd, mut wr) = tokio::io::split(stream);
+    let read = async {
+        let mut buf = vec![0u8; READ_BUF];
+        let (mut start, mut end) = (0usize, 0usize);
+        loop {
+            let n = match rd.read(&mut buf[end..]).await {
+                Ok(0) => return "connection closed by the server".to_string(),
+                Ok(n) => n,
+                Err(e) => return format!("read: {e}"),
+            };
+            end += n;
+            match conn.dispatch(inner, epoch, &buf[start..end]) {
+                Ok(used) => start += used,
+                Err(e) => return format!("protocol violation by the server: {e}"),
+            }
+            if start == end {
+                start = 0;
+                end = 0;
+                if buf.len() > 4 * READ_BUF {
+                    buf = vec![0u8; READ_BUF];
+                }
+            } else {
+                let need = wire::response_frame_len(&buf[start..end]);
+                if need > buf.len() {
+                    let mut nb = vec![0u8; need];
+                    nb[..end - start].copy_from_slice(&buf[start..end]);
+                    buf = nb;
+                    end -= start;
+                    start = 0;
+                } else if start + need > buf.len() || end == buf.len() {
+                    buf.copy_within(start..end, 0);
+                    end -= start;
+                    start = 0;
+                }
+            }
+        }
+    };
+    let write = async {
+        let mut spare: Vec<u8> = Vec::new();
+        loop {
+            conn.kick.notified().await;
+            // Let runnable senders append their frames first: one write then
+            // carries many frames.
+            tokio::task::yield_now().await;
+            let mut buf = {
+                let mut st = conn.st.lock().unwrap();
+                if st.epoch != epoch {
+                    return "connection replaced".to_string();
+                }
+                st.taken = st.seq;
+                std::mem::replace(&mut st.wbuf, std::mem::take(&mut spare))
+            };
+            if !buf.is_empty() {
+                if let Err(e) = wr.write_all(&buf).await {
+                    return format!("write: {e}");
+                }
+                if let Err(e) = wr.flush().await {
+                    return format!("write: {e}");
+                }
+                if buf.len() > MAX_WRITE_BUFFER {
+                    inner.changed.notify_waiters();
+                }
+            }
+            buf.clear();
+            if buf.capacity() > 1 << 20 {
+                buf = Vec::new();
+            }
+            spare = buf;
+        }
+    };
+    tokio::select! {
+        e = read => e,
+        e = write => e,
+    }
+}
+
+impl From<&ConnErr> for Error {
+    fn from(e: &ConnErr) -> Error {
+        match e {
+            ConnErr::Auth(_) => Error::Auth,
+            ConnErr::Tls(m) => Error::Tls(m.clone()),
+            ConnErr::Other(m) => Error::Connect(m.clone()),
+        }
+    }
+}
