@@ -1,0 +1,3 @@
+module ticketing.invalid/client-python
+
+go 1.26

@@ -1,0 +1,9 @@
+"""placeholder"""
+
+from __future__ import annotations
+
+
+class AsyncClient: ...
+
+
+class AsyncLease: ...

@@ -1,0 +1,111 @@
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "src"))
+sys.path.insert(0, str(HERE))
+
+GOLDEN = HERE.parent.parent / "wire" / "testdata" / "golden"
+
+
+@dataclass
+class Server:
+    addr: str
+    proc: subprocess.Popen[bytes]
+    token: str | None = None
+    ca: str | None = None
+    extra: dict[str, str] = field(default_factory=dict)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def server_bin() -> str:
+    b = os.environ.get("TICKETING_BIN") or str(HERE.parent.parent.parent / "bin" / "ticketing")
+    if not os.access(b, os.X_OK):
+        pytest.fail(f"server binary {b} missing: set TICKETING_BIN")
+    return b
+
+
+def start_server(*args: str, token: str | None = None, tmp: str | None = None) -> Server:
+    cmd = [server_bin(), "serve", "--listen", "127.0.0.1:0", *args]
+    if token:
+        assert tmp
+        tf = os.path.join(tmp, "token")
+        with open(tf, "w") as f:
+            f.write(token)
+        cmd += ["--token-file", tf]
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    assert proc.stderr is not None
+    addr = None
+    lines: list[str] = []
+    for raw in proc.stderr:
+        line = raw.decode(errors="replace")
+        lines.append(line)
+        m = re.search(r"msg=serving addr=(\S+)", line)
+        if m:
+            addr = m.group(1)
+            break
+    if addr is None:
+        proc.kill()
+        proc.wait()
+        raise RuntimeError("server did not start: " + "".join(lines))
+    stderr = proc.stderr
+    threading.Thread(target=lambda: [None for _ in stderr], daemon=True).start()
+    return Server(addr, proc, token)
+
+
+@pytest.fixture(scope="session")
+def server() -> Iterator[Server]:
+    s = start_server()
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="session")
+def token_server() -> Iterator[Server]:
+    with tempfile.TemporaryDirectory() as tmp:
+        s = start_server(token="s3cret-token", tmp=tmp)
+        yield s
+        s.stop()
+
+
+@pytest.fixture(scope="session")
+def tls_server() -> Iterator[Server]:
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        pytest.skip("openssl not installed: no certificates for the TLS test")
+    with tempfile.TemporaryDirectory() as tmp:
+        ca_key, ca, key, csr, crt = (os.path.join(tmp, n) for n in ("ca.key", "ca.pem", "s.key", "s.csr", "s.pem"))
+        ext = os.path.join(tmp, "ext")
+        with open(ext, "w") as f:
+            f.write("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
+        run = lambda *a: subprocess.run(a, check=True, capture_output=True)  # noqa: E731
+        run(openssl, "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+            "-keyout", ca_key, "-out", ca, "-days", "2", "-subj", "/CN=test-ca")  # fmt: skip
+        run(openssl, "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+            "-keyout", key, "-out", csr, "-subj", "/CN=localhost")  # fmt: skip
+        run(openssl, "x509", "-req", "-in", csr, "-CA", ca, "-CAkey", ca_key, "-CAcreateserial",
+            "-out", crt, "-days", "2", "-extfile", ext)  # fmt: skip
+        s = start_server("--tls-cert", crt, "--tls-key", key)
+        s.ca = ca
+        yield s
+        s.stop()
