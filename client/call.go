@@ -39,7 +39,7 @@ type call struct {
 	// Request, set by the sender.
 	op     wire.Op
 	key    string
-	arg    uint64 // A: lease<<32|wait; R: token; C: target<<32
+	arg    uint64 // the request arg: A wire.AcquireArg; R the token; C wire.CancelArg
 	body   []byte // Q
 	counts bool   // an acquire that may queue: holds one of max_inflight while outstanding
 

@@ -3,7 +3,6 @@ package client
 import (
 	"context"
 	"crypto/tls"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -317,11 +316,11 @@ func (cn *conn) enqueueLocked(c *call) {
 	switch c.op {
 	case wire.OpAcquire:
 		c.sent = time.Now() // t_send (protocol.md §5): before the frame can be written
-		cn.wbuf = wire.AppendAcquire(cn.wbuf, id, c.key, uint32(c.arg>>32), uint32(c.arg))
+		cn.wbuf = wire.AppendAcquire(cn.wbuf, id, c.key, wire.ArgLeaseMS(c.arg), wire.ArgWaitMS(c.arg))
 	case wire.OpRelease:
 		cn.wbuf = wire.AppendRelease(cn.wbuf, id, c.key, c.arg)
 	case wire.OpCancel:
-		cn.wbuf = wire.AppendCancel(cn.wbuf, id, c.key, uint32(c.arg>>32))
+		cn.wbuf = wire.AppendCancel(cn.wbuf, id, c.key, wire.ArgTarget(c.arg))
 	case wire.OpPing:
 		c.sent = time.Now()
 		cn.wbuf = wire.AppendPing(cn.wbuf, id)
@@ -360,7 +359,7 @@ func (cn *conn) abandon(c *call) bool {
 		cc := getCall()
 		cc.op = wire.OpCancel
 		cc.key = c.key
-		cc.arg = uint64(c.reqID) << 32
+		cc.arg = wire.CancelArg(c.reqID)
 		cn.cl.abandoned.Add(1)
 		cc.owner = ownerAbandoned
 		cn.enqueueLocked(cc)
@@ -497,22 +496,14 @@ func (cn *conn) readLoop(nc net.Conn, done chan<- struct{}) {
 }
 
 // frameLen is the length of the (incomplete) response starting b, as far as
-// its header tells; HeaderLen while the header is incomplete. (A
-// wire.ResponseFrameLen, the twin of wire.RequestFrameLen, would belong in
-// the codec.)
+// its header tells; HeaderLen while the header is incomplete or wrong
+// (ParseResponse then reports the violation).
 func frameLen(b []byte) int {
-	if len(b) < wire.HeaderLen {
+	n, err := wire.ResponseFrameLen(b)
+	if err != nil {
 		return wire.HeaderLen
 	}
-	st := wire.Status(b[0])
-	if !st.HasPayload() {
-		return wire.HeaderLen
-	}
-	v := binary.BigEndian.Uint64(b[8:16]) // the payload length (protocol.md §3)
-	if v > wire.MaxAdminReply {
-		return wire.HeaderLen // ParseResponse reports the violation
-	}
-	return wire.HeaderLen + int(v)
+	return n
 }
 
 // dispatch decodes every complete response in buf[start:end] and matches it

@@ -84,7 +84,7 @@ func (cl *Client) Acquire(ctx context.Context, key string, lease, wait time.Dura
 		c := getCall()
 		c.op = wire.OpAcquire
 		c.key = key
-		c.arg = uint64(leaseMS)<<32 | uint64(waitMS)
+		c.arg = wire.AcquireArg(leaseMS, waitMS)
 		c.counts = waitMS > 0
 		if err := cl.send(ctx, c, connGiveUp, budgetEnd); err != nil {
 			putCall(c)

@@ -51,7 +51,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 
 	sh := &shared{cfg: &cfg, total: uint64(cfg.slotsTotal())}
-	sh.leaseArg = uint64(cfg.Lease.Milliseconds())<<32 | uint64(cfg.Wait.Milliseconds())
+	sh.leaseArg = wire.AcquireArg(uint32(cfg.Lease.Milliseconds()), uint32(cfg.Wait.Milliseconds()))
 	sh.fifo = fifoWorkload(&cfg)
 	if cfg.Mode == ModeFill {
 		sh.tokens = make([]uint64, cfg.Keys)

@@ -118,7 +118,7 @@ func holdKeys(ctx context.Context, cfg *Config, from, to int, lease time.Duratio
 	err = window(nc, to-from, func(b []byte, i int) []byte {
 		var k [KeyLen]byte
 		putKey(&k, uint64(from+i))
-		return appendReq(b, wire.OpAcquire, uint32(i), &k, uint64(lease.Milliseconds())<<32)
+		return appendReq(b, wire.OpAcquire, uint32(i), &k, wire.AcquireArg(uint32(lease.Milliseconds()), 0))
 	}, func(r *wire.Response) {
 		if r.Status == wire.StatusGranted && int(r.ReqID) < len(tokens) {
 			tokens[r.ReqID] = r.Value

@@ -61,7 +61,7 @@ func newWorkerHist(conns int) *hdrhistogram.Histogram {
 // shared is the state every worker of one run sees.
 type shared struct {
 	cfg      *Config
-	leaseArg uint64 // acquire arg: lease_ms<<32 | wait_ms
+	leaseArg uint64 // acquire arg: wire.AcquireArg(lease_ms, wait_ms)
 	total    uint64 // slots over all connections
 	stop     atomic.Bool
 	phase    atomic.Int32 // 0 warmup, 1 measuring
@@ -345,7 +345,7 @@ func (w *worker) cancelQueued() {
 		s := &w.slots[i]
 		if s.state == slotAcquire && !s.cancelled {
 			s.cancelled = true
-			w.wbuf = appendReq(w.wbuf, wire.OpCancel, uint32(i)|cancelBit, &s.key, uint64(uint32(i))<<32)
+			w.wbuf = appendReq(w.wbuf, wire.OpCancel, uint32(i)|cancelBit, &s.key, wire.CancelArg(uint32(i)))
 			w.cancels++
 		}
 	}

@@ -13,20 +13,42 @@ type Request struct {
 	Body   []byte // Q: the JSON body
 }
 
+// The request arg (bytes 8..16) of each op, §2: A lease_ms<<32 | wait_ms;
+// R the token; C target<<32 (low half reserved); Q body_len<<32 (low half 0).
+// These are the only places that pack or unpack it.
+
+// AcquireArg packs an acquire's lease and wait (ms) into its arg.
+func AcquireArg(leaseMS, waitMS uint32) uint64 { return uint64(leaseMS)<<32 | uint64(waitMS) }
+
+// CancelArg packs a cancel's target req_id into its arg.
+func CancelArg(target uint32) uint64 { return uint64(target) << 32 }
+
+// QueryArg packs a query's body length into its arg.
+func QueryArg(bodyLen uint32) uint64 { return uint64(bodyLen) << 32 }
+
+// ArgLeaseMS is the lease (ms) of an acquire arg.
+func ArgLeaseMS(arg uint64) uint32 { return uint32(arg >> 32) }
+
+// ArgWaitMS is the wait (ms) of an acquire arg; 0 = try once.
+func ArgWaitMS(arg uint64) uint32 { return uint32(arg) }
+
+// ArgTarget is the target req_id of a cancel arg (and the body_len of a query arg).
+func ArgTarget(arg uint64) uint32 { return uint32(arg >> 32) }
+
 // LeaseMS is the acquire's lease in ms (A: arg bytes 8..12).
-func (r *Request) LeaseMS() uint32 { return uint32(r.Arg >> 32) }
+func (r *Request) LeaseMS() uint32 { return ArgLeaseMS(r.Arg) }
 
 // WaitMS is the acquire's wait in ms (A: arg bytes 12..16); 0 = try once.
-func (r *Request) WaitMS() uint32 { return uint32(r.Arg) }
+func (r *Request) WaitMS() uint32 { return ArgWaitMS(r.Arg) }
 
 // Token is the release's fencing token (R: arg bytes 8..16).
 func (r *Request) Token() uint64 { return r.Arg }
 
 // Target is the req_id of the acquire a cancel withdraws (C: arg bytes 8..12).
-func (r *Request) Target() uint32 { return uint32(r.Arg >> 32) }
+func (r *Request) Target() uint32 { return ArgTarget(r.Arg) }
 
 // BodyLen is the Q body length (arg bytes 8..12).
-func (r *Request) BodyLen() uint32 { return uint32(r.Arg >> 32) }
+func (r *Request) BodyLen() uint32 { return ArgTarget(r.Arg) }
 
 // ArgLow is arg bytes 12..16 (Q: MUST be zero; C: reserved).
 func (r *Request) ArgLow() uint32 { return uint32(r.Arg) }
@@ -42,7 +64,7 @@ func AppendRequestHeader(b []byte, op Op, keyLen uint8, flags uint16, reqID uint
 // AppendAcquire appends an acquire frame (16 + len(key) bytes). The caller
 // ensures 1 ≤ len(key) ≤ 250; lease and wait are in ms.
 func AppendAcquire(b []byte, reqID uint32, key string, leaseMS, waitMS uint32) []byte {
-	b = AppendRequestHeader(b, OpAcquire, uint8(len(key)), 0, reqID, uint64(leaseMS)<<32|uint64(waitMS))
+	b = AppendRequestHeader(b, OpAcquire, uint8(len(key)), 0, reqID, AcquireArg(leaseMS, waitMS))
 	return append(b, key...)
 }
 
@@ -55,7 +77,7 @@ func AppendRelease(b []byte, reqID uint32, key string, token uint64) []byte {
 // AppendCancel appends a cancel frame withdrawing this connection's queued
 // acquire target on key (16 + len(key) bytes).
 func AppendCancel(b []byte, reqID uint32, key string, target uint32) []byte {
-	b = AppendRequestHeader(b, OpCancel, uint8(len(key)), 0, reqID, uint64(target)<<32)
+	b = AppendRequestHeader(b, OpCancel, uint8(len(key)), 0, reqID, CancelArg(target))
 	return append(b, key...)
 }
 
@@ -67,7 +89,7 @@ func AppendPing(b []byte, reqID uint32) []byte {
 // AppendQuery appends an admin query frame (16 + len(body) bytes). The caller
 // ensures 1 ≤ len(body) ≤ 65,536.
 func AppendQuery(b []byte, reqID uint32, body []byte) []byte {
-	b = AppendRequestHeader(b, OpQuery, 0, 0, reqID, uint64(len(body))<<32)
+	b = AppendRequestHeader(b, OpQuery, 0, 0, reqID, QueryArg(uint32(len(body))))
 	return append(b, body...)
 }
 
@@ -220,6 +242,28 @@ func AppendAdmin(b []byte, reqID uint32, json []byte) []byte {
 	return append(b, json...)
 }
 
+// ResponseFrameLen returns the full length of the response whose 16-byte
+// header starts b: 16, plus the payload length for the statuses that carry
+// one (§3); the twin of RequestFrameLen. Errors: ErrShortFrame (fewer than 16
+// bytes), ErrBadStatus, ErrPayloadTooLarge (both fatal to the stream).
+func ResponseFrameLen(b []byte) (int, error) {
+	if len(b) < HeaderLen {
+		return 0, ErrShortFrame
+	}
+	st := Status(b[0])
+	if !st.Valid() {
+		return 0, ErrBadStatus
+	}
+	if !st.HasPayload() {
+		return HeaderLen, nil
+	}
+	v := be.Uint64(b[8:16])
+	if v > uint64(st.MaxPayload()) {
+		return 0, ErrPayloadTooLarge
+	}
+	return HeaderLen + int(v), nil
+}
+
 // ParseResponse decodes one complete response from the start of b. n == 0 with
 // a nil error means b holds an incomplete frame. Errors: ErrBadStatus,
 // ErrPayloadTooLarge (both fatal: the stream cannot be resynchronized).
@@ -227,26 +271,22 @@ func ParseResponse(b []byte) (resp Response, n int, err error) {
 	if len(b) < HeaderLen {
 		return resp, 0, nil
 	}
-	st := Status(b[0])
-	if !st.Valid() {
-		return resp, 0, ErrBadStatus
+	n, err = ResponseFrameLen(b)
+	if err != nil {
+		return Response{}, 0, err
+	}
+	if len(b) < n {
+		return Response{}, 0, nil
 	}
 	resp = Response{
-		Status: st,
+		Status: Status(b[0]),
 		Code:   Code(b[1]),
 		Queued: be.Uint16(b[2:4]),
 		ReqID:  be.Uint32(b[4:8]),
 		Value:  be.Uint64(b[8:16]),
 	}
-	if !st.HasPayload() {
+	if !resp.Status.HasPayload() {
 		return resp, HeaderLen, nil
-	}
-	if resp.Value > uint64(st.MaxPayload()) {
-		return Response{}, 0, ErrPayloadTooLarge
-	}
-	n = HeaderLen + int(resp.Value)
-	if len(b) < n {
-		return Response{}, 0, nil
 	}
 	resp.Payload = b[HeaderLen:n:n]
 	return resp, n, nil

@@ -564,3 +564,25 @@ func hexOf(b []byte) string {
 	}
 	return string(out)
 }
+
+func TestResponseFrameLen(t *testing.T) {
+	big := wire.AppendResponseHeader(nil, wire.StatusError, wire.CodeBadOp, 0, 1, wire.MaxErrorPayload+1)
+	for _, tc := range []struct {
+		name string
+		b    []byte
+		n    int
+		err  error
+	}{
+		{"short", make([]byte, 15), 0, wire.ErrShortFrame},
+		{"granted", wire.AppendGranted(nil, 1, 9, 0), 16, nil},
+		{"error header only", wire.AppendError(nil, 1, wire.CodeBadOp, "abc")[:16], 19, nil},
+		{"admin", wire.AppendAdmin(nil, 1, []byte(`{}`)), 18, nil},
+		{"bad status", make([]byte, 16), 0, wire.ErrBadStatus},
+		{"payload too large", big, 0, wire.ErrPayloadTooLarge},
+	} {
+		n, err := wire.ResponseFrameLen(tc.b)
+		if n != tc.n || !errors.Is(err, tc.err) || (tc.err == nil) != (err == nil) {
+			t.Errorf("%s: %d %v, want %d %v", tc.name, n, err, tc.n, tc.err)
+		}
+	}
+}

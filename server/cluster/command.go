@@ -35,7 +35,7 @@ type Command struct {
 	Conn  uint64
 	ReqID uint32
 	Key   []byte
-	Arg   uint64 // acquire: lease_ms<<32 | wait_ms; release: token; cancel: target<<32; expire: token
+	Arg   uint64 // the request's arg (wire.AcquireArg, the token, wire.CancelArg); expire: token
 }
 
 // IncarnationBits is how many top bits of a connection id name the node
@@ -97,6 +97,9 @@ func DecodeBatch(data []byte) (Batch, error) {
 		}
 		c := &b.Cmds[i]
 		c.Op = Op(p[0])
+		if c.Op < OpAcquire || c.Op > OpNodeMeta {
+			return b, fmt.Errorf("%w: unknown command op %d", errBadBatch, c.Op)
+		}
 		c.Conn = binary.BigEndian.Uint64(p[1:9])
 		c.ReqID = binary.BigEndian.Uint32(p[9:13])
 		c.Arg = binary.BigEndian.Uint64(p[13:21])

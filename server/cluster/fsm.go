@@ -10,6 +10,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/ticketing/ticketing/client/wire"
 	"github.com/ticketing/ticketing/server/locktable"
 )
 
@@ -85,7 +86,10 @@ func (f *FSM) Apply(l *raft.Log) any {
 	}
 	b, err := DecodeBatch(l.Data)
 	if err != nil {
-		return err
+		// Skipping a committed entry would leave this node's table apart
+		// from every other node's (an entry from a newer version, or a
+		// corrupt log): stop instead.
+		panic(fmt.Sprintf("cluster: cannot apply log entry %d: %v", l.Index, err))
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -103,14 +107,14 @@ func (f *FSM) apply(now int64, c *Command) {
 		if f.tokens.Last() == 0 {
 			return // no leader started the domain yet: cannot happen in a well-formed log
 		}
-		e := f.table.Acquire(now, owner, c.Key, uint32(c.Arg>>32), uint32(c.Arg))
+		e := f.table.Acquire(now, owner, c.Key, wire.ArgLeaseMS(c.Arg), wire.ArgWaitMS(c.Arg))
 		if e.Status != locktable.Queued {
 			f.out.Deliver(e)
 		}
 	case OpRelease:
 		f.out.Deliver(f.table.Release(now, owner, c.Key, c.Arg))
 	case OpCancel:
-		f.out.Deliver(f.table.Cancel(now, owner, c.Key, uint32(c.Arg>>32)))
+		f.out.Deliver(f.table.Cancel(now, owner, c.Key, wire.ArgTarget(c.Arg)))
 	case OpExpire:
 		f.table.Expire(now, c.Key, c.Arg)
 	case OpWaitTimeout:
@@ -153,6 +157,8 @@ func (f *FSM) apply(now int64, c *Command) {
 			return
 		}
 		f.nodes[m.ID] = m
+	default:
+		panic(fmt.Sprintf("cluster: unknown command op %d", c.Op)) // DecodeBatch lets none through
 	}
 }
 

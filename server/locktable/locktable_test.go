@@ -461,11 +461,11 @@ func TestQueuedField(t *testing.T) {
 		now := t0 + int64(c.waited)
 		f.rel(now, H, "k", first, effO(H))
 		f.delivered(effG(W, first+1, c.want))
-		if got := queuedUnits(int64(c.waited)); got != c.want {
-			t.Fatalf("queuedUnits(%v) = %d, want %d", c.waited, got, c.want)
+		if got := wire.QueuedUnits(c.waited); got != c.want {
+			t.Fatalf("QueuedUnits(%v) = %d, want %d", c.waited, got, c.want)
 		}
 	}
-	if queuedUnits(-5) != 0 {
+	if wire.QueuedUnits(-5) != 0 {
 		t.Fatal("negative wait")
 	}
 }

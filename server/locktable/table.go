@@ -18,6 +18,7 @@ package locktable
 import (
 	"math"
 	"slices"
+	"time" // Duration only: the table reads no clock
 
 	"github.com/ticketing/ticketing/client/wire"
 )
@@ -411,24 +412,13 @@ func (t *Table) handoffOrFree(now int64, st *lockState) {
 			Owner:  owner,
 			Status: wire.StatusGranted,
 			Token:  st.token,
-			Queued: queuedUnits(now - enq),
+			Queued: wire.QueuedUnits(time.Duration(now - enq)),
 		})
 		return
 	}
 	st.token = 0
 	st.holder = 0
 	t.deactivate(st)
-}
-
-func queuedUnits(ns int64) uint16 {
-	if ns <= 0 {
-		return 0
-	}
-	u := ns / int64(wire.QueuedUnit)
-	if u > wire.MaxQueued {
-		return wire.MaxQueued
-	}
-	return uint16(u)
 }
 
 func (t *Table) grant(now int64, st *lockState, conn uint64, leaseMS uint32) {

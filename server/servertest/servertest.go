@@ -443,4 +443,4 @@ func Header(op byte, keyLen uint8, flags uint16, reqID uint32, arg uint64) []byt
 }
 
 // AcquireArg packs lease_ms and wait_ms into an acquire's arg.
-func AcquireArg(leaseMS, waitMS uint32) uint64 { return uint64(leaseMS)<<32 | uint64(waitMS) }
+func AcquireArg(leaseMS, waitMS uint32) uint64 { return wire.AcquireArg(leaseMS, waitMS) }
