@@ -1,0 +1,3 @@
+module ticketing.invalid/client-csharp
+
+go 1.26

@@ -1,0 +1,101 @@
+using System;
+
+namespace Ticketing
+{
+    /// <summary>Base of every error the client throws (except argument and disposal errors).</summary>
+    public class TicketingException : Exception
+    {
+        /// <summary>Creates it.</summary>
+        public TicketingException(string message, Exception inner = null) : base(message, inner) { }
+    }
+
+    /// <summary>Not acquired within the wait (server T); thrown by Acquire, never by TryAcquire.</summary>
+    public class LockTimeoutException : TicketingException
+    {
+        /// <summary>Creates it.</summary>
+        public LockTimeoutException(string message) : base(message) { }
+    }
+
+    /// <summary>The server refused at once (B): definitely not acquired, not queued; never retried.</summary>
+    public class LockBusyException : TicketingException
+    {
+        /// <summary>Why: QueueFull, Overloaded, ClockUnhealthy, ShuttingDown or NoQuorum.</summary>
+        public Code Code { get; private set; }
+        /// <summary>Creates it.</summary>
+        public LockBusyException(Code code, string message) : base(message) { Code = code; }
+    }
+
+    /// <summary>
+    /// The request was sent but no definite answer came (connection lost, or U). For an acquire
+    /// the lock MAY be held: do not enter the critical section; its lease ends it. For a release:
+    /// not confirmed within 5 s.
+    /// </summary>
+    public class IndeterminateException : TicketingException
+    {
+        /// <summary>Creates it.</summary>
+        public IndeterminateException(string message, Exception inner = null) : base(message, inner) { }
+    }
+
+    /// <summary>A release was answered N: the key is free or held under another token.</summary>
+    public class NotHolderException : TicketingException
+    {
+        /// <summary>Creates it.</summary>
+        public NotHolderException(string message) : base(message) { }
+    }
+
+    /// <summary>Wrong or missing token, or the server failed to prove the token (an impostor).</summary>
+    public class AuthenticationException : TicketingException
+    {
+        /// <summary>Creates it.</summary>
+        public AuthenticationException(string message, Exception inner = null) : base(message, inner) { }
+    }
+
+    /// <summary>No connection to any server within the budget; nothing was sent.</summary>
+    public class TicketingConnectionException : TicketingException
+    {
+        /// <summary>Creates it.</summary>
+        public TicketingConnectionException(string message, Exception inner = null) : base(message, inner) { }
+    }
+
+    /// <summary>The TLS handshake or certificate verification failed.</summary>
+    public class TicketingTlsException : TicketingConnectionException
+    {
+        /// <summary>Creates it.</summary>
+        public TicketingTlsException(string message, Exception inner = null) : base(message, inner) { }
+    }
+
+    /// <summary>A cluster kept answering M (no leader elected, or unreachable); nothing executed.</summary>
+    public class NoLeaderException : TicketingConnectionException
+    {
+        /// <summary>Creates it.</summary>
+        public NoLeaderException(string message) : base(message) { }
+    }
+
+    /// <summary>The peer broke the protocol.</summary>
+    public class TicketingProtocolException : TicketingException
+    {
+        /// <summary>Creates it.</summary>
+        public TicketingProtocolException(string message, Exception inner = null) : base(message, inner) { }
+    }
+
+    /// <summary>The server answered E for a reason other than the arguments (NotPermitted, Internal).</summary>
+    public class TicketingServerException : TicketingException
+    {
+        /// <summary>The §4 code.</summary>
+        public Code Code { get; private set; }
+        /// <summary>Creates it.</summary>
+        public TicketingServerException(Code code, string message) : base(message) { Code = code; }
+    }
+
+    /// <summary>
+    /// A bad key, lease or wait: checked before anything is sent (Code null), or refused by the
+    /// server's limits (Code BadKey, BadLease, BadWait, BadFlags).
+    /// </summary>
+    public class TicketingArgumentException : ArgumentException
+    {
+        /// <summary>The server's code, or null for the client's own check.</summary>
+        public Code? Code { get; private set; }
+        /// <summary>Creates it.</summary>
+        public TicketingArgumentException(string message, string paramName, Code? code = null) : base(message, paramName) { Code = code; }
+    }
+}

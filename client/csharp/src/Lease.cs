@@ -1,0 +1,114 @@
+using System;
+using System.Text;
+using System.Threading;
+using System.Threading.Tasks;
+
+namespace Ticketing
+{
+    /// <summary>
+    /// A granted lock. Ownership lives in the token, never in a thread: any thread (or any
+    /// process that knows key and token) may release it. <c>using var lease = ...</c> releases
+    /// it on Dispose, which never throws; ReleaseAsync reports failures.
+    /// </summary>
+    public sealed class Lease : IDisposable
+#if NET8_0_OR_GREATER
+        , IAsyncDisposable
+#endif
+    {
+        readonly TicketingClient client;
+        readonly long deadlineTicks;
+        readonly CancellationTokenSource ending;
+        int released; // 1 once the server confirmed (O)
+
+        internal Lease(TicketingClient client, byte[] key, ulong token, long deadlineTicks)
+        {
+            this.client = client;
+            KeyBytes = key;
+            Token = token;
+            this.deadlineTicks = deadlineTicks;
+            var left = Remaining;
+            Deadline = DateTime.UtcNow + left;
+            // Cancelled shortly before the local deadline: 10 % of what is left, at most 1 s.
+            var margin = TimeSpan.FromTicks(Math.Min(left.Ticks / 10, TimeSpan.FromSeconds(1).Ticks));
+            ending = new CancellationTokenSource();
+            var when = left - margin;
+            if (when <= TimeSpan.Zero) ending.Cancel();
+            else ending.CancelAfter(when);
+        }
+
+        /// <summary>The key (UTF-8 decoded).</summary>
+        public string Key { get { return Encoding.UTF8.GetString(KeyBytes); } }
+
+        /// <summary>The key's bytes.</summary>
+        public byte[] KeyBytes { get; private set; }
+
+        /// <summary>The fencing token: strictly greater than every token issued before it.</summary>
+        public ulong Token { get; private set; }
+
+        /// <summary>
+        /// The conservative local end of the lease as UTC wall time, computed once at the grant
+        /// from the monotonic deadline (send time + queued time + lease, protocol.md §5).
+        /// </summary>
+        public DateTime Deadline { get; private set; }
+
+        /// <summary>Time left before the local deadline (monotonic clock); zero once passed.</summary>
+        public TimeSpan Remaining
+        {
+            get
+            {
+                var left = Clock.Span(deadlineTicks - Clock.Now);
+                return left > TimeSpan.Zero ? left : TimeSpan.Zero;
+            }
+        }
+
+        /// <summary>Cancelled shortly before the local deadline: stop the work it protects.</summary>
+        public CancellationToken LeaseEndingToken { get { return ending.Token; } }
+
+        /// <summary>True once the server confirmed the release.</summary>
+        public bool IsReleased { get { return Volatile.Read(ref released) == 1; } }
+
+        /// <summary>
+        /// Releases the lock; completes when the server answered O (idempotent: a released lease
+        /// returns at once). Throws NotHolderException or IndeterminateException; the handle then
+        /// stays unreleased.
+        /// </summary>
+        public async Task ReleaseAsync(CancellationToken ct = default(CancellationToken))
+        {
+            if (IsReleased) return;
+            await client.ReleaseAsync(KeyBytes, Token, ct).ConfigureAwait(false);
+            Volatile.Write(ref released, 1);
+            ending.Dispose();
+        }
+
+        /// <summary>Synchronous Release (blocks the calling thread only).</summary>
+        public void Release()
+        {
+            if (IsReleased) return;
+            client.Release(KeyBytes, Token);
+            Volatile.Write(ref released, 1);
+            ending.Dispose();
+        }
+
+        /// <summary>Releases; never throws (a failed release ends with the lease, and is logged).</summary>
+        public void Dispose()
+        {
+            try { Release(); }
+            catch (Exception e) { client.Log("ticketing: release on Dispose failed: " + e.Message); }
+        }
+
+#if NET8_0_OR_GREATER
+        /// <summary>Releases for await using; never throws.</summary>
+        public async ValueTask DisposeAsync()
+        {
+            try { await ReleaseAsync().ConfigureAwait(false); }
+            catch (Exception e) { client.Log("ticketing: release on DisposeAsync failed: " + e.Message); }
+        }
+#endif
+
+        /// <summary>Key, token and time left (never more).</summary>
+        public override string ToString()
+        {
+            return "Lease(" + TicketingClient.Describe(KeyBytes) + ", token " + Token + ", " + Remaining.TotalMilliseconds.ToString("F0") + " ms left)";
+        }
+    }
+}

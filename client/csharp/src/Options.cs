@@ -1,0 +1,36 @@
+using System;
+using System.Collections.Generic;
+
+namespace Ticketing
+{
+    /// <summary>TLS settings (file paths, PEM or PFX as Mono/.NET load them).</summary>
+    public sealed class TicketingTlsOptions
+    {
+        /// <summary>CA certificate (PEM/DER) to verify the server with; null: the system store.</summary>
+        public string CaFile { get; set; }
+        /// <summary>Client certificate for mutual TLS: a PKCS#12 (.pfx/.p12) file.</summary>
+        public string ClientCertificatePfx { get; set; }
+        /// <summary>Password of ClientCertificatePfx.</summary>
+        public string ClientCertificatePassword { get; set; }
+        /// <summary>Name to verify; default: the address's host.</summary>
+        public string ServerName { get; set; }
+    }
+
+    /// <summary>Options of a TicketingClient.</summary>
+    public sealed class TicketingOptions
+    {
+        /// <summary>"host:port" of the server, or any subset of a cluster's nodes.</summary>
+        public IList<string> Addresses { get; set; }
+        /// <summary>The client token; null for none. Never logged.</summary>
+        public string Token { get; set; }
+        /// <summary>TLS, or null for plain TCP.</summary>
+        public TicketingTlsOptions Tls { get; set; }
+        /// <summary>Budget for connecting (per attempt, and for a call that finds no connection). Default 5 s.</summary>
+        public TimeSpan ConnectTimeout { get; set; }
+        /// <summary>Optional log sink (never receives a token).</summary>
+        public Action<string> Log { get; set; }
+
+        /// <summary>Defaults: 5 s connect timeout.</summary>
+        public TicketingOptions() { ConnectTimeout = TimeSpan.FromSeconds(5); }
+    }
+}

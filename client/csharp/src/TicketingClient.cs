@@ -1,0 +1,842 @@
+using System;
+using System.Collections.Generic;
+using System.Linq;
+using System.Net.Security;
+using System.Security.Cryptography.X509Certificates;
+using System.Text;
+using System.Threading;
+using System.Threading.Tasks;
+
+namespace Ticketing
+{
+    /// <summary>
+    /// A connection pool to one Ticketing server or cluster. Thread-safe; create one per
+    /// application and share it. It keeps one connection per address in the background (two
+    /// for a single address), reconnects with backoff (0.1 s doubling to 3.2 s, jittered)
+    /// forever, pipelines every request and matches answers by req_id. Connections run on
+    /// dedicated threads, so the synchronous methods never wait for a thread-pool thread.
+    /// </summary>
+    public sealed class TicketingClient : IDisposable
+#if NET8_0_OR_GREATER
+        , IAsyncDisposable
+#endif
+    {
+        internal const double BackoffBase = 0.1, BackoffCap = 3.2, RedirectBase = 0.025, RedirectCap = 0.2;
+        internal static readonly TimeSpan ReleaseWindow = TimeSpan.FromSeconds(5);
+        internal const int ReleaseQueueLen = 4096, MaxMoves = 3, MaxExtra = 32;
+        const uint MaxU32 = uint.MaxValue;
+
+        readonly object mu = new object();
+        readonly List<string> addresses;
+        readonly Action<string> log;
+        internal readonly byte[] TokenBytes;
+        internal readonly TicketingTlsOptions Tls;
+        internal readonly X509Certificate2 ClientCertificate;
+        readonly X509Certificate2 caCert;
+        internal readonly TimeSpan ConnectTimeout;
+        internal Action<string, int, TimeSpan> OnReconnect;
+        readonly Releaser releaser;
+        readonly ManualResetEventSlim closedEvent = new ManualResetEventSlim(false);
+        volatile bool closed;
+        volatile Pool pool;
+        volatile Endpoint leader;
+        int rr;
+        long gen;
+        Exception lastErr;
+        [ThreadStatic] static Random rng;
+
+        sealed class Endpoint
+        {
+            public string Addr;
+            public Connection[] Conns;
+        }
+
+        sealed class Pool
+        {
+            public Endpoint[] Eps;
+            public Connection[] Conns;
+            public Dictionary<string, Endpoint> ByAddr;
+            public int Extra;
+        }
+
+        /// <summary>
+        /// Starts connecting in the background and returns at once; the first call waits for a
+        /// connection within its budget. Use ConnectAsync/Connect to wait for the first
+        /// connection explicitly (and learn about a wrong token at start-up).
+        /// </summary>
+        public TicketingClient(TicketingOptions options)
+        {
+            if (options == null) throw new ArgumentNullException("options");
+            if (options.Addresses == null || options.Addresses.Count == 0) throw new TicketingArgumentException("no server address", "Addresses");
+            addresses = options.Addresses.Distinct().ToList();
+            foreach (var a in addresses) { string h; int p; SplitAddr(a, out h, out p); }
+            if (options.ConnectTimeout <= TimeSpan.Zero) throw new TicketingArgumentException("ConnectTimeout must be positive", "ConnectTimeout");
+            ConnectTimeout = options.ConnectTimeout;
+            TokenBytes = Encoding.UTF8.GetBytes(options.Token ?? "");
+            log = options.Log;
+            Tls = options.Tls;
+            if (Tls != null)
+            {
+                try
+                {
+                    if (Tls.CaFile != null) caCert = new X509Certificate2(Tls.CaFile);
+                    if (Tls.ClientCertificatePfx != null) ClientCertificate = new X509Certificate2(Tls.ClientCertificatePfx, Tls.ClientCertificatePassword ?? "");
+                }
+                catch (System.Security.Cryptography.CryptographicException e)
+                {
+                    throw new TicketingArgumentException("TLS files: " + e.Message, "Tls");
+                }
+            }
+            releaser = new Releaser(this);
+            int per = addresses.Count == 1 ? 2 : 1;
+            var eps = addresses.Select(a => new Endpoint { Addr = a, Conns = Enumerable.Range(0, per).Select(_ => new Connection(this, a)).ToArray() }).ToArray();
+            pool = new Pool { Eps = eps, Conns = eps.SelectMany(e => e.Conns).ToArray(), ByAddr = eps.ToDictionary(e => e.Addr), Extra = 0 };
+            foreach (var c in pool.Conns) c.Start();
+        }
+
+        internal bool IsClosed { get { return closed; } }
+
+        /// <summary>Connections currently up (diagnostics).</summary>
+        public int ConnectedCount { get { return pool.Conns.Count(c => c.IsUp); } }
+
+        /// <summary>Connections kept (diagnostics): two for a single address.</summary>
+        public int ConnectionCount { get { return pool.Conns.Length; } }
+
+        /// <summary>
+        /// Waits until a connection is up. Throws TicketingConnectionException when none comes
+        /// within ConnectTimeout, AuthenticationException / TicketingTlsException when every
+        /// address failed that way.
+        /// </summary>
+        public void Connect(CancellationToken ct = default(CancellationToken))
+        {
+            long limit = Clock.Now + Clock.Ticks(ConnectTimeout);
+            while (true)
+            {
+                long g = Interlocked.Read(ref gen);
+                if (pool.Conns.Any(c => c.IsUp)) return;
+                var err = LastError();
+                if (pool.Conns.All(c => c.Failures > 0) && (err is AuthenticationException || err is TicketingTlsException || err is TicketingProtocolException))
+                    throw Rethrowable(err);
+                long left = limit - Clock.Now;
+                if (left <= 0) throw ConnectError();
+                WaitChange(g, Clock.Span(left), ct);
+            }
+        }
+
+        /// <summary>Connect for async code (waits on a pool thread; the connections have their own).</summary>
+        public Task ConnectAsync(CancellationToken ct = default(CancellationToken))
+        {
+            return Task.Factory.StartNew(() => Connect(ct), ct, TaskCreationOptions.LongRunning, TaskScheduler.Default);
+        }
+
+        // ------------------------------------------------------------------
+        // Acquire
+
+        /// <summary>
+        /// Waits up to wait for the lock on key and returns a Lease of lease (both rounded up to
+        /// whole ms; wait zero tries once). Throws LockTimeoutException, LockBusyException
+        /// (refused at once, never retried), IndeterminateException (sent, no definite answer:
+        /// do NOT enter the critical section), TicketingConnectionException,
+        /// TicketingArgumentException, ObjectDisposedException. Cancelling ct withdraws a queued
+        /// acquire (C) and releases a grant that won the race, then throws
+        /// OperationCanceledException.
+        /// </summary>
+        public Task<Lease> AcquireAsync(string key, TimeSpan lease, TimeSpan wait, CancellationToken ct = default(CancellationToken))
+        {
+            return AcquireAsync(KeyBytes(key), lease, wait, ct);
+        }
+
+        /// <summary>AcquireAsync with a raw byte key.</summary>
+        public async Task<Lease> AcquireAsync(byte[] key, TimeSpan lease, TimeSpan wait, CancellationToken ct = default(CancellationToken))
+        {
+            var op = new AcquireOp(this, key, lease, wait);
+            while (true)
+            {
+                ct.ThrowIfCancellationRequested();
+                var c = op.NewCall();
+                if (!SendAsyncReady(c, op.ConnGiveUp, op.BudgetEnd, ct)) await SendSlowAsync(c, op.ConnGiveUp, op.BudgetEnd, ct).ConfigureAwait(false);
+                var reg = ct.CanBeCanceled ? ct.Register(() => CancelCall(c)) : default(CancellationTokenRegistration);
+                try
+                {
+                    await c.Done.Task.ConfigureAwait(false);
+                }
+                finally
+                {
+                    reg.Dispose();
+                }
+                // The canceller and this caller race for an answered call: one claim wins.
+                if (c.Owner == Owner.Abandoned || Interlocked.CompareExchange(ref c.Claim, 1, 0) != 0)
+                    throw new OperationCanceledException(ct);
+                var l = op.Outcome(c);
+                if (l != null) return l;
+                var d = op.BeforeRetry(c);
+                if (d > TimeSpan.Zero) await SleepRedirectAsync(d, op, ct).ConfigureAwait(false);
+            }
+        }
+
+        /// <summary>Synchronous Acquire: blocks the calling thread only (no thread-pool work).</summary>
+        public Lease Acquire(string key, TimeSpan lease, TimeSpan wait, CancellationToken ct = default(CancellationToken))
+        {
+            return Acquire(KeyBytes(key), lease, wait, ct);
+        }
+
+        /// <summary>Acquire with a raw byte key.</summary>
+        public Lease Acquire(byte[] key, TimeSpan lease, TimeSpan wait, CancellationToken ct = default(CancellationToken))
+        {
+            var op = new AcquireOp(this, key, lease, wait);
+            while (true)
+            {
+                ct.ThrowIfCancellationRequested();
+                var c = op.NewCall();
+                Send(c, op.ConnGiveUp, op.BudgetEnd, ct);
+                try
+                {
+                    c.Done.Task.Wait(ct);
+                }
+                catch (OperationCanceledException)
+                {
+                    CancelCall(c); // withdraws it, or (answered meanwhile) compensates a grant
+                    throw;
+                }
+                if (Interlocked.CompareExchange(ref c.Claim, 1, 0) != 0) throw new OperationCanceledException(ct);
+                var l = op.Outcome(c);
+                if (l != null) return l;
+                var d = op.BeforeRetry(c);
+                if (d > TimeSpan.Zero) SleepRedirect(d, op, ct);
+            }
+        }
+
+        /// <summary>One attempt (wait 0): the Lease, or null when the key is held.</summary>
+        public async Task<Lease> TryAcquireAsync(string key, TimeSpan lease, CancellationToken ct = default(CancellationToken))
+        {
+            try { return await AcquireAsync(key, lease, TimeSpan.Zero, ct).ConfigureAwait(false); }
+            catch (LockTimeoutException) { return null; }
+        }
+
+        /// <summary>TryAcquireAsync with a raw byte key.</summary>
+        public async Task<Lease> TryAcquireAsync(byte[] key, TimeSpan lease, CancellationToken ct = default(CancellationToken))
+        {
+            try { return await AcquireAsync(key, lease, TimeSpan.Zero, ct).ConfigureAwait(false); }
+            catch (LockTimeoutException) { return null; }
+        }
+
+        /// <summary>Synchronous TryAcquire: the Lease, or null when the key is held.</summary>
+        public Lease TryAcquire(string key, TimeSpan lease, CancellationToken ct = default(CancellationToken))
+        {
+            try { return Acquire(key, lease, TimeSpan.Zero, ct); }
+            catch (LockTimeoutException) { return null; }
+        }
+
+        /// <summary>
+        /// The caller gave up: withdraw the acquire (C) and leave any grant to compensation.
+        /// True when the call was still pending.
+        /// </summary>
+        bool CancelCall(Call c)
+        {
+            var cn = c.Conn;
+            if (cn != null && cn.Abandon(c))
+            {
+                c.Done.TrySetResult(false); // wake the awaiting caller; the reader still owns the call
+                return true;
+            }
+            // Answered already: unless the caller took the answer first, a grant is released.
+            if (Interlocked.CompareExchange(ref c.Claim, 2, 0) == 0 && c.Fail == Fail.None && c.Resp != null && c.Resp.Status == Status.Granted)
+                Compensate(c.Key, c.Resp.Value);
+            return false;
+        }
+
+        sealed class AcquireOp
+        {
+            readonly TicketingClient cl;
+            public readonly byte[] Key;
+            public readonly uint LeaseMs;
+            public uint WaitMs;
+            public readonly long BudgetEnd, ConnGiveUp;
+            int moves, rounds;
+            public bool Woken;
+            public Endpoint KnownLeader;
+
+            public AcquireOp(TicketingClient cl, byte[] key, TimeSpan lease, TimeSpan wait)
+            {
+                this.cl = cl;
+                Key = CheckKey(key);
+                LeaseMs = Millis(lease, "lease", 1);
+                WaitMs = Millis(wait, "wait", 0);
+                if (cl.closed) throw new ObjectDisposedException("TicketingClient");
+                long start = Clock.Now;
+                BudgetEnd = start + Clock.Ticks(TimeSpan.FromMilliseconds(WaitMs));
+                ConnGiveUp = Math.Max(start + Clock.Ticks(cl.ConnectTimeout), BudgetEnd);
+            }
+
+            public Call NewCall()
+            {
+                return new Call { Op = Wire.OpAcquire, Key = Key, A1 = LeaseMs, A2 = WaitMs, Counts = WaitMs > 0 };
+            }
+
+            string K { get { return Describe(Key); } }
+
+            /// <summary>A Lease, null to retry, or throws.</summary>
+            public Lease Outcome(Call c)
+            {
+                if (c.Fail == Fail.Lost)
+                {
+                    if (c.FailErr is ObjectDisposedException) throw new IndeterminateException("acquire " + K + ": the client was closed after the request was written");
+                    throw new IndeterminateException("acquire " + K + ": connection lost after the request was written: " + c.FailErr.Message, c.FailErr);
+                }
+                if (c.Fail == Fail.Unsent)
+                {
+                    if (cl.closed) throw new ObjectDisposedException("TicketingClient");
+                    return null;
+                }
+                var r = c.Resp;
+                switch (r.Status)
+                {
+                    case Status.Granted:
+                        long deadline = c.SentTicks + Clock.Ticks(TimeSpan.FromMilliseconds(r.Queued * (double)Wire.QueuedUnitMs + LeaseMs));
+                        return new Lease(cl, Key, r.Value, deadline);
+                    case Status.Timeout: throw new LockTimeoutException("acquire " + K + ": timed out, not acquired");
+                    case Status.Busy: throw new LockBusyException(r.Code, "acquire " + K + ": busy (" + r.Code + "), not acquired");
+                    case Status.Unknown: throw new IndeterminateException("acquire " + K + ": the cluster could not confirm the commit");
+                    case Status.Moved: return null;
+                    default: throw ServerError(r, "acquire " + K);
+                }
+            }
+
+            /// <summary>Bookkeeping before a retry; the pause to take first (or zero).</summary>
+            public TimeSpan BeforeRetry(Call c)
+            {
+                var pause = TimeSpan.Zero;
+                if (c.Fail == Fail.None && c.Resp.Status == Status.Moved)
+                {
+                    var addr = Encoding.ASCII.GetString(c.Resp.Payload ?? new byte[0]);
+                    cl.Follow(addr);
+                    moves++;
+                    if (moves > MaxMoves)
+                    {
+                        rounds++;
+                        pause = cl.RedirectDelay(rounds);
+                        if (WaitMs == 0 || Clock.Span(BudgetEnd - Clock.Now) <= pause)
+                            throw new NoLeaderException("acquire " + K + ": no leader: " + moves + " consecutive redirects" + (addr.Length == 0 ? " (no leader elected)" : " (last to " + addr + ")"));
+                        KnownLeader = cl.leader;
+                        moves = 0;
+                    }
+                }
+                if (WaitMs > 0)
+                {
+                    double rem = Clock.Ms(BudgetEnd - Clock.Now);
+                    if (rem < 1) throw new LockTimeoutException("acquire " + K + ": timed out, not acquired");
+                    WaitMs = (uint)Math.Floor(rem);
+                }
+                return pause;
+            }
+        }
+
+        // ------------------------------------------------------------------
+        // Release
+
+        /// <summary>
+        /// Releases the lock on key held with token (any process that knows the token may).
+        /// Completes only when the server answered O. Throws NotHolderException (the key is
+        /// free or held under another token), IndeterminateException (not confirmed within
+        /// 5 s; attempts that may have reached the server are repeated meanwhile; when ct is
+        /// cancelled first they go on in the background).
+        /// </summary>
+        public async Task ReleaseAsync(string key, ulong token, CancellationToken ct = default(CancellationToken))
+        {
+            await ReleaseAsync(KeyBytes(key), token, ct).ConfigureAwait(false);
+        }
+
+        /// <summary>ReleaseAsync with a raw byte key.</summary>
+        public async Task ReleaseAsync(byte[] key, ulong token, CancellationToken ct = default(CancellationToken))
+        {
+            var st = new RelState(CheckKey(key), token, Clock.Now + Clock.Ticks(ReleaseWindow));
+            Exception cause = null;
+            while (true)
+            {
+                if (closed) throw new IndeterminateException("release " + Describe(st.Key) + ": the client was closed");
+                if (Clock.Now >= st.Deadline) throw new IndeterminateException(st.GiveUp(cause));
+                var c = new Call { Op = Wire.OpRelease, Key = st.Key, TokenArg = token };
+                try
+                {
+                    if (!SendAsyncReady(c, st.Deadline, st.Deadline, ct)) await SendSlowAsync(c, st.Deadline, st.Deadline, ct).ConfigureAwait(false);
+                }
+                catch (TicketingConnectionException e) { throw new IndeterminateException(st.GiveUp(e), e); }
+                catch (OperationCanceledException) { releaser.Submit(st); throw; }
+                var window = Task.Delay(Clock.Span(Math.Max(0, st.Deadline - Clock.Now)), ct);
+                var first = await Task.WhenAny(c.Done.Task, window).ConfigureAwait(false);
+                if (first != c.Done.Task)
+                {
+                    if (ct.IsCancellationRequested)
+                    {
+                        releaser.Adopt(c, st);
+                        throw new OperationCanceledException(ct);
+                    }
+                    if (c.Conn.Reown(c, Owner.Dropped, null)) throw new IndeterminateException(st.GiveUp(cause));
+                    await c.Done.Task.ConfigureAwait(false);
+                }
+                if (c.Fail != Fail.None) cause = c.FailErr;
+                TimeSpan pause;
+                Exception err;
+                if (ReleaseOutcome(st, c, out pause, out err))
+                {
+                    if (err != null) throw err;
+                    return;
+                }
+                var remaining = Clock.Span(st.Deadline - Clock.Now) - TimeSpan.FromMilliseconds(10);
+                var d = pause < remaining ? pause : remaining;
+                if (d > TimeSpan.Zero) await Task.Delay(d, ct).ConfigureAwait(false);
+            }
+        }
+
+        /// <summary>Synchronous Release (blocks the calling thread only).</summary>
+        public void Release(string key, ulong token, CancellationToken ct = default(CancellationToken))
+        {
+            Release(KeyBytes(key), token, ct);
+        }
+
+        /// <summary>Release with a raw byte key.</summary>
+        public void Release(byte[] key, ulong token, CancellationToken ct = default(CancellationToken))
+        {
+            var st = new RelState(CheckKey(key), token, Clock.Now + Clock.Ticks(ReleaseWindow));
+            Exception cause = null;
+            while (true)
+            {
+                if (closed) throw new IndeterminateException("release " + Describe(st.Key) + ": the client was closed");
+                if (Clock.Now >= st.Deadline) throw new IndeterminateException(st.GiveUp(cause));
+                var c = new Call { Op = Wire.OpRelease, Key = st.Key, TokenArg = token };
+                try { Send(c, st.Deadline, st.Deadline, ct); }
+                catch (TicketingConnectionException e) { throw new IndeterminateException(st.GiveUp(e), e); }
+                catch (OperationCanceledException) { releaser.Submit(st); throw; }
+                bool answered;
+                try { answered = c.Done.Task.Wait((int)Math.Ceiling(Clock.Ms(Math.Max(0, st.Deadline - Clock.Now))), ct); }
+                catch (OperationCanceledException) { releaser.Adopt(c, st); throw; }
+                if (!answered)
+                {
+                    if (c.Conn.Reown(c, Owner.Dropped, null)) throw new IndeterminateException(st.GiveUp(cause));
+                    c.Done.Task.Wait();
+                }
+                if (c.Fail != Fail.None) cause = c.FailErr;
+                TimeSpan pause;
+                Exception err;
+                if (ReleaseOutcome(st, c, out pause, out err))
+                {
+                    if (err != null) throw err;
+                    return;
+                }
+                var remaining = Clock.Span(st.Deadline - Clock.Now) - TimeSpan.FromMilliseconds(10);
+                var d = pause < remaining ? pause : remaining;
+                if (d > TimeSpan.Zero && ct.WaitHandle.WaitOne(d)) { releaser.Submit(st); ct.ThrowIfCancellationRequested(); }
+            }
+        }
+
+        internal sealed class RelState
+        {
+            public readonly byte[] Key;
+            public readonly ulong Token;
+            public readonly long Deadline;
+            public bool Maybe;
+            public int Moves, Retries;
+            public bool Woken;
+
+            public RelState(byte[] key, ulong token, long deadline) { Key = key; Token = token; Deadline = deadline; }
+
+            public string GiveUp(Exception cause)
+            {
+                return "release " + Describe(Key) + ": not confirmed within " + ReleaseWindow.TotalSeconds + "s" + (cause != null ? ": " + cause.Message : "");
+            }
+        }
+
+        /// <summary>Interprets one release attempt: true when final (err null for O).</summary>
+        internal bool ReleaseOutcome(RelState st, Call c, out TimeSpan pause, out Exception err)
+        {
+            pause = TimeSpan.Zero;
+            err = null;
+            var k = Describe(st.Key);
+            if (c.Fail != Fail.None)
+            {
+                if (closed) { err = new IndeterminateException("release " + k + ": the client was closed"); return true; }
+                if (c.Fail == Fail.Unsent) return false;
+                st.Maybe = true;
+                pause = RedirectDelay(++st.Retries);
+                return false;
+            }
+            var r = c.Resp;
+            switch (r.Status)
+            {
+                case Status.Released: return true;
+                case Status.NotHolder:
+                    err = st.Maybe
+                        ? (Exception)new IndeterminateException("release " + k + ": the token no longer holds the key; an earlier unconfirmed attempt may have released it")
+                        : new NotHolderException("release " + k + ": not the holder (the key is free or held under another token)");
+                    return true;
+                case Status.Moved:
+                    Follow(Encoding.ASCII.GetString(r.Payload ?? new byte[0]));
+                    if (++st.Moves > MaxMoves) { st.Moves = 0; pause = RedirectDelay(++st.Retries); }
+                    return false;
+                case Status.Unknown:
+                    st.Maybe = true;
+                    pause = RedirectDelay(++st.Retries);
+                    return false;
+                default:
+                    err = ServerError(r, "release " + k);
+                    return true;
+            }
+        }
+
+        internal void Compensate(byte[] key, ulong token)
+        {
+            if (!releaser.Submit(new RelState(key, token, Clock.Now + Clock.Ticks(ReleaseWindow))))
+                Log("ticketing: release queue full; an abandoned grant of " + Describe(key) + " stays held until its lease ends");
+        }
+
+        // ------------------------------------------------------------------
+        // Sending and connection choice
+
+        internal Enq TryEnqueue(Call c)
+        {
+            var p = pool;
+            int r = Interlocked.Increment(ref rr) & int.MaxValue;
+            var res = Enq.Down;
+            var ep = leader;
+            if (ep != null)
+            {
+                int n = ep.Conns.Length;
+                for (int i = 0; i < n; i++)
+                {
+                    var e = ep.Conns[(r + i) % n].Enqueue(c);
+                    if (e == Enq.Ok) return Enq.Ok;
+                    if (e == Enq.Full) res = Enq.Full;
+                }
+                if (res == Enq.Full || ep.Conns.Any(x => x.Connecting)) return res;
+            }
+            int m = p.Conns.Length;
+            for (int i = 0; i < m; i++)
+            {
+                var e = p.Conns[(r + i) % m].Enqueue(c);
+                if (e == Enq.Ok) return Enq.Ok;
+                if (e == Enq.Full) res = Enq.Full;
+            }
+            return res;
+        }
+
+        /// <summary>Queues c, waiting for a connection until giveUp or a free slot until slotGiveUp.</summary>
+        void Send(Call c, long giveUp, long slotGiveUp, CancellationToken ct)
+        {
+            while (true)
+            {
+                long g = Interlocked.Read(ref gen);
+                if (closed) throw new ObjectDisposedException("TicketingClient");
+                var r = TryEnqueue(c);
+                if (r == Enq.Ok) return;
+                long left = (r == Enq.Full ? slotGiveUp : giveUp) - Clock.Now;
+                if (left <= 0)
+                {
+                    if (r == Enq.Full) throw new LockTimeoutException("acquire " + Describe(c.Key) + ": timed out waiting for a free max_inflight slot, not acquired");
+                    throw ConnectError();
+                }
+                WaitChange(g, Clock.Span(left), ct);
+            }
+        }
+
+        bool SendAsyncReady(Call c, long giveUp, long slotGiveUp, CancellationToken ct)
+        {
+            if (closed) throw new ObjectDisposedException("TicketingClient");
+            ct.ThrowIfCancellationRequested();
+            return TryEnqueue(c) == Enq.Ok;
+        }
+
+        async Task SendSlowAsync(Call c, long giveUp, long slotGiveUp, CancellationToken ct)
+        {
+            while (true)
+            {
+                Task changed;
+                lock (mu) changed = ChangeTask();
+                if (closed) throw new ObjectDisposedException("TicketingClient");
+                var r = TryEnqueue(c);
+                if (r == Enq.Ok) return;
+                long left = (r == Enq.Full ? slotGiveUp : giveUp) - Clock.Now;
+                if (left <= 0)
+                {
+                    if (r == Enq.Full) throw new LockTimeoutException("acquire " + Describe(c.Key) + ": timed out waiting for a free max_inflight slot, not acquired");
+                    throw ConnectError();
+                }
+                await Task.WhenAny(changed, Task.Delay(Clock.Span(left), ct)).ConfigureAwait(false);
+                ct.ThrowIfCancellationRequested();
+            }
+        }
+
+        TaskCompletionSource<bool> changeTcs;
+
+        Task ChangeTask()
+        {
+            if (changeTcs == null) changeTcs = new TaskCompletionSource<bool>(TaskCreationOptions.RunContinuationsAsynchronously);
+            return changeTcs.Task;
+        }
+
+        /// <summary>Something changed (a connection came up or failed, a slot freed, a leader).</summary>
+        internal void Changed()
+        {
+            TaskCompletionSource<bool> t;
+            lock (mu)
+            {
+                gen++;
+                Monitor.PulseAll(mu);
+                t = changeTcs;
+                changeTcs = null;
+            }
+            if (t != null) t.TrySetResult(true);
+        }
+
+        void WaitChange(long g, TimeSpan d, CancellationToken ct)
+        {
+            if (!ct.CanBeCanceled)
+            {
+                lock (mu) if (gen == g && !closed) Monitor.Wait(mu, d);
+                return;
+            }
+            using (ct.Register(() => { lock (mu) Monitor.PulseAll(mu); }))
+            {
+                lock (mu) if (gen == g && !closed && !ct.IsCancellationRequested) Monitor.Wait(mu, d);
+            }
+            ct.ThrowIfCancellationRequested();
+        }
+
+        void SleepRedirect(TimeSpan d, AcquireOp op, CancellationToken ct)
+        {
+            long limit = Clock.Now + Clock.Ticks(d);
+            while (true)
+            {
+                long g = Interlocked.Read(ref gen);
+                if (closed) throw new ObjectDisposedException("TicketingClient");
+                if (!op.Woken && leader != null && !ReferenceEquals(leader, op.KnownLeader)) { op.Woken = true; return; }
+                long left = limit - Clock.Now;
+                if (left <= 0) return;
+                WaitChange(g, Clock.Span(left), ct);
+            }
+        }
+
+        async Task SleepRedirectAsync(TimeSpan d, AcquireOp op, CancellationToken ct)
+        {
+            long limit = Clock.Now + Clock.Ticks(d);
+            while (true)
+            {
+                Task changed;
+                lock (mu) changed = ChangeTask();
+                if (closed) throw new ObjectDisposedException("TicketingClient");
+                if (!op.Woken && leader != null && !ReferenceEquals(leader, op.KnownLeader)) { op.Woken = true; return; }
+                long left = limit - Clock.Now;
+                if (left <= 0) return;
+                await Task.WhenAny(changed, Task.Delay(Clock.Span(left), ct)).ConfigureAwait(false);
+                ct.ThrowIfCancellationRequested();
+            }
+        }
+
+        /// <summary>Remembers the leader named by M; an unknown address gets a connection of its own.</summary>
+        internal void Follow(string addr)
+        {
+            if (addr.Length == 0) { leader = null; return; }
+            Endpoint ep;
+            if (!pool.ByAddr.TryGetValue(addr, out ep))
+            {
+                string h; int p;
+                try { SplitAddr(addr, out h, out p); }
+                catch (ArgumentException) { Log("ticketing: ignoring malformed leader address"); leader = null; return; }
+                lock (mu)
+                {
+                    var old = pool;
+                    if (!old.ByAddr.TryGetValue(addr, out ep))
+                    {
+                        if (closed || old.Extra >= MaxExtra) { leader = null; return; }
+                        ep = new Endpoint { Addr = addr, Conns = new[] { new Connection(this, addr) } };
+                        var by = new Dictionary<string, Endpoint>(old.ByAddr);
+                        by[addr] = ep;
+                        pool = new Pool { Eps = old.Eps.Concat(new[] { ep }).ToArray(), Conns = old.Conns.Concat(ep.Conns).ToArray(), ByAddr = by, Extra = old.Extra + 1 };
+                        ep.Conns[0].Start();
+                    }
+                }
+            }
+            if (!ReferenceEquals(leader, ep))
+            {
+                leader = ep;
+                Changed();
+                releaser.Poke();
+            }
+        }
+
+        /// <summary>Hands a finished call to its owner (no connection lock held).</summary>
+        internal void Complete(Call c)
+        {
+            switch (c.Owner)
+            {
+                case Owner.Caller: c.Done.TrySetResult(true); break;
+                case Owner.Abandoned:
+                    if (c.Fail == Fail.None && c.Resp.Status == Status.Granted) Compensate(c.Key, c.Resp.Value);
+                    break;
+                case Owner.Releaser: releaser.Completed(c); break;
+            }
+        }
+
+        internal void ConnectionFailed(Connection cn, Exception e, int attempt)
+        {
+            lock (mu) lastErr = e;
+            if (attempt == 1 || e is AuthenticationException) Log("ticketing: connect " + cn.Addr + " failed (attempt " + attempt + "): " + e.Message);
+            Changed();
+        }
+
+        internal void ConnectionLost(Connection cn, Exception e, int pending)
+        {
+            lock (mu) lastErr = e;
+            Log("ticketing: connection to " + cn.Addr + " lost (" + pending + " pending): " + e.Message);
+        }
+
+        Exception LastError() { lock (mu) return lastErr; }
+
+        Exception ConnectError()
+        {
+            var e = LastError();
+            if (e == null) return new TicketingConnectionException("no connection to any server within " + ConnectTimeout.TotalSeconds + "s");
+            if (e is AuthenticationException) return new AuthenticationException("no connection to any server: " + e.Message, e);
+            if (e is TicketingTlsException) return new TicketingTlsException("no connection to any server: " + e.Message, e);
+            return new TicketingConnectionException("no connection to any server: " + e.Message, e);
+        }
+
+        static Exception Rethrowable(Exception e)
+        {
+            if (e is AuthenticationException) return new AuthenticationException(e.Message, e);
+            if (e is TicketingTlsException) return new TicketingTlsException(e.Message, e);
+            return new TicketingProtocolException(e.Message, e);
+        }
+
+        internal bool ValidateServerCertificate(object sender, X509Certificate cert, X509Chain chain, SslPolicyErrors errors)
+        {
+            if ((errors & SslPolicyErrors.RemoteCertificateNameMismatch) != 0 || cert == null) return false;
+            if (caCert == null) return errors == SslPolicyErrors.None;
+            var ch = new X509Chain();
+            ch.ChainPolicy.RevocationMode = X509RevocationMode.NoCheck;
+            ch.ChainPolicy.VerificationFlags = X509VerificationFlags.AllowUnknownCertificateAuthority;
+            ch.ChainPolicy.ExtraStore.Add(caCert);
+            if (!ch.Build(new X509Certificate2(cert))) return false;
+            var root = ch.ChainElements[ch.ChainElements.Count - 1].Certificate;
+            return root.Thumbprint == caCert.Thumbprint;
+        }
+
+        internal TimeSpan BackoffDelay(int attempt) { return Jitter(Step(BackoffBase, BackoffCap, attempt)); }
+        internal TimeSpan RedirectDelay(int n) { return Jitter(Step(RedirectBase, RedirectCap, n)); }
+
+        static double Step(double b, double cap, int n)
+        {
+            double d = b;
+            for (int i = 1; i < n && d < cap; i++) d *= 2;
+            return Math.Min(d, cap);
+        }
+
+        static TimeSpan Jitter(double s)
+        {
+            if (rng == null) rng = new Random(Guid.NewGuid().GetHashCode());
+            return TimeSpan.FromSeconds(s / 2 + rng.NextDouble() * s / 2);
+        }
+
+        internal bool SleepUnlessClosed(TimeSpan d)
+        {
+            return !closedEvent.Wait(d);
+        }
+
+        internal void Log(string msg)
+        {
+            var l = log;
+            if (l != null) l(msg);
+        }
+
+        // ------------------------------------------------------------------
+        // Arguments
+
+        internal static byte[] KeyBytes(string key)
+        {
+            if (key == null) throw new TicketingArgumentException("key must not be null", "key");
+            return Encoding.UTF8.GetBytes(key);
+        }
+
+        internal static byte[] CheckKey(byte[] key)
+        {
+            if (!Wire.ValidKey(key))
+                throw new TicketingArgumentException("key " + Describe(key) + " must be 1..250 bytes of UTF-8 without control characters", "key");
+            return key;
+        }
+
+        /// <summary>A key for messages: never more than 40 bytes of it.</summary>
+        internal static string Describe(byte[] key)
+        {
+            if (key == null) return "(null)";
+            var s = Encoding.UTF8.GetString(key, 0, Math.Min(key.Length, 40));
+            return key.Length > 40 ? "\"" + s + "…\" (" + key.Length + " bytes)" : "\"" + s + "\"";
+        }
+
+        internal static uint Millis(TimeSpan d, string name, uint min)
+        {
+            if (d < TimeSpan.Zero) throw new TicketingArgumentException(name + " must not be negative", name);
+            double ms = Math.Ceiling(d.TotalMilliseconds);
+            if (ms > MaxU32) throw new TicketingArgumentException(name + " " + d + " is over the protocol's " + MaxU32 + " ms", name);
+            if (ms < min) throw new TicketingArgumentException(name + " must be at least " + min + " ms", name);
+            return (uint)ms;
+        }
+
+        static Exception ServerError(Response r, string what)
+        {
+            var msg = Encoding.UTF8.GetString(r.Payload ?? new byte[0]);
+            switch (r.Code)
+            {
+                case Code.BadKey:
+                case Code.BadLease:
+                case Code.BadWait:
+                case Code.BadFlags:
+                    return new TicketingArgumentException(what + ": server refused: " + r.Code + ": " + msg, null, r.Code);
+                default:
+                    return new TicketingServerException(r.Code, what + ": server error " + r.Code + (msg.Length > 0 ? ": " + msg : ""));
+            }
+        }
+
+        internal static void SplitAddr(string addr, out string host, out int port)
+        {
+            host = null;
+            port = 0;
+            int i = addr == null ? -1 : addr.LastIndexOf(':');
+            if (i <= 0 || !int.TryParse(addr.Substring(i + 1), out port) || port < 1 || port > 65535)
+                throw new TicketingArgumentException("address \"" + addr + "\" must be host:port (port 1..65535)", "Addresses");
+            host = addr.Substring(0, i);
+            if (host.StartsWith("[") && host.EndsWith("]")) host = host.Substring(1, host.Length - 2);
+            else if (host.Contains(":")) throw new TicketingArgumentException("address \"" + addr + "\" must be host:port", "Addresses");
+        }
+
+        // ------------------------------------------------------------------
+        // Close
+
+        /// <summary>
+        /// Closes every connection and stops the background threads. Calls in progress throw
+        /// ObjectDisposedException (IndeterminateException for a request already written).
+        /// </summary>
+        public void Dispose()
+        {
+            Connection[] conns;
+            lock (mu)
+            {
+                if (closed) return;
+                closed = true;
+                conns = pool.Conns;
+            }
+            closedEvent.Set();
+            Changed();
+            foreach (var c in conns) c.Shutdown();
+            releaser.Stop();
+            foreach (var c in conns) c.Join(2000);
+        }
+
+#if NET8_0_OR_GREATER
+        /// <summary>Dispose for await using.</summary>
+        public ValueTask DisposeAsync()
+        {
+            Dispose();
+            return default(ValueTask);
+        }
+#endif
+    }
+}
