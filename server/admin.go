@@ -151,14 +151,11 @@ func (c *conn) query(req *wire.Request) {
 func (s *Server) Status() wire.StatusReply {
 	var ctr locktable.Counters
 	var holders int64
-	s.eachTable(func(t *locktable.Table, _ int64) {
+	s.lock.eachTable(func(t *locktable.Table, _ int64) {
 		ctr.Add(t.Counters())
 		holders += int64(t.Holders())
 	})
-	keys, waiters := s.counts.Keys(), s.counts.Waiters()
-	if s.node != nil {
-		keys, waiters = s.node.FSM().Counts()
-	}
+	keys, waiters := s.lock.counts()
 	st := wire.StatusReply{
 		NodeID:      s.cfg.NodeID,
 		Role:        wire.NodeSingle,
@@ -205,7 +202,7 @@ func (s *Server) Status() wire.StatusReply {
 func (s *Server) Locks(prefix string, limit int) wire.LocksReply {
 	h := &lockHeap{}
 	total := 0
-	s.eachTable(func(t *locktable.Table, now int64) {
+	s.lock.eachTable(func(t *locktable.Table, now int64) {
 		t.Locks(now, prefix, func(li locktable.LockInfo) bool {
 			total++
 			e := wire.LockEntry{
@@ -248,23 +245,6 @@ func (h *lockHeap) Pop() any {
 	x := old[len(old)-1]
 	*h = old[:len(old)-1]
 	return x
-}
-
-// eachTable calls fn with every lock table locked and the instant to read it
-// at: the shards of a single node (monotonic ns), or the cluster's one
-// replicated table (wall ns, the clock its commands carry).
-func (s *Server) eachTable(fn func(t *locktable.Table, now int64)) {
-	if s.node != nil {
-		now := s.now().UnixNano()
-		s.node.FSM().With(func(t *locktable.Table) { fn(t, now) })
-		return
-	}
-	now := s.nanotime()
-	for _, sh := range s.shards {
-		sh.mu.Lock()
-		fn(sh.t, now)
-		sh.mu.Unlock()
-	}
 }
 
 // clusterStatus fills the cluster members of `status`.

@@ -31,7 +31,8 @@ type conn struct {
 
 	// reader-owned
 	rbuf []byte
-	wbuf []byte // responses of the current batch
+	wbuf []byte       // responses of the current batch
+	req  wire.Request // the request being handled (a field: passed to the backend without escaping)
 
 	inflight atomic.Int32 // queued acquires; incremented by the reader only
 
@@ -213,13 +214,14 @@ func (c *conn) readLoop() (fatal bool) {
 				// The frame is complete and its length known: decode the
 				// header and slice the key or body (what wire.ParseRequest
 				// does, without framing it a second time).
-				req, _ := wire.ParseRequestHeader(c.rbuf[off : off+flen])
+				req := &c.req
+				*req, _ = wire.ParseRequestHeader(c.rbuf[off : off+flen])
 				if req.Op == wire.OpQuery {
 					req.Body = c.rbuf[off+wire.HeaderLen : off+flen : off+flen]
 				} else {
 					req.Key = c.rbuf[off+wire.HeaderLen : off+flen : off+flen]
 				}
-				c.handle(now, &req)
+				c.handle(now, req)
 				off += flen
 				if len(c.wbuf) >= c.s.cfg.OutBufferLimit {
 					// Large admin replies: flush (and wait for room) inside
@@ -279,34 +281,17 @@ func (c *conn) handle(now int64, req *wire.Request) {
 	}
 	switch req.Op {
 	case wire.OpAcquire:
-		c.acquire(now, req)
+		if c.lockOpChecks(req) && c.leaseWaitChecks(req) {
+			c.s.lock.acquire(c, now, req)
+		}
 	case wire.OpRelease:
-		if !c.lockOpChecks(req) {
-			return
+		if c.lockOpChecks(req) {
+			c.s.lock.release(c, now, req)
 		}
-		if c.s.node != nil {
-			c.clusterLockOp(req)
-			return
-		}
-		sh := c.s.shardFor(req.Key)
-		sh.mu.Lock()
-		e := sh.t.Release(now, locktable.Owner{Conn: c.id, ReqID: req.ReqID}, req.Key, req.Token())
-		sh.rearm()
-		sh.mu.Unlock()
-		c.wbuf = wire.AppendStatus(c.wbuf, e.Status, e.Code, req.ReqID)
 	case wire.OpCancel:
-		if !c.lockOpChecks(req) {
-			return
+		if c.lockOpChecks(req) {
+			c.s.lock.cancel(c, now, req)
 		}
-		if c.s.node != nil {
-			c.clusterLockOp(req)
-			return
-		}
-		sh := c.s.shardFor(req.Key)
-		sh.mu.Lock()
-		e := sh.t.Cancel(now, locktable.Owner{Conn: c.id, ReqID: req.ReqID}, req.Key, req.Target())
-		sh.mu.Unlock()
-		c.wbuf = wire.AppendStatus(c.wbuf, e.Status, e.Code, req.ReqID)
 	case wire.OpPing:
 		if req.KeyLen != 0 {
 			c.replyError(req.ReqID, wire.CodeBadKey)
@@ -362,69 +347,42 @@ func printable8(w uint64) bool {
 	return w&hi == 0 && (w+lo)&hi == hi && (w+del)&hi == 0
 }
 
-func (c *conn) acquire(now int64, req *wire.Request) {
-	if !c.lockOpChecks(req) {
-		return
-	}
+// leaseWaitChecks runs check 6 for A: lease 1..max_lease, wait 0..max_wait.
+func (c *conn) leaseWaitChecks(req *wire.Request) bool {
 	lease, wait := req.LeaseMS(), req.WaitMS()
 	if lease == 0 || int64(lease) > c.s.cfg.MaxLease.Milliseconds() {
 		c.replyError(req.ReqID, wire.CodeBadLease)
-		return
+		return false
 	}
 	if int64(wait) > c.s.cfg.MaxWait.Milliseconds() {
 		c.replyError(req.ReqID, wire.CodeBadWait)
-		return
+		return false
 	}
-	if c.s.draining.Load() && (c.s.node == nil || c.s.node.Serving()) {
-		// (A cluster node that does not serve answers M even while it
-		// drains: the acquire can go to the leader.)
-		c.s.busyExtra.Add(1)
-		c.wbuf = wire.AppendStatus(c.wbuf, wire.StatusBusy, wire.CodeShuttingDown, req.ReqID)
-		return
-	}
-	if c.s.node != nil {
-		c.clusterLockOp(req)
-		return
-	}
-	owner := locktable.Owner{Conn: c.id, ReqID: req.ReqID}
-	sh := c.s.shardFor(req.Key)
-	sh.mu.Lock()
-	if c.s.draining.Load() {
-		// Checked again under the shard lock: Shutdown sets draining, then
-		// drains each shard under its lock, so no waiter can slip in after.
-		sh.mu.Unlock()
-		c.s.busyExtra.Add(1)
-		c.wbuf = wire.AppendStatus(c.wbuf, wire.StatusBusy, wire.CodeShuttingDown, req.ReqID)
-		return
-	}
-	if wait > 0 && c.inflight.Load() >= c.maxInflight {
-		// Queueing would exceed max_inflight (§3.3): B OVERLOADED instead,
-		// but a free key is still granted at once.
-		if _, _, held := sh.t.Holder(string(req.Key)); held {
-			sh.mu.Unlock()
-			c.s.busyExtra.Add(1)
-			c.wbuf = wire.AppendStatus(c.wbuf, wire.StatusBusy, wire.CodeOverloaded, req.ReqID)
-			return
-		}
-	}
-	e := sh.t.Acquire(now, owner, req.Key, lease, wait)
-	if e.Status == locktable.Queued {
-		// Still under the shard lock, so no answer can be delivered before
-		// the request is recorded as outstanding.
-		c.mu.Lock()
-		c.pending[req.ReqID] = struct{}{}
-		c.mu.Unlock()
-		c.inflight.Add(1)
-	}
-	sh.rearm()
-	sh.mu.Unlock()
-	switch e.Status {
-	case locktable.Queued:
-	case wire.StatusGranted:
-		c.wbuf = wire.AppendGranted(c.wbuf, req.ReqID, e.Token, e.Queued)
-	default:
-		c.wbuf = wire.AppendStatus(c.wbuf, e.Status, e.Code, req.ReqID)
-	}
+	return true
+}
+
+// busy answers B code, a refusal the server makes itself (draining,
+// max_inflight, an unhealthy clock), counted in status.
+func (c *conn) busy(reqID uint32, code wire.Code) {
+	c.s.busyExtra.Add(1)
+	c.wbuf = wire.AppendStatus(c.wbuf, wire.StatusBusy, code, reqID)
+}
+
+// addPending records reqID as outstanding: its answer comes later, through
+// deliver. Called by the reader only.
+func (c *conn) addPending(reqID uint32) {
+	c.mu.Lock()
+	c.pending[reqID] = struct{}{}
+	c.mu.Unlock()
+	c.inflight.Add(1)
+}
+
+// dropPending undoes addPending when the request could not be submitted.
+func (c *conn) dropPending(reqID uint32) {
+	c.mu.Lock()
+	delete(c.pending, reqID)
+	c.mu.Unlock()
+	c.inflight.Add(-1)
 }
 
 // outstanding reports whether reqID names one of this connection's queued
@@ -605,14 +563,7 @@ func (c *conn) breakLocked() {
 // teardown runs once the read loop ended: the connection's waiters leave
 // their queues silently; its locks stay held (§5).
 func (c *conn) teardown(fatal bool) {
-	if c.s.node != nil {
-		c.s.clusterConnGone(c)
-	}
-	for _, sh := range c.s.shards {
-		sh.mu.Lock()
-		sh.t.DropConn(c.id)
-		sh.mu.Unlock()
-	}
+	c.s.lock.connGone(c)
 	c.mu.Lock()
 	clear(c.pending)
 	c.inflight.Store(0)

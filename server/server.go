@@ -17,10 +17,8 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"hash/maphash"
 	"io"
 	"log/slog"
-	"math"
 	"net"
 	"net/http"
 	"sync"
@@ -47,15 +45,7 @@ type Server struct {
 	log    *slog.Logger
 	start  time.Time // monotonic base of the table clock
 	now    func() time.Time
-	tokens locktable.TokenSource
-	shards []*shard
-	seed   maphash.Seed // shard choice
-	// counts is written by every grant and release on any core: alone on
-	// its cache lines, so that reading the fields around it (cfg, shards)
-	// does not miss (docs/benchmarks.md).
-	_      [64]byte
-	counts locktable.SharedCounts
-	_      [64]byte
+	lock   backend // the sharded tables, or the raft node
 	tlsCfg atomic.Pointer[tls.Config]
 	certs  *certStore
 
@@ -68,7 +58,7 @@ type Server struct {
 	nconns   atomic.Int64 // accepted, including handshaking
 	live     atomic.Int64 // past the handshake
 
-	// cluster mode (nil node: single node)
+	// cluster mode (nil node: single node); the node is also s.lock
 	node        *cluster.Node
 	peerLn      net.Listener
 	incarnation uint32
@@ -81,14 +71,6 @@ type Server struct {
 	closed      chan struct{}
 	closeOnce   sync.Once
 	wg          sync.WaitGroup // accept loop, timers, connections
-}
-
-type shard struct {
-	mu    sync.Mutex
-	t     *locktable.Table
-	armed int64 // deadline the timer goroutine sleeps until (ns); MaxInt64 = none
-	kick  chan struct{}
-	_     [128 - 32]byte // one shard per pair of cache lines: no false sharing of mu
 }
 
 // Start validates cfg, opens the listener (and metrics listener) and serves
@@ -158,16 +140,6 @@ func New(cfg Config) (*Server, error) {
 		s.certs = cs
 		s.tlsCfg.Store(cs.config())
 	}
-	first := locktable.FirstToken(s.now().UnixMilli())
-	if cfg.DataDir != "" && cfg.Cluster == nil {
-		pt, err := openPersistentTokens(cfg.DataDir, first, cfg.TokenBlock, s.fatal)
-		if err != nil {
-			return nil, err
-		}
-		s.tokens = pt
-	} else {
-		s.tokens = locktable.NewCounter(first)
-	}
 	limits := locktable.Limits{
 		MaxKeys:          cfg.MaxKeys,
 		MaxWaiters:       cfg.MaxWaiters,
@@ -177,18 +149,24 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.limits = limits
 	if cfg.Cluster != nil {
+		// The raft backend is made by startCluster.
 		inc, err := randomIncarnation()
 		if err != nil {
 			return nil, err
 		}
 		s.incarnation = inc
+		return s, nil
 	}
-	s.seed = maphash.MakeSeed()
-	s.shards = make([]*shard, cfg.Shards)
-	for i := range s.shards {
-		s.shards[i] = &shard{armed: math.MaxInt64, kick: make(chan struct{}, 1)}
-		s.shards[i].t = locktable.New(limits, s.tokens, &s.counts, s)
+	first := locktable.FirstToken(s.now().UnixMilli())
+	var tokens locktable.TokenSource = locktable.NewCounter(first)
+	if cfg.DataDir != "" {
+		pt, err := openPersistentTokens(cfg.DataDir, first, cfg.TokenBlock, s.fatal)
+		if err != nil {
+			return nil, err
+		}
+		tokens = pt
 	}
+	s.lock = newTables(s, cfg.Shards, limits, tokens)
 	return s, nil
 }
 
@@ -236,10 +214,7 @@ func (s *Server) Serve(ln net.Listener) error {
 		return ErrServerClosed
 	default:
 	}
-	for i, sh := range s.shards {
-		s.wg.Add(1)
-		go s.runTimers(i, sh)
-	}
+	s.lock.run()
 	var delay time.Duration
 	for {
 		nc, err := ln.Accept()
@@ -284,53 +259,6 @@ func isTemporary(err error) bool {
 // nanotime is the table clock: monotonic ns since the server started.
 func (s *Server) nanotime() int64 { return int64(time.Since(s.start)) }
 
-func (s *Server) shardFor(key []byte) *shard {
-	// maphash (AES-based, allocation-free) and a multiply-shift range
-	// reduction instead of a byte-at-a-time hash and a division.
-	h := maphash.Bytes(s.seed, key)
-	return s.shards[(h>>32)*uint64(len(s.shards))>>32]
-}
-
-// rearm wakes the shard's timer goroutine when the table's earliest deadline
-// moved before the one it sleeps until. Call with sh.mu held.
-func (sh *shard) rearm() {
-	if d, ok := sh.t.NextDeadline(); ok && d < sh.armed {
-		sh.armed = d
-		select {
-		case sh.kick <- struct{}{}:
-		default:
-		}
-	}
-}
-
-func (s *Server) runTimers(_ int, sh *shard) {
-	defer s.wg.Done()
-	t := time.NewTimer(time.Hour)
-	defer t.Stop()
-	for {
-		sh.mu.Lock()
-		sh.t.Advance(s.nanotime())
-		next, ok := sh.t.NextDeadline()
-		if ok {
-			sh.armed = next
-		} else {
-			sh.armed = math.MaxInt64
-		}
-		sh.mu.Unlock()
-		wait := time.Hour
-		if ok {
-			wait = time.Duration(next - s.nanotime())
-		}
-		t.Reset(max(wait, 0))
-		select {
-		case <-t.C:
-		case <-sh.kick:
-		case <-s.closed:
-			return
-		}
-	}
-}
-
 // Deliver implements locktable.Sink: an answer to a queued acquire, made
 // while some goroutine holds the shard lock. It is appended to the owning
 // connection's output and its writer is woken.
@@ -353,24 +281,12 @@ func (s *Server) Draining() bool { return s.draining.Load() }
 // server's goroutines until ctx ends. Held locks are simply dropped with the
 // process (single node).
 func (s *Server) Shutdown(ctx context.Context) error {
-	if s.node != nil {
-		// Rolling maintenance: a leader hands leadership to a caught-up voter
-		// before it closes its connections (bounded by TransferTimeout), so
-		// clients follow M to the new leader.
-		if err := s.node.TransferLeader(""); err != nil && !errors.Is(err, cluster.ErrNotLeader) {
-			s.log.Warn("leadership hand-over failed; stopping anyway", "err", err)
-		}
-		s.movedGrace()
-	}
+	s.lock.handOver()
 	s.draining.Store(true)
 	if ln := s.listener(); ln != nil {
 		ln.Close()
 	}
-	for _, sh := range s.shards {
-		sh.mu.Lock()
-		sh.t.DrainWaiters()
-		sh.mu.Unlock()
-	}
+	s.lock.drain()
 	s.connsMu.RLock()
 	cs := make([]*conn, 0, len(s.conns))
 	for _, c := range s.conns {
@@ -387,18 +303,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	if s.metrics != nil {
 		_ = s.metrics.Shutdown(ctx)
 	}
-	if s.node != nil {
-		// raft's shutdown waits for its goroutines (a snapshot being
-		// persisted, a hand-over in progress); the budget bounds it all.
-		stopped := make(chan struct{})
-		go func() { _ = s.node.Shutdown(ctx); close(stopped) }()
-		select {
-		case <-stopped:
-		case <-ctx.Done():
-			s.log.Warn("the cluster node did not stop within the shutdown budget; stopping anyway")
-		}
-		s.peerLn.Close()
-	}
+	s.lock.stop(ctx)
 	done := make(chan struct{})
 	go func() { s.wg.Wait(); close(done) }()
 	select {

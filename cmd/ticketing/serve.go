@@ -135,17 +135,19 @@ func serveOptions(cmd *cobra.Command) (*ServeOptions, error) {
 			return nil, usageError("--peers: one voter is a single node; omit --peers to run without raft")
 		}
 		cfg.Cluster = &server.ClusterConfig{
-			PeerListen:         v.GetString("peer-listen"),
-			PeerAdvertise:      v.GetString("peer-advertise"),
-			Advertise:          v.GetString("advertise"),
-			Peers:              ps,
-			Bootstrap:          v.GetBool("bootstrap"),
-			MaxClockSkew:       v.GetDuration("max-clock-skew"),
-			HeartbeatTimeout:   v.GetDuration("raft-heartbeat-timeout"),
-			ElectionTimeout:    v.GetDuration("raft-election-timeout"),
-			LeaderLeaseTimeout: v.GetDuration("raft-leader-lease-timeout"),
-			TransferTimeout:    v.GetDuration("transfer-timeout"),
-			ClockOffset:        v.GetDuration("test-clock-offset"),
+			PeerListen:    v.GetString("peer-listen"),
+			PeerAdvertise: v.GetString("peer-advertise"),
+			Advertise:     v.GetString("advertise"),
+			ClockOffset:   v.GetDuration("test-clock-offset"),
+			Settings: cluster.Settings{
+				Peers:              ps,
+				Bootstrap:          v.GetBool("bootstrap"),
+				MaxClockSkew:       v.GetDuration("max-clock-skew"),
+				HeartbeatTimeout:   v.GetDuration("raft-heartbeat-timeout"),
+				ElectionTimeout:    v.GetDuration("raft-election-timeout"),
+				LeaderLeaseTimeout: v.GetDuration("raft-leader-lease-timeout"),
+				TransferTimeout:    v.GetDuration("transfer-timeout"),
+			},
 		}
 		if cc := cfg.Cluster; min(cc.LeaderLeaseTimeout, cc.HeartbeatTimeout, cc.ElectionTimeout) < minRaftTimeout {
 			return nil, usageError("raft timings: --raft-heartbeat-timeout, --raft-election-timeout and --raft-leader-lease-timeout must each be at least %v", minRaftTimeout)

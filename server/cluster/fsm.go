@@ -32,14 +32,6 @@ type NodeMeta struct {
 	Removed     bool   `json:"removed,omitempty"` // a tombstone: the id left the cluster and is never reused
 }
 
-// Delivery routes an answer made by the state machine to a connection of
-// this node. It is called with the FSM lock held and must not block.
-type Delivery interface {
-	// Deliver answers e.Owner if this node is the leader that owns that
-	// connection; otherwise it drops it.
-	Deliver(e locktable.Effect)
-}
-
 // FSM is the replicated state machine: one locktable.Table, the fencing
 // token counter (seeded once per cluster, protocol.md §6), the leader's
 // announcement and member metadata.
@@ -52,7 +44,7 @@ type FSM struct {
 	leader  LeaderMeta
 	nodes   map[string]NodeMeta
 	applied uint64
-	out     Delivery
+	out     locktable.Sink // called with mu held; must not block
 
 	// Bytes of log applied since the last snapshot (entry data plus
 	// logEntryOverhead each) and the size of that snapshot: what the
@@ -66,17 +58,15 @@ type FSM struct {
 // besides its data (the raft.Log struct and the store's map slot), bytes.
 const logEntryOverhead = 128
 
-// NewFSM returns an empty state machine delivering answers to out.
-func NewFSM(limits locktable.Limits, out Delivery) *FSM {
+// NewFSM returns an empty state machine delivering answers to out (the
+// table's sink, called with the FSM lock held: it must not block).
+func NewFSM(limits locktable.Limits, out locktable.Sink) *FSM {
 	f := &FSM{limits: limits, out: out, nodes: map[string]NodeMeta{}}
 	f.tokens = locktable.NewCounter(1)
 	f.tokens.Restore(0)
-	f.table = locktable.New(limits, f.tokens, &f.counts, f)
+	f.table = locktable.New(limits, f.tokens, &f.counts, out)
 	return f
 }
-
-// Deliver implements locktable.Sink.
-func (f *FSM) Deliver(e locktable.Effect) { f.out.Deliver(e) }
 
 // Apply implements raft.FSM: one batch, applied in order at the batch's time.
 func (f *FSM) Apply(l *raft.Log) any {
@@ -210,7 +200,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	tokens.Restore(s.LastToken)
 	f.tokens = tokens
 	f.counts = locktable.SharedCounts{}
-	f.table = locktable.New(f.limits, f.tokens, &f.counts, f)
+	f.table = locktable.New(f.limits, f.tokens, &f.counts, f.out)
 	if err := f.table.Restore(s.Table); err != nil {
 		return err
 	}

@@ -41,29 +41,37 @@ type Peer struct {
 	Addr string
 }
 
-// Config configures one cluster node. DefaultTimings gives the raft timing
-// defaults (failover under 1 s on a LAN).
-type Config struct {
-	NodeID     string
-	ClientAddr string // advertised client address, named by M answers
-	PeerAddr   string // advertised peer address, dialed by other nodes
-	Peers      []Peer // initial voters (bootstrap); 3 or 5
-	Bootstrap  bool   // first start of a new cluster only
-	PeerToken  string
-	TLSClient  *tls.Config // for dialing peers; nil = plaintext
-	DataDir    string      // durable raft log and snapshots; "" = in memory
+// Settings are a cluster member's raft settings as the operator gives them
+// (server.ClusterConfig embeds them). Zero timings take the defaults below.
+type Settings struct {
+	Peers     []Peer // initial voters id=peer_host:port: 3 or 5 (this node among them)
+	Bootstrap bool   // first start of a new cluster only
 
 	MaxClockSkew time.Duration // default 500 ms
 	// Raft timings; zero values take DefaultTimings.
 	HeartbeatTimeout   time.Duration
 	ElectionTimeout    time.Duration
 	LeaderLeaseTimeout time.Duration
-	// TransferTimeout bounds a leadership hand-over (SIGTERM, transfer-leader).
+	// TransferTimeout bounds a leadership hand-over (SIGTERM,
+	// transfer-leader); default 3 s.
 	TransferTimeout time.Duration
 	// SnapshotBytes: a node snapshots its state machine and compacts its
 	// log once this many bytes of log were applied since the last snapshot
 	// (or twice that snapshot's size, if larger); default 2 MiB.
 	SnapshotBytes int64
+}
+
+// Config configures one cluster node: the operator's Settings and what the
+// server derives (addresses, token, TLS, limits). DefaultTimings gives the
+// raft timing defaults (failover under 1 s on a LAN).
+type Config struct {
+	Settings
+	NodeID     string
+	ClientAddr string // advertised client address, named by M answers
+	PeerAddr   string // advertised peer address, dialed by other nodes
+	PeerToken  string
+	TLSClient  *tls.Config // for dialing peers; nil = plaintext
+	DataDir    string      // durable raft log and snapshots; "" = in memory
 
 	Limits      locktable.Limits
 	Logger      *slog.Logger
@@ -96,7 +104,7 @@ type Node struct {
 	raft        *raft.Raft
 	trans       *raft.NetworkTransport
 	stream      *StreamLayer
-	out         Delivery
+	out         locktable.Sink
 	onLost      func(clean bool)
 	prop        *proposer
 	clock       *clockHealth
@@ -119,7 +127,7 @@ type Node struct {
 // in flight U, or M when clean (a hand-over that first saw every command of
 // ours applied: the new leader drops our waiters, nothing of ours is left
 // undecided in the log).
-func New(cfg Config, out Delivery, onLost func(clean bool)) (*Node, error) {
+func New(cfg Config, out locktable.Sink, onLost func(clean bool)) (*Node, error) {
 	if cfg.HeartbeatTimeout == 0 {
 		cfg.HeartbeatTimeout = DefaultHeartbeatTimeout
 	}
@@ -156,7 +164,7 @@ func New(cfg Config, out Delivery, onLost func(clean bool)) (*Node, error) {
 		cfg: cfg, log: cfg.Logger.With("node", cfg.NodeID), now: cfg.Now, incarnation: inc,
 		out: out, onLost: onLost, done: make(chan struct{}),
 	}
-	n.fsm = NewFSM(cfg.Limits, deliveryFunc(n.deliver))
+	n.fsm = NewFSM(cfg.Limits, leaderSink{n})
 	n.clock = newClockHealth(n)
 
 	addr, err := net.ResolveTCPAddr("tcp", cfg.PeerAddr)
@@ -281,15 +289,14 @@ func (n *Node) snapshotLoop() {
 	}
 }
 
-type deliveryFunc func(locktable.Effect)
+// leaderSink is the state machine's sink: it forwards an answer to the
+// server only while this node serves as leader and the connection is one of
+// ours (every node applies every command; only the leader answers).
+type leaderSink struct{ n *Node }
 
-func (f deliveryFunc) Deliver(e locktable.Effect) { f(e) }
-
-// deliver forwards an answer only while this node serves as leader and the
-// connection is one of ours.
-func (n *Node) deliver(e locktable.Effect) {
-	if n.serving.Load() && IncarnationOf(e.Owner.Conn) == n.incarnation {
-		n.out.Deliver(e)
+func (l leaderSink) Deliver(e locktable.Effect) {
+	if l.n.serving.Load() && IncarnationOf(e.Owner.Conn) == l.n.incarnation {
+		l.n.out.Deliver(e)
 	}
 }
 

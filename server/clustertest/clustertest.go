@@ -77,9 +77,7 @@ func Start(t testing.TB, n int, opts Options) *Cluster {
 		cfg.Cluster = &server.ClusterConfig{
 			PeerListener: ls[i].peer,
 			Advertise:    ls[i].client.Addr().String(),
-			Peers:        peers,
-			Bootstrap:    true,
-			MaxClockSkew: opts.MaxClockSkew,
+			Settings:     cluster.Settings{Peers: peers, Bootstrap: true, MaxClockSkew: opts.MaxClockSkew},
 		}
 		if opts.Mutate != nil {
 			opts.Mutate(i, &cfg)

@@ -18,21 +18,16 @@ import (
 )
 
 // ClusterConfig turns a server into a raft cluster member (protocol.md §7).
-// Nil Config.Cluster means a single node without raft.
+// Nil Config.Cluster means a single node without raft. The raft settings
+// (voters, bootstrap, timings, clock bound, snapshots) are cluster.Settings,
+// passed to the node as they are; the rest is how the server listens.
 type ClusterConfig struct {
-	PeerListen string         // peer port listen address; default port 7471
-	Advertise  string         // client address that M answers name (not a wildcard)
-	Peers      []cluster.Peer // initial voters id=peer_host:port: 3 or 5 (this node among them)
-	Bootstrap  bool           // first start of a new cluster only
+	cluster.Settings
+	PeerListen string // peer port listen address; default port 7471
+	Advertise  string // client address that M answers name (not a wildcard)
 	// Joining: start without bootstrap and not among Peers; an operator adds
 	// the node with `ticketing node add` (as a learner, then promoted).
-	PeerAdvertise      string        // this node's peer address as others dial it; default: its Peers entry, else PeerListen
-	MaxClockSkew       time.Duration // default 500 ms
-	HeartbeatTimeout   time.Duration
-	ElectionTimeout    time.Duration
-	LeaderLeaseTimeout time.Duration
-	TransferTimeout    time.Duration // bound of the hand-over on shutdown; default 3 s
-	SnapshotBytes      int64         // log bytes between snapshots; default 2 MiB (cluster.Config)
+	PeerAdvertise string // this node's peer address as others dial it; default: its Peers entry, else PeerListen
 	// ClockOffset shifts this node's wall clock (tests of clock health only).
 	ClockOffset time.Duration
 	// PeerListener, when set, is used instead of listening on PeerListen
@@ -163,31 +158,27 @@ func (s *Server) startCluster(ctx context.Context) error {
 		now = func() time.Time { return base().Add(off) }
 		s.now = now
 	}
+	rb := &raftBackend{s: s}
 	node, err := cluster.New(cluster.Config{
-		NodeID:             s.cfg.NodeID,
-		ClientAddr:         cc.Advertise,
-		PeerAddr:           peerAddr,
-		Peers:              cc.Peers,
-		Bootstrap:          cc.Bootstrap,
-		PeerToken:          s.cfg.tokenFor(wire.RolePeer),
-		TLSClient:          tlsClient,
-		DataDir:            s.cfg.DataDir,
-		MaxClockSkew:       cc.MaxClockSkew,
-		HeartbeatTimeout:   cc.HeartbeatTimeout,
-		ElectionTimeout:    cc.ElectionTimeout,
-		LeaderLeaseTimeout: cc.LeaderLeaseTimeout,
-		TransferTimeout:    cc.TransferTimeout,
-		SnapshotBytes:      cc.SnapshotBytes,
-		Limits:             s.limits,
-		Logger:             s.log,
-		Now:                now,
-		Incarnation:        s.incarnation,
+		Settings:    cc.Settings,
+		NodeID:      s.cfg.NodeID,
+		ClientAddr:  cc.Advertise,
+		PeerAddr:    peerAddr,
+		PeerToken:   s.cfg.tokenFor(wire.RolePeer),
+		TLSClient:   tlsClient,
+		DataDir:     s.cfg.DataDir,
+		Limits:      s.limits,
+		Logger:      s.log,
+		Now:         now,
+		Incarnation: s.incarnation,
 	}, s, s.failPending)
 	if err != nil {
 		ln.Close()
 		return err
 	}
+	rb.node = node
 	s.node = node
+	s.lock = rb
 	s.wg.Add(1)
 	go s.servePeers(ln)
 	return nil
@@ -279,49 +270,116 @@ func (s *Server) leaderAddr() string {
 	return s.node.LeaderClientAddr()
 }
 
-// clusterLockOp submits an already validated A, R or C to the raft log; the
-// answer comes through Deliver once its entry is committed and applied
-// (protocol.md §7), or U / M when that cannot be confirmed.
-func (c *conn) clusterLockOp(req *wire.Request) {
-	n := c.s.node
-	if !n.Serving() {
-		c.s.lastMoved.Store(c.s.nanotime())
-		c.wbuf = wire.AppendMoved(c.wbuf, req.ReqID, n.LeaderClientAddr())
+// raftBackend is a cluster member's backend: lock requests go through the
+// raft log; the answer comes through Server.Deliver once the entry is
+// committed and applied (protocol.md §7), or U / M when that cannot be
+// confirmed (failPending). A node that does not serve answers M.
+type raftBackend struct {
+	s    *Server
+	node *cluster.Node
+}
+
+func (b *raftBackend) acquire(c *conn, _ int64, req *wire.Request) {
+	if !b.serving(c, req) {
 		return
 	}
-	if req.Op == wire.OpAcquire {
-		if ok, _ := n.ClockHealthy(); !ok {
-			c.s.busyExtra.Add(1)
-			c.wbuf = wire.AppendStatus(c.wbuf, wire.StatusBusy, wire.CodeClockUnhealthy, req.ReqID)
-			return
-		}
-		if req.WaitMS() > 0 && c.inflight.Load() >= c.maxInflight {
-			c.s.busyExtra.Add(1)
-			c.wbuf = wire.AppendStatus(c.wbuf, wire.StatusBusy, wire.CodeOverloaded, req.ReqID)
-			return
-		}
+	if b.s.draining.Load() {
+		c.busy(req.ReqID, wire.CodeShuttingDown)
+		return
 	}
-	cmd := cluster.Command{Conn: c.id, ReqID: req.ReqID, Key: append([]byte(nil), req.Key...), Arg: req.Arg}
-	switch req.Op {
-	case wire.OpAcquire:
-		cmd.Op = cluster.OpAcquire
-	case wire.OpRelease:
-		cmd.Op = cluster.OpRelease
-	case wire.OpCancel:
-		cmd.Op = cluster.OpCancel
+	if ok, _ := b.node.ClockHealthy(); !ok {
+		c.busy(req.ReqID, wire.CodeClockUnhealthy)
+		return
 	}
-	c.mu.Lock()
-	c.pending[req.ReqID] = struct{}{}
-	c.mu.Unlock()
-	c.inflight.Add(1)
-	if err := n.Submit(cmd); err != nil {
-		c.mu.Lock()
-		delete(c.pending, req.ReqID)
-		c.mu.Unlock()
-		c.inflight.Add(-1)
-		c.wbuf = wire.AppendMoved(c.wbuf, req.ReqID, n.LeaderClientAddr())
+	if req.WaitMS() > 0 && c.inflight.Load() >= c.maxInflight {
+		c.busy(req.ReqID, wire.CodeOverloaded)
+		return
+	}
+	b.submit(c, req, cluster.OpAcquire)
+}
+
+func (b *raftBackend) release(c *conn, _ int64, req *wire.Request) {
+	if b.serving(c, req) {
+		b.submit(c, req, cluster.OpRelease)
 	}
 }
+
+func (b *raftBackend) cancel(c *conn, _ int64, req *wire.Request) {
+	if b.serving(c, req) {
+		b.submit(c, req, cluster.OpCancel)
+	}
+}
+
+// serving answers M (naming the leader, if known) when this node is not the
+// serving leader. (Even while it drains: the request can go to the leader.)
+func (b *raftBackend) serving(c *conn, req *wire.Request) bool {
+	if b.node.Serving() {
+		return true
+	}
+	b.s.lastMoved.Store(b.s.nanotime())
+	c.wbuf = wire.AppendMoved(c.wbuf, req.ReqID, b.node.LeaderClientAddr())
+	return false
+}
+
+// submit queues the request for the next raft batch, outstanding until its
+// answer is delivered.
+func (b *raftBackend) submit(c *conn, req *wire.Request, op cluster.Op) {
+	cmd := cluster.Command{Op: op, Conn: c.id, ReqID: req.ReqID, Key: append([]byte(nil), req.Key...), Arg: req.Arg}
+	c.addPending(req.ReqID)
+	if err := b.node.Submit(cmd); err != nil {
+		c.dropPending(req.ReqID)
+		c.wbuf = wire.AppendMoved(c.wbuf, req.ReqID, b.node.LeaderClientAddr())
+	}
+}
+
+// connGone replicates that a client connection closed, so its waiters
+// leave their queues (its locks stay held).
+func (b *raftBackend) connGone(c *conn) {
+	if c.peerPort || !b.node.Serving() || c.inflight.Load() == 0 {
+		return
+	}
+	_ = b.node.Submit(cluster.Command{Op: cluster.OpDropConn, Conn: c.id})
+}
+
+func (b *raftBackend) run() {}
+
+// handOver: rolling maintenance: a leader hands leadership to a caught-up
+// voter before it closes its connections (bounded by TransferTimeout), so
+// clients follow M to the new leader.
+func (b *raftBackend) handOver() {
+	if err := b.node.TransferLeader(""); err != nil && !errors.Is(err, cluster.ErrNotLeader) {
+		b.s.log.Warn("leadership hand-over failed; stopping anyway", "err", err)
+	}
+	b.s.movedGrace()
+}
+
+// drain: the waiters were answered when this node stopped serving
+// (failPending); a follower has none.
+func (b *raftBackend) drain() {}
+
+// stop shuts raft down: it waits for its goroutines (a snapshot being
+// persisted, a hand-over in progress); ctx bounds it all.
+func (b *raftBackend) stop(ctx context.Context) {
+	stopped := make(chan struct{})
+	go func() { _ = b.node.Shutdown(ctx); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-ctx.Done():
+		b.s.log.Warn("the cluster node did not stop within the shutdown budget; stopping anyway")
+	}
+	b.s.peerLn.Close()
+}
+
+// eachTable reads the cluster's one replicated table at the wall clock in
+// ns (the clock its commands carry).
+func (b *raftBackend) eachTable(fn func(t *locktable.Table, now int64)) {
+	now := b.s.now().UnixNano()
+	b.node.FSM().With(func(t *locktable.Table) { fn(t, now) })
+}
+
+func (b *raftBackend) counts() (keys, waiters int64) { return b.node.FSM().Counts() }
+
+var _ backend = (*raftBackend)(nil)
 
 // movedGrace runs at the start of Shutdown, after a leader handed over: the
 // node keeps answering M (naming the new leader) until its clients have
@@ -349,18 +407,6 @@ func (s *Server) movedGrace() {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-}
-
-// clusterConnGone replicates that a client connection closed, so its
-// waiters leave their queues (its locks stay held).
-func (s *Server) clusterConnGone(c *conn) {
-	if c.peerPort || !s.node.Serving() {
-		return
-	}
-	if c.inflight.Load() == 0 {
-		return
-	}
-	_ = s.node.Submit(cluster.Command{Op: cluster.OpDropConn, Conn: c.id})
 }
 
 // failPending answers every request in flight on every connection: this

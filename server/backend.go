@@ -1,0 +1,219 @@
+package server
+
+import (
+	"context"
+	"hash/maphash"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/ticketing/ticketing/client/wire"
+	"github.com/ticketing/ticketing/server/locktable"
+)
+
+// backend is the lock state behind the connections: the sharded tables of
+// a single node (*tables) or the raft node of a cluster member
+// (*raftBackend, raftnode.go). A connection calls it once it has run the
+// checks of protocol.md §2.1 (flags, duplicate req_id, role, key; for A the
+// lease and wait). A backend appends the answers it knows at once to c.wbuf;
+// a queued acquire (a replicated request: every request) is answered later
+// through Server.Deliver, the one locktable.Sink of the server.
+type backend interface {
+	acquire(c *conn, now int64, req *wire.Request)
+	release(c *conn, now int64, req *wire.Request)
+	cancel(c *conn, now int64, req *wire.Request)
+	// connGone: c closed; its waiters leave their queues silently, its
+	// locks stay held until their leases end (§5).
+	connGone(c *conn)
+
+	// run starts the backend's goroutines (counted in Server.wg).
+	run()
+	// handOver is Shutdown's first step, while requests are still served:
+	// a raft leader hands leadership to a caught-up voter and waits for its
+	// clients to follow M.
+	handOver()
+	// drain runs once Server.draining is set: every queued acquire is
+	// answered B SHUTTING_DOWN.
+	drain()
+	// stop is Shutdown's last step (bounded by ctx).
+	stop(ctx context.Context)
+
+	// eachTable calls fn with every lock table locked and the instant to
+	// read it at (admin status and locks).
+	eachTable(fn func(t *locktable.Table, now int64))
+	// counts are the active keys and waiters (admin status, metrics).
+	counts() (keys, waiters int64)
+}
+
+// tables is the single node's backend: keys sharded over Config.Shards lock
+// tables, each behind its own mutex with its own timer goroutine.
+type tables struct {
+	s      *Server
+	shards []*shard
+	seed   maphash.Seed // shard choice
+	// shared is written by every grant and release on any core: alone on
+	// its cache lines, so that reading the fields around it (shards) does
+	// not miss (docs/benchmarks.md).
+	_      [64]byte
+	shared locktable.SharedCounts
+	_      [64]byte
+}
+
+type shard struct {
+	mu    sync.Mutex
+	t     *locktable.Table
+	armed int64 // deadline the timer goroutine sleeps until (ns); MaxInt64 = none
+	kick  chan struct{}
+	_     [128 - 32]byte // one shard per pair of cache lines: no false sharing of mu
+}
+
+func newTables(s *Server, n int, limits locktable.Limits, tokens locktable.TokenSource) *tables {
+	b := &tables{s: s, seed: maphash.MakeSeed(), shards: make([]*shard, n)}
+	for i := range b.shards {
+		b.shards[i] = &shard{armed: math.MaxInt64, kick: make(chan struct{}, 1)}
+		b.shards[i].t = locktable.New(limits, tokens, &b.shared, s)
+	}
+	return b
+}
+
+func (b *tables) shardFor(key []byte) *shard {
+	// maphash (AES-based, allocation-free) and a multiply-shift range
+	// reduction instead of a byte-at-a-time hash and a division.
+	h := maphash.Bytes(b.seed, key)
+	return b.shards[(h>>32)*uint64(len(b.shards))>>32]
+}
+
+func (b *tables) acquire(c *conn, now int64, req *wire.Request) {
+	owner := locktable.Owner{Conn: c.id, ReqID: req.ReqID}
+	sh := b.shardFor(req.Key)
+	sh.mu.Lock()
+	if b.s.draining.Load() {
+		// Checked under the shard lock: Shutdown sets draining, then drains
+		// each shard under its lock, so no waiter can slip in after.
+		sh.mu.Unlock()
+		c.busy(req.ReqID, wire.CodeShuttingDown)
+		return
+	}
+	if req.WaitMS() > 0 && c.inflight.Load() >= c.maxInflight {
+		// Queueing would exceed max_inflight (§3.3): B OVERLOADED instead,
+		// but a free key is still granted at once.
+		if _, _, held := sh.t.Holder(string(req.Key)); held {
+			sh.mu.Unlock()
+			c.busy(req.ReqID, wire.CodeOverloaded)
+			return
+		}
+	}
+	e := sh.t.Acquire(now, owner, req.Key, req.LeaseMS(), req.WaitMS())
+	if e.Status == locktable.Queued {
+		// Still under the shard lock, so no answer can be delivered before
+		// the request is recorded as outstanding.
+		c.addPending(req.ReqID)
+	}
+	sh.rearm()
+	sh.mu.Unlock()
+	switch e.Status {
+	case locktable.Queued:
+	case wire.StatusGranted:
+		c.wbuf = wire.AppendGranted(c.wbuf, req.ReqID, e.Token, e.Queued)
+	default:
+		c.wbuf = wire.AppendStatus(c.wbuf, e.Status, e.Code, req.ReqID)
+	}
+}
+
+func (b *tables) release(c *conn, now int64, req *wire.Request) {
+	sh := b.shardFor(req.Key)
+	sh.mu.Lock()
+	e := sh.t.Release(now, locktable.Owner{Conn: c.id, ReqID: req.ReqID}, req.Key, req.Token())
+	sh.rearm()
+	sh.mu.Unlock()
+	c.wbuf = wire.AppendStatus(c.wbuf, e.Status, e.Code, req.ReqID)
+}
+
+func (b *tables) cancel(c *conn, now int64, req *wire.Request) {
+	sh := b.shardFor(req.Key)
+	sh.mu.Lock()
+	e := sh.t.Cancel(now, locktable.Owner{Conn: c.id, ReqID: req.ReqID}, req.Key, req.Target())
+	sh.mu.Unlock()
+	c.wbuf = wire.AppendStatus(c.wbuf, e.Status, e.Code, req.ReqID)
+}
+
+func (b *tables) connGone(c *conn) {
+	for _, sh := range b.shards {
+		sh.mu.Lock()
+		sh.t.DropConn(c.id)
+		sh.mu.Unlock()
+	}
+}
+
+func (b *tables) run() {
+	for _, sh := range b.shards {
+		b.s.wg.Add(1)
+		go b.runTimers(sh)
+	}
+}
+
+func (b *tables) handOver() {}
+
+func (b *tables) drain() {
+	for _, sh := range b.shards {
+		sh.mu.Lock()
+		sh.t.DrainWaiters()
+		sh.mu.Unlock()
+	}
+}
+
+func (b *tables) stop(context.Context) {}
+
+func (b *tables) eachTable(fn func(t *locktable.Table, now int64)) {
+	now := b.s.nanotime()
+	for _, sh := range b.shards {
+		sh.mu.Lock()
+		fn(sh.t, now)
+		sh.mu.Unlock()
+	}
+}
+
+func (b *tables) counts() (keys, waiters int64) { return b.shared.Keys(), b.shared.Waiters() }
+
+// rearm wakes the shard's timer goroutine when the table's earliest deadline
+// moved before the one it sleeps until. Call with sh.mu held.
+func (sh *shard) rearm() {
+	if d, ok := sh.t.NextDeadline(); ok && d < sh.armed {
+		sh.armed = d
+		select {
+		case sh.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (b *tables) runTimers(sh *shard) {
+	s := b.s
+	defer s.wg.Done()
+	t := time.NewTimer(time.Hour)
+	defer t.Stop()
+	for {
+		sh.mu.Lock()
+		sh.t.Advance(s.nanotime())
+		next, ok := sh.t.NextDeadline()
+		if ok {
+			sh.armed = next
+		} else {
+			sh.armed = math.MaxInt64
+		}
+		sh.mu.Unlock()
+		wait := time.Hour
+		if ok {
+			wait = time.Duration(next - s.nanotime())
+		}
+		t.Reset(max(wait, 0))
+		select {
+		case <-t.C:
+		case <-sh.kick:
+		case <-s.closed:
+			return
+		}
+	}
+}
+
+var _ backend = (*tables)(nil)
