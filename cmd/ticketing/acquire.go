@@ -16,10 +16,6 @@ import (
 	"github.com/ticketing/ticketing/client/wire"
 )
 
-func init() {
-	extraCommands = append(extraCommands, func(ios *IO) *cobra.Command { return newCmdAcquire(ios, nil) })
-}
-
 // AcquireOptions is `ticketing acquire` after flags and environment are merged.
 type AcquireOptions struct {
 	Conn             ConnOptions
@@ -44,7 +40,8 @@ type acquireJSON struct {
 
 const lockFlagsHelp = `Durations take Go syntax (30s, 1m30s, 250ms) or plain seconds (2.5).`
 
-func newCmdAcquire(ios *IO, runF func(context.Context, *IO, *AcquireOptions) error) *cobra.Command {
+func newCmdAcquire(fac *Factory, runF func(context.Context, *IO, *AcquireOptions) error) *cobra.Command {
+	ios := fac.IO
 	if runF == nil {
 		runF = runAcquire
 	}
@@ -68,7 +65,7 @@ wait and exits 128+N.
   ticketing acquire k -o json | jq -r .token`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			opts, err := acquireOptions(cmd, args)
+			opts, err := acquireOptions(fac, cmd, args)
 			if err != nil {
 				return err
 			}
@@ -122,12 +119,12 @@ func lockOptions(cmd *cobra.Command, v *viper.Viper, key string) (lockArgs, erro
 	return a, nil
 }
 
-func acquireOptions(cmd *cobra.Command, args []string) (*AcquireOptions, error) {
-	v, err := newViper(cmd)
+func acquireOptions(fac *Factory, cmd *cobra.Command, args []string) (*AcquireOptions, error) {
+	v, err := fac.Config(cmd)
 	if err != nil {
 		return nil, err
 	}
-	opts := &AcquireOptions{Key: args[0], Signals: osSignals}
+	opts := &AcquireOptions{Key: args[0], Signals: fac.Signals}
 	la, err := lockOptions(cmd, v, opts.Key)
 	if err != nil {
 		return nil, err
@@ -136,10 +133,10 @@ func acquireOptions(cmd *cobra.Command, args []string) (*AcquireOptions, error) 
 	if opts.Output, err = getOutput(v); err != nil {
 		return nil, err
 	}
-	if opts.Conn, err = connOptions(cmd, v); err != nil {
+	if opts.Conn, err = fac.Conn(cmd, v); err != nil {
 		return nil, err
 	}
-	opts.Connect = lockDialer(opts.Conn)
+	opts.Connect = fac.LockClient(opts.Conn)
 	return opts, nil
 }
 

@@ -73,7 +73,7 @@ func TestNewCmdAcquire(t *testing.T) {
 			}
 			var got *AcquireOptions
 			ios, _, _ := testIO("")
-			cmd := newCmdAcquire(ios, func(_ context.Context, _ *IO, o *AcquireOptions) error { got = o; return nil })
+			cmd := newCmdAcquire(newFactory(ios), func(_ context.Context, _ *IO, o *AcquireOptions) error { got = o; return nil })
 			err := execCmd(t, cmd, tt.argv...)
 			if tt.wantCode != 0 {
 				code := exitCodeForTest(err)
@@ -102,9 +102,6 @@ func TestNewCmdAcquire(t *testing.T) {
 func exitCodeForTest(err error) int {
 	if err == nil {
 		return 0
-	}
-	if isCobraUsageError(err) {
-		return ExitUsage
 	}
 	c, _ := codeOf(err)
 	return c

@@ -19,7 +19,7 @@ func TestNewCmdStatus(t *testing.T) {
 	t.Setenv("TICKETING_ADMIN_TOKEN", "adm")
 	var got *StatusOptions
 	ios, _, _ := testIO("")
-	err := execCmd(t, newCmdStatus(ios, func(_ context.Context, _ *IO, o *StatusOptions) error { got = o; return nil }),
+	err := execCmd(t, newCmdStatus(newFactory(ios), func(_ context.Context, _ *IO, o *StatusOptions) error { got = o; return nil }),
 		"--addr", "h1:1,h2:2", "-o", "json", "--token", "c")
 	if err != nil {
 		t.Fatal(err)
@@ -28,7 +28,7 @@ func TestNewCmdStatus(t *testing.T) {
 		t.Errorf("%+v", *got)
 	}
 	checkConn(t, got.Conn, ConnOptions{Addrs: []string{"h1:1", "h2:2"}, Token: "c", AdminToken: "adm", Timeout: 5 * time.Second})
-	if err := execCmd(t, newCmdStatus(ios, nil), "extra"); exitCodeForTest(err) != ExitUsage {
+	if err := execCmd(t, newCmdStatus(newFactory(ios), nil), "extra"); exitCodeForTest(err) != ExitUsage {
 		t.Errorf("extra argument: %v", err)
 	}
 }
@@ -47,7 +47,7 @@ func TestNewCmdLocks(t *testing.T) {
 		clearEnv(t)
 		var got *LocksOptions
 		ios, _, _ := testIO("")
-		err := execCmd(t, newCmdLocks(ios, func(_ context.Context, _ *IO, o *LocksOptions) error { got = o; return nil }), tt.argv...)
+		err := execCmd(t, newCmdLocks(newFactory(ios), func(_ context.Context, _ *IO, o *LocksOptions) error { got = o; return nil }), tt.argv...)
 		if tt.code != 0 {
 			if c := exitCodeForTest(err); c != tt.code {
 				t.Errorf("%v: code %d (%v)", tt.argv, c, err)
@@ -64,7 +64,7 @@ func TestNewCmdHealth(t *testing.T) {
 	clearEnv(t)
 	var got *HealthOptions
 	ios, _, _ := testIO("")
-	err := execCmd(t, newCmdHealth(ios, func(_ context.Context, _ *IO, o *HealthOptions) error { got = o; return nil }),
+	err := execCmd(t, newCmdHealth(newFactory(ios), func(_ context.Context, _ *IO, o *HealthOptions) error { got = o; return nil }),
 		"--addr", "a:1,b:2,c:3", "--timeout", "1.5")
 	if err != nil {
 		t.Fatal(err)
@@ -90,7 +90,7 @@ func TestNewCmdPing(t *testing.T) {
 		clearEnv(t)
 		var got *PingOptions
 		ios, _, _ := testIO("")
-		err := execCmd(t, newCmdPing(ios, func(_ context.Context, _ *IO, o *PingOptions) error { got = o; return nil }), tt.argv...)
+		err := execCmd(t, newCmdPing(newFactory(ios), func(_ context.Context, _ *IO, o *PingOptions) error { got = o; return nil }), tt.argv...)
 		if tt.code != 0 {
 			if c := exitCodeForTest(err); c != tt.code {
 				t.Errorf("%v: code %d (%v)", tt.argv, c, err)

@@ -16,11 +16,7 @@ import (
 	"github.com/ticketing/ticketing/client/wire"
 )
 
-func init() {
-	extraCommands = append(extraCommands, newCmdBench, newCmdBenchReport)
-}
-
-func newCmdBench(ios *IO) *cobra.Command {
+func newCmdBench(fac *Factory) *cobra.Command {
 	def := bench.DefaultConfig()
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -50,7 +46,7 @@ Examples:
   ticketing bench --mode fill --keys 1000000 --conns 4 --pipeline 256 --server-pid $(pidof ticketing)`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runBench(cmd, ios)
+			return runBench(fac, cmd)
 		},
 	}
 	f := cmd.Flags()
@@ -84,8 +80,9 @@ Examples:
 	return cmd
 }
 
-func runBench(cmd *cobra.Command, ios *IO) error {
-	v, err := newViper(cmd)
+func runBench(fac *Factory, cmd *cobra.Command) error {
+	ios := fac.IO
+	v, err := fac.Config(cmd)
 	if err != nil {
 		return err
 	}
@@ -176,7 +173,8 @@ func isTerminal(w any) bool {
 	return err == nil
 }
 
-func newCmdBenchReport(ios *IO) *cobra.Command {
+func newCmdBenchReport(fac *Factory) *cobra.Command {
+	ios := fac.IO
 	var oneline, budget bool
 	cmd := &cobra.Command{
 		Use:    "bench-report FILE...",

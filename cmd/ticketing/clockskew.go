@@ -15,10 +15,6 @@ import (
 	"github.com/ticketing/ticketing/client"
 )
 
-func init() {
-	extraCommands = append(extraCommands, func(ios *IO) *cobra.Command { return newCmdClockSkew(ios, nil) })
-}
-
 const (
 	defaultMaxSkew      = 500 * time.Millisecond
 	defaultSkewSamples  = 5
@@ -71,7 +67,8 @@ type clockSkewJSON struct {
 	Problems  []string  `json:"problems"`
 }
 
-func newCmdClockSkew(ios *IO, runF func(context.Context, *IO, *ClockSkewOptions) error) *cobra.Command {
+func newCmdClockSkew(fac *Factory, runF func(context.Context, *IO, *ClockSkewOptions) error) *cobra.Command {
+	ios := fac.IO
 	if runF == nil {
 		runF = runClockSkew
 	}
@@ -98,7 +95,7 @@ credentials refused). The leader enforces its own bound
   ticketing clock-skew --max-skew 100ms -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			opts, err := clockSkewOptions(cmd)
+			opts, err := clockSkewOptions(fac, cmd)
 			if err != nil {
 				return err
 			}
@@ -112,8 +109,8 @@ credentials refused). The leader enforces its own bound
 	return cmd
 }
 
-func clockSkewOptions(cmd *cobra.Command) (*ClockSkewOptions, error) {
-	v, err := newViper(cmd)
+func clockSkewOptions(fac *Factory, cmd *cobra.Command) (*ClockSkewOptions, error) {
+	v, err := fac.Config(cmd)
 	if err != nil {
 		return nil, err
 	}
@@ -130,7 +127,7 @@ func clockSkewOptions(cmd *cobra.Command) (*ClockSkewOptions, error) {
 	if opts.Output, err = getOutput(v); err != nil {
 		return nil, err
 	}
-	if opts.Conn, err = connOptions(cmd, v); err != nil {
+	if opts.Conn, err = fac.Conn(cmd, v); err != nil {
 		return nil, err
 	}
 	opts.Discover = discoverer(opts.Conn)

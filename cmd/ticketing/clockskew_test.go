@@ -34,7 +34,7 @@ func TestNewCmdClockSkew(t *testing.T) {
 		}
 		var got *ClockSkewOptions
 		ios, _, _ := testIO("")
-		err := execCmd(t, newCmdClockSkew(ios, func(_ context.Context, _ *IO, o *ClockSkewOptions) error { got = o; return nil }), tt.argv...)
+		err := execCmd(t, newCmdClockSkew(newFactory(ios), func(_ context.Context, _ *IO, o *ClockSkewOptions) error { got = o; return nil }), tt.argv...)
 		if tt.code != 0 {
 			if c := exitCodeForTest(err); c != tt.code {
 				t.Errorf("%v: code %d (%v)", tt.argv, c, err)

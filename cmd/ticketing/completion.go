@@ -14,11 +14,8 @@ import (
 // generated from the cobra tree, so they never drift from the commands.
 // A command named "completion" replaces cobra's default (hidden) one.
 
-func init() {
-	extraCommands = append(extraCommands, newCmdCompletion, newCmdMan)
-}
-
-func newCmdCompletion(ios *IO) *cobra.Command {
+func newCmdCompletion(fac *Factory) *cobra.Command {
+	ios := fac.IO
 	return &cobra.Command{
 		Use:   "completion bash|zsh|fish",
 		Short: "Print the shell completion script",
@@ -48,7 +45,8 @@ func newCmdCompletion(ios *IO) *cobra.Command {
 	}
 }
 
-func newCmdMan(ios *IO) *cobra.Command {
+func newCmdMan(fac *Factory) *cobra.Command {
+	ios := fac.IO
 	cmd := &cobra.Command{
 		Use:    "man --dir DIR",
 		Short:  "Write the man pages (section 1) into DIR",

@@ -27,10 +27,6 @@ import (
 // only to files of mode 0600 under --out; stdout shows them only with
 // --show-secrets. Existing secrets are reused, never replaced silently.
 
-func init() {
-	extraCommands = append(extraCommands, newCmdDeploy)
-}
-
 // Deploy formats.
 const (
 	fmtEnv     = "env"
@@ -122,7 +118,8 @@ type DeployOptions struct {
 	Remove      string
 }
 
-func newCmdDeploy(ios *IO) *cobra.Command {
+func newCmdDeploy(fac *Factory) *cobra.Command {
+	ios := fac.IO
 	cmd := &cobra.Command{
 		Use:   "deploy --nodes HOST[,HOST...] [--format env|shell|docker|compose|systemd] [--tls-dir DIR] [--out DIR]",
 		Short: "Generate the configuration and start commands of a 1-, 3- or 5-node deployment",
@@ -170,7 +167,7 @@ takes a node out of the deployment (client.env, compose) after
   ticketing deploy --nodes 127.0.0.1,127.0.0.1,127.0.0.1 --format compose --out ./cluster`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			opts, err := deployOptions(cmd)
+			opts, err := deployOptions(fac, cmd)
 			if err != nil {
 				return err
 			}
@@ -223,7 +220,7 @@ func imageTag(v string) string {
 // --env-file, compose and sh all read the same way.
 var safeValue = regexp.MustCompile(`^[A-Za-z0-9_./:@%+,=\[\]-]*$`)
 
-func deployOptions(cmd *cobra.Command) (*DeployOptions, error) {
+func deployOptions(fac *Factory, cmd *cobra.Command) (*DeployOptions, error) {
 	f := cmd.Flags()
 	o := &DeployOptions{}
 	nodes, _ := f.GetString("nodes")

@@ -79,7 +79,7 @@ func depServeConfig(t *testing.T, env map[string]string) *ServeOptions {
 	}()
 	var got *ServeOptions
 	ios, _, _ := testIO("")
-	cmd := newCmdServe(ios, func(_ context.Context, _ *IO, o *ServeOptions) error { got = o; return nil })
+	cmd := newCmdServe(newFactory(ios), func(_ context.Context, _ *IO, o *ServeOptions) error { got = o; return nil })
 	if err := execCmd(t, cmd); err != nil {
 		t.Fatalf("serve refuses the generated environment: %v\n%v", err, env)
 	}

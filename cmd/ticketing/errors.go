@@ -9,8 +9,6 @@ import (
 	"github.com/ticketing/ticketing/client/wire"
 )
 
-func init() { exitCodeMappers = append(exitCodeMappers, clientExitCode) }
-
 // clientExitCode is the one mapping from client (and admin) errors to the
 // documented exit codes. Order matters where an error matches two
 // sentinels: an indeterminate outcome wins over everything (the caller must

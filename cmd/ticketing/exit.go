@@ -56,10 +56,6 @@ func usageError(format string, a ...any) error {
 	return withExit(ExitUsage, fmt.Errorf(format, a...))
 }
 
-// exitCodeMappers translate package errors to exit codes; commands that know
-// more register here (see client errors in errors.go).
-var exitCodeMappers []func(error) (int, bool)
-
 // exitCode maps an error to the process exit code and prints one line on
 // stderr (never a stack trace, never a token).
 func exitCode(err error, stderr io.Writer) int {
@@ -73,13 +69,8 @@ func exitCode(err error, stderr io.Writer) int {
 		if ee.err == nil {
 			return code
 		}
-	} else {
-		for _, m := range exitCodeMappers {
-			if c, ok := m(err); ok {
-				code = c
-				break
-			}
-		}
+	} else if c, ok := clientExitCode(err); ok {
+		code = c
 	}
 	fmt.Fprintf(stderr, "ticketing: %s\n", oneLine(err))
 	return code

@@ -15,10 +15,6 @@ import (
 	"github.com/ticketing/ticketing/client/wire"
 )
 
-func init() {
-	extraCommands = append(extraCommands, func(ios *IO) *cobra.Command { return newCmdHealth(ios, nil) })
-}
-
 // HealthOptions is `ticketing health` after flags and environment are merged.
 type HealthOptions struct {
 	Conn   ConnOptions
@@ -42,7 +38,8 @@ type healthJSON struct {
 	Status  *wire.StatusReply `json:"status,omitempty"`
 }
 
-func newCmdHealth(ios *IO, runF func(context.Context, *IO, *HealthOptions) error) *cobra.Command {
+func newCmdHealth(fac *Factory, runF func(context.Context, *IO, *HealthOptions) error) *cobra.Command {
+	ios := fac.IO
 	if runF == nil {
 		runF = runHealth
 	}
@@ -71,7 +68,7 @@ problems, a voter whose clock the leader has not sampled yet.`,
   # systemd: ExecStartPost=/usr/bin/ticketing health --timeout 2s`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			opts, err := healthOptions(cmd)
+			opts, err := healthOptions(fac, cmd)
 			if err != nil {
 				return err
 			}
@@ -85,8 +82,8 @@ problems, a voter whose clock the leader has not sampled yet.`,
 	return cmd
 }
 
-func healthOptions(cmd *cobra.Command) (*HealthOptions, error) {
-	v, err := newViper(cmd)
+func healthOptions(fac *Factory, cmd *cobra.Command) (*HealthOptions, error) {
+	v, err := fac.Config(cmd)
 	if err != nil {
 		return nil, err
 	}
@@ -94,7 +91,7 @@ func healthOptions(cmd *cobra.Command) (*HealthOptions, error) {
 	if opts.Output, err = getOutput(v); err != nil {
 		return nil, err
 	}
-	if opts.Conn, err = connOptions(cmd, v); err != nil {
+	if opts.Conn, err = fac.Conn(cmd, v); err != nil {
 		return nil, err
 	}
 	opts.MaxLag = v.GetUint64("max-lag")

@@ -29,7 +29,7 @@ func TestNewCmdHealthClusterFlags(t *testing.T) {
 		clearEnv(t)
 		var got *HealthOptions
 		ios, _, _ := testIO("")
-		err := execCmd(t, newCmdHealth(ios, func(_ context.Context, _ *IO, o *HealthOptions) error { got = o; return nil }), tt.argv...)
+		err := execCmd(t, newCmdHealth(newFactory(ios), func(_ context.Context, _ *IO, o *HealthOptions) error { got = o; return nil }), tt.argv...)
 		if tt.code != 0 {
 			if c := exitCodeForTest(err); c != tt.code {
 				t.Errorf("%v: code %d (%v)", tt.argv, c, err)

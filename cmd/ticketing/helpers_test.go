@@ -68,6 +68,7 @@ func execCmd(t *testing.T, cmd *cobra.Command, argv ...string) error {
 	cmd.SetErr(&sink)
 	cmd.SilenceUsage = true
 	cmd.SilenceErrors = true
+	markUsageErrors(cmd) // as newRootCmd does for the whole tree
 	return cmd.Execute()
 }
 

@@ -11,10 +11,6 @@ import (
 	"github.com/ticketing/ticketing/client/wire"
 )
 
-func init() {
-	extraCommands = append(extraCommands, func(ios *IO) *cobra.Command { return newCmdLocks(ios, nil) })
-}
-
 // LocksOptions is `ticketing locks` after flags and environment are merged.
 type LocksOptions struct {
 	Conn   ConnOptions
@@ -25,7 +21,8 @@ type LocksOptions struct {
 	Connect func(ctx context.Context, addrs []string) (adminClient, error)
 }
 
-func newCmdLocks(ios *IO, runF func(context.Context, *IO, *LocksOptions) error) *cobra.Command {
+func newCmdLocks(fac *Factory, runF func(context.Context, *IO, *LocksOptions) error) *cobra.Command {
+	ios := fac.IO
 	if runF == nil {
 		runF = runLocks
 	}
@@ -38,7 +35,7 @@ are shown quoted and escaped. Needs the admin token (default: the client
 token). --output json prints the server's locks reply (protocol.md §8).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			opts, err := locksOptions(cmd)
+			opts, err := locksOptions(fac, cmd)
 			if err != nil {
 				return err
 			}
@@ -52,8 +49,8 @@ token). --output json prints the server's locks reply (protocol.md §8).`,
 	return cmd
 }
 
-func locksOptions(cmd *cobra.Command) (*LocksOptions, error) {
-	v, err := newViper(cmd)
+func locksOptions(fac *Factory, cmd *cobra.Command) (*LocksOptions, error) {
+	v, err := fac.Config(cmd)
 	if err != nil {
 		return nil, err
 	}
@@ -64,10 +61,10 @@ func locksOptions(cmd *cobra.Command) (*LocksOptions, error) {
 	if opts.Output, err = getOutput(v); err != nil {
 		return nil, err
 	}
-	if opts.Conn, err = connOptions(cmd, v); err != nil {
+	if opts.Conn, err = fac.Conn(cmd, v); err != nil {
 		return nil, err
 	}
-	opts.Connect = adminDialer(opts.Conn)
+	opts.Connect = fac.AdminClient(opts.Conn)
 	return opts, nil
 }
 

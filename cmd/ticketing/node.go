@@ -20,10 +20,6 @@ import (
 // remove-node, transfer-leader). Changing commands may go to any node: a
 // follower answers M and the client follows it to the leader.
 
-func init() {
-	extraCommands = append(extraCommands, func(ios *IO) *cobra.Command { return newCmdNode(ios) })
-}
-
 const (
 	// defaultChangeWait bounds add-node: the leader itself gives a learner
 	// up to a minute to catch up before promoting it.
@@ -46,7 +42,7 @@ const nodeExitHelp = `Exit codes:
   8  authentication failed, or the token's role may not change membership
      (use the admin token)`
 
-func newCmdNode(ios *IO) *cobra.Command {
+func newCmdNode(fac *Factory) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "node",
 		Short: "List and change cluster members (list, add, remove, transfer-leader)",
@@ -63,7 +59,7 @@ TICKETING_ADMIN_TOKEN; default: the client token).
 			return cmd.Help()
 		},
 	}
-	cmd.AddCommand(newCmdNodeList(ios, nil), newCmdNodeAdd(ios, nil), newCmdNodeRemove(ios, nil), newCmdNodeTransfer(ios, nil))
+	cmd.AddCommand(newCmdNodeList(fac, nil), newCmdNodeAdd(fac, nil), newCmdNodeRemove(fac, nil), newCmdNodeTransfer(fac, nil))
 	return cmd
 }
 
@@ -149,7 +145,8 @@ type nodeListNode struct {
 	Error         string `json:"error,omitempty"`
 }
 
-func newCmdNodeList(ios *IO, runF func(context.Context, *IO, *NodeListOptions) error) *cobra.Command {
+func newCmdNodeList(fac *Factory, runF func(context.Context, *IO, *NodeListOptions) error) *cobra.Command {
+	ios := fac.IO
 	if runF == nil {
 		runF = runNodeList
 	}
@@ -164,7 +161,7 @@ are listed as unreachable (and named on stderr); the exit code is still 0.
 Exit 7 when no address answers, 8 when the credentials are refused.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			opts, err := nodeListOptions(cmd)
+			opts, err := nodeListOptions(fac, cmd)
 			if err != nil {
 				return err
 			}
@@ -176,8 +173,8 @@ Exit 7 when no address answers, 8 when the credentials are refused.`,
 	return cmd
 }
 
-func nodeListOptions(cmd *cobra.Command) (*NodeListOptions, error) {
-	v, err := newViper(cmd)
+func nodeListOptions(fac *Factory, cmd *cobra.Command) (*NodeListOptions, error) {
+	v, err := fac.Config(cmd)
 	if err != nil {
 		return nil, err
 	}
@@ -185,7 +182,7 @@ func nodeListOptions(cmd *cobra.Command) (*NodeListOptions, error) {
 	if opts.Output, err = getOutput(v); err != nil {
 		return nil, err
 	}
-	if opts.Conn, err = connOptions(cmd, v); err != nil {
+	if opts.Conn, err = fac.Conn(cmd, v); err != nil {
 		return nil, err
 	}
 	opts.Discover = discoverer(opts.Conn)
@@ -299,7 +296,8 @@ type NodeAddOptions struct {
 	Sleep   func(ctx context.Context, d time.Duration) error // between no-leader retries
 }
 
-func newCmdNodeAdd(ios *IO, runF func(context.Context, *IO, *NodeAddOptions) error) *cobra.Command {
+func newCmdNodeAdd(fac *Factory, runF func(context.Context, *IO, *NodeAddOptions) error) *cobra.Command {
+	ios := fac.IO
 	if runF == nil {
 		runF = runNodeAdd
 	}
@@ -324,7 +322,7 @@ under a new id: add the replacement, then remove the old id.
   ticketing node add --id n4 --peer-addr 10.0.0.4:7471 --client-addr 10.0.0.4:7470 --voter`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			opts, err := nodeAddOptions(cmd)
+			opts, err := nodeAddOptions(fac, cmd)
 			if err != nil {
 				return err
 			}
@@ -342,8 +340,8 @@ under a new id: add the replacement, then remove the old id.
 	return cmd
 }
 
-func nodeAddOptions(cmd *cobra.Command) (*NodeAddOptions, error) {
-	v, err := newViper(cmd)
+func nodeAddOptions(fac *Factory, cmd *cobra.Command) (*NodeAddOptions, error) {
+	v, err := fac.Config(cmd)
 	if err != nil {
 		return nil, err
 	}
@@ -363,7 +361,7 @@ func nodeAddOptions(cmd *cobra.Command) (*NodeAddOptions, error) {
 	if err := opts.Args.Validate(); err != nil {
 		return nil, usageError("%s", strings.TrimPrefix(oneLine(err), "invalid argument: "))
 	}
-	if opts.Wait, opts.Output, opts.Conn, err = changeFlags(cmd, v); err != nil {
+	if opts.Wait, opts.Output, opts.Conn, err = changeFlags(fac, cmd, v); err != nil {
 		return nil, err
 	}
 	opts.Connect = memberDialer(opts.Conn)
@@ -401,7 +399,8 @@ type NodeRemoveOptions struct {
 	Sleep   func(ctx context.Context, d time.Duration) error
 }
 
-func newCmdNodeRemove(ios *IO, runF func(context.Context, *IO, *NodeRemoveOptions) error) *cobra.Command {
+func newCmdNodeRemove(fac *Factory, runF func(context.Context, *IO, *NodeRemoveOptions) error) *cobra.Command {
+	ios := fac.IO
 	if runF == nil {
 		runF = runNodeRemove
 	}
@@ -417,7 +416,7 @@ Removing the leader makes it hand over first.
 		Example: `  ticketing node remove --id n4`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			opts, err := nodeRemoveOptions(cmd)
+			opts, err := nodeRemoveOptions(fac, cmd)
 			if err != nil {
 				return err
 			}
@@ -431,8 +430,8 @@ Removing the leader makes it hand over first.
 	return cmd
 }
 
-func nodeRemoveOptions(cmd *cobra.Command) (*NodeRemoveOptions, error) {
-	v, err := newViper(cmd)
+func nodeRemoveOptions(fac *Factory, cmd *cobra.Command) (*NodeRemoveOptions, error) {
+	v, err := fac.Config(cmd)
 	if err != nil {
 		return nil, err
 	}
@@ -441,7 +440,7 @@ func nodeRemoveOptions(cmd *cobra.Command) (*NodeRemoveOptions, error) {
 	if strings.TrimSpace(opts.ID) == "" {
 		return nil, usageError("--id is required")
 	}
-	if opts.Wait, opts.Output, opts.Conn, err = changeFlags(cmd, v); err != nil {
+	if opts.Wait, opts.Output, opts.Conn, err = changeFlags(fac, cmd, v); err != nil {
 		return nil, err
 	}
 	opts.Connect = memberDialer(opts.Conn)
@@ -475,7 +474,8 @@ type NodeTransferOptions struct {
 	Sleep   func(ctx context.Context, d time.Duration) error
 }
 
-func newCmdNodeTransfer(ios *IO, runF func(context.Context, *IO, *NodeTransferOptions) error) *cobra.Command {
+func newCmdNodeTransfer(fac *Factory, runF func(context.Context, *IO, *NodeTransferOptions) error) *cobra.Command {
+	ios := fac.IO
 	if runF == nil {
 		runF = runNodeTransfer
 	}
@@ -494,7 +494,7 @@ leader answered).
   ticketing node transfer-leader --id n2`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			opts, err := nodeTransferOptions(cmd)
+			opts, err := nodeTransferOptions(fac, cmd)
 			if err != nil {
 				return err
 			}
@@ -508,15 +508,15 @@ leader answered).
 	return cmd
 }
 
-func nodeTransferOptions(cmd *cobra.Command) (*NodeTransferOptions, error) {
-	v, err := newViper(cmd)
+func nodeTransferOptions(fac *Factory, cmd *cobra.Command) (*NodeTransferOptions, error) {
+	v, err := fac.Config(cmd)
 	if err != nil {
 		return nil, err
 	}
 	opts := &NodeTransferOptions{}
 	opts.ID, _ = cmd.Flags().GetString("id")
 	opts.ID = strings.TrimSpace(opts.ID)
-	if opts.Wait, opts.Output, opts.Conn, err = changeFlags(cmd, v); err != nil {
+	if opts.Wait, opts.Output, opts.Conn, err = changeFlags(fac, cmd, v); err != nil {
 		return nil, err
 	}
 	opts.Connect = memberDialer(opts.Conn)
@@ -627,7 +627,7 @@ func printMembers(ios *IO, output string, ms []wire.Member, note string) error {
 
 // changeFlags reads the flags every membership change shares: --wait (a
 // positive duration), --output and the connection flags.
-func changeFlags(cmd *cobra.Command, v *viper.Viper) (wait time.Duration, output string, conn ConnOptions, err error) {
+func changeFlags(fac *Factory, cmd *cobra.Command, v *viper.Viper) (wait time.Duration, output string, conn ConnOptions, err error) {
 	if wait, err = getDuration(v, "wait"); err != nil {
 		return 0, "", conn, err
 	}
@@ -637,6 +637,6 @@ func changeFlags(cmd *cobra.Command, v *viper.Viper) (wait time.Duration, output
 	if output, err = getOutput(v); err != nil {
 		return 0, "", conn, err
 	}
-	conn, err = connOptions(cmd, v)
+	conn, err = fac.Conn(cmd, v)
 	return wait, output, conn, err
 }

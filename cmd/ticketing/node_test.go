@@ -40,7 +40,7 @@ func TestNewCmdNodeAdd(t *testing.T) {
 		t.Setenv("TICKETING_ADMIN_TOKEN", "adm")
 		var got *NodeAddOptions
 		ios, _, _ := testIO("")
-		err := execCmd(t, newCmdNodeAdd(ios, func(_ context.Context, _ *IO, o *NodeAddOptions) error { got = o; return nil }), tt.argv...)
+		err := execCmd(t, newCmdNodeAdd(newFactory(ios), func(_ context.Context, _ *IO, o *NodeAddOptions) error { got = o; return nil }), tt.argv...)
 		if tt.code != 0 {
 			if c := exitCodeForTest(err); c != tt.code {
 				t.Errorf("%v: code %d (%v)", tt.argv, c, err)
@@ -62,7 +62,7 @@ func TestNewCmdNodeRemoveTransferList(t *testing.T) {
 	clearEnv(t)
 	ios, _, _ := testIO("")
 	var rm *NodeRemoveOptions
-	if err := execCmd(t, newCmdNodeRemove(ios, func(_ context.Context, _ *IO, o *NodeRemoveOptions) error { rm = o; return nil }),
+	if err := execCmd(t, newCmdNodeRemove(newFactory(ios), func(_ context.Context, _ *IO, o *NodeRemoveOptions) error { rm = o; return nil }),
 		"--id", "n2", "--addr", "a:1,b:2", "-o", "json"); err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +70,7 @@ func TestNewCmdNodeRemoveTransferList(t *testing.T) {
 		t.Errorf("remove %+v", rm)
 	}
 	checkConn(t, rm.Conn, ConnOptions{Addrs: []string{"a:1", "b:2"}, Timeout: defaultTimeout})
-	if err := execCmd(t, newCmdNodeRemove(ios, nil)); exitCodeForTest(err) != ExitUsage {
+	if err := execCmd(t, newCmdNodeRemove(newFactory(ios), nil)); exitCodeForTest(err) != ExitUsage {
 		t.Errorf("remove without --id: %v", err)
 	}
 
@@ -79,7 +79,7 @@ func TestNewCmdNodeRemoveTransferList(t *testing.T) {
 		argv []string
 		id   string
 	}{{nil, ""}, {[]string{"--id", "n3"}, "n3"}} {
-		if err := execCmd(t, newCmdNodeTransfer(ios, func(_ context.Context, _ *IO, o *NodeTransferOptions) error { tr = o; return nil }), tt.argv...); err != nil {
+		if err := execCmd(t, newCmdNodeTransfer(newFactory(ios), func(_ context.Context, _ *IO, o *NodeTransferOptions) error { tr = o; return nil }), tt.argv...); err != nil {
 			t.Fatal(err)
 		}
 		if tr.ID != tt.id || tr.Connect == nil {
@@ -89,7 +89,7 @@ func TestNewCmdNodeRemoveTransferList(t *testing.T) {
 
 	var ls *NodeListOptions
 	t.Setenv("TICKETING_ADDR", "n1:7470,n2:7470")
-	if err := execCmd(t, newCmdNodeList(ios, func(_ context.Context, _ *IO, o *NodeListOptions) error { ls = o; return nil }), "--timeout", "2"); err != nil {
+	if err := execCmd(t, newCmdNodeList(newFactory(ios), func(_ context.Context, _ *IO, o *NodeListOptions) error { ls = o; return nil }), "--timeout", "2"); err != nil {
 		t.Fatal(err)
 	}
 	if ls.Discover == nil || ls.Output != "text" {

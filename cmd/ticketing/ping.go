@@ -10,10 +10,6 @@ import (
 	"github.com/ticketing/ticketing/admin"
 )
 
-func init() {
-	extraCommands = append(extraCommands, func(ios *IO) *cobra.Command { return newCmdPing(ios, nil) })
-}
-
 // PingOptions is `ticketing ping` after flags and environment are merged.
 type PingOptions struct {
 	Conn     ConnOptions
@@ -71,7 +67,8 @@ type pingProbeJSON struct {
 	ServerTime   string `json:"server_time"`
 }
 
-func newCmdPing(ios *IO, runF func(context.Context, *IO, *PingOptions) error) *cobra.Command {
+func newCmdPing(fac *Factory, runF func(context.Context, *IO, *PingOptions) error) *cobra.Command {
+	ios := fac.IO
 	if runF == nil {
 		runF = runPing
 	}
@@ -83,7 +80,7 @@ the server clock's offset from the local clock (server time minus the
 midpoint of the round trip, accurate to ± half the round trip).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			opts, err := pingOptions(cmd)
+			opts, err := pingOptions(fac, cmd)
 			if err != nil {
 				return err
 			}
@@ -97,8 +94,8 @@ midpoint of the round trip, accurate to ± half the round trip).`,
 	return cmd
 }
 
-func pingOptions(cmd *cobra.Command) (*PingOptions, error) {
-	v, err := newViper(cmd)
+func pingOptions(fac *Factory, cmd *cobra.Command) (*PingOptions, error) {
+	v, err := fac.Config(cmd)
 	if err != nil {
 		return nil, err
 	}
@@ -112,10 +109,10 @@ func pingOptions(cmd *cobra.Command) (*PingOptions, error) {
 	if opts.Output, err = getOutput(v); err != nil {
 		return nil, err
 	}
-	if opts.Conn, err = connOptions(cmd, v); err != nil {
+	if opts.Conn, err = fac.Conn(cmd, v); err != nil {
 		return nil, err
 	}
-	opts.Connect = adminDialer(opts.Conn)
+	opts.Connect = fac.AdminClient(opts.Conn)
 	return opts, nil
 }
 

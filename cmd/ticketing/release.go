@@ -14,10 +14,6 @@ import (
 	"github.com/ticketing/ticketing/client/wire"
 )
 
-func init() {
-	extraCommands = append(extraCommands, func(ios *IO) *cobra.Command { return newCmdRelease(ios, nil) })
-}
-
 // ReleaseOptions is `ticketing release` after flags and environment are merged.
 type ReleaseOptions struct {
 	Conn      ConnOptions
@@ -28,7 +24,8 @@ type ReleaseOptions struct {
 	Connect func(context.Context) (lockClient, error)
 }
 
-func newCmdRelease(ios *IO, runF func(context.Context, *IO, *ReleaseOptions) error) *cobra.Command {
+func newCmdRelease(fac *Factory, runF func(context.Context, *IO, *ReleaseOptions) error) *cobra.Command {
+	ios := fac.IO
 	if runF == nil {
 		runF = runRelease
 	}
@@ -47,7 +44,7 @@ with its lease at the latest).
   ticketing acquire k | ticketing release k -`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			opts, err := releaseOptions(cmd, args)
+			opts, err := releaseOptions(fac, cmd, args)
 			if err != nil {
 				return err
 			}
@@ -58,8 +55,8 @@ with its lease at the latest).
 	return cmd
 }
 
-func releaseOptions(cmd *cobra.Command, args []string) (*ReleaseOptions, error) {
-	v, err := newViper(cmd)
+func releaseOptions(fac *Factory, cmd *cobra.Command, args []string) (*ReleaseOptions, error) {
+	v, err := fac.Config(cmd)
 	if err != nil {
 		return nil, err
 	}
@@ -72,10 +69,10 @@ func releaseOptions(cmd *cobra.Command, args []string) (*ReleaseOptions, error) 
 	} else if opts.Token, err = parseToken(args[1]); err != nil {
 		return nil, err
 	}
-	if opts.Conn, err = connOptions(cmd, v); err != nil {
+	if opts.Conn, err = fac.Conn(cmd, v); err != nil {
 		return nil, err
 	}
-	opts.Connect = lockDialer(opts.Conn)
+	opts.Connect = fac.LockClient(opts.Conn)
 	return opts, nil
 }
 

@@ -31,7 +31,7 @@ func TestNewCmdRelease(t *testing.T) {
 			clearEnv(t)
 			var got *ReleaseOptions
 			ios, _, _ := testIO("")
-			err := execCmd(t, newCmdRelease(ios, func(_ context.Context, _ *IO, o *ReleaseOptions) error { got = o; return nil }), tt.argv...)
+			err := execCmd(t, newCmdRelease(newFactory(ios), func(_ context.Context, _ *IO, o *ReleaseOptions) error { got = o; return nil }), tt.argv...)
 			if tt.wantCode != 0 {
 				if code := exitCodeForTest(err); code != tt.wantCode {
 					t.Fatalf("err %v: code %d, want %d", err, code, tt.wantCode)

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"errors"
-	"fmt"
 	"io"
 	"os"
 	"strings"
@@ -21,66 +19,81 @@ type IO struct {
 }
 
 // Main runs the CLI with args and returns the process exit code. It is the
-// only place that maps errors to exit codes.
+// only place that maps errors to exit codes (exitCode).
 func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	ios := &IO{In: stdin, Out: stdout, ErrOut: stderr}
-	root := newRootCmd(ios)
+	root := newRootCmd(newFactory(ios))
 	root.SetArgs(args)
 	root.SetIn(stdin)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	cmd, err := root.ExecuteC()
-	if err != nil && isCobraUsageError(err) {
-		fmt.Fprintf(stderr, "ticketing: %s\n", err)
-		if cmd != nil {
-			fmt.Fprintf(stderr, "Run '%s --help' for usage.\n", cmd.CommandPath())
-		}
-		return ExitUsage
-	}
-	return exitCode(err, stderr)
+	return exitCode(root.Execute(), stderr)
 }
 
-// isCobraUsageError tells cobra's own argument/flag errors (which carry no
-// exit code) from command errors.
-func isCobraUsageError(err error) bool {
-	var ee *exitError
-	if errors.As(err, &ee) {
-		return false
-	}
-	for _, cm := range exitCodeMappers {
-		if _, ok := cm(err); ok {
-			return false
-		}
-	}
-	msg := err.Error()
-	for _, p := range []string{"unknown command", "unknown flag", "unknown shorthand flag", "invalid argument", "flag needs an argument", "accepts ", "requires at least", "requires at most", "bad flag syntax", "required flag"} {
-		if strings.Contains(msg, p) {
-			return true
-		}
-	}
-	return false
-}
-
-func newRootCmd(ios *IO) *cobra.Command {
+// newRootCmd builds the command tree. Every command is listed here: none
+// registers itself.
+func newRootCmd(fac *Factory) *cobra.Command {
 	root := &cobra.Command{
 		Use:           "ticketing",
 		Short:         "A dedicated distributed lock server and its operations toolkit",
 		Long:          "Ticketing: a distributed lock server (FIFO queues, leases, fencing tokens) and the CLI around it.\n\n" + exitCodesHelp,
+		Version:       versionString(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		// With Args set cobra does not reject unknown subcommands itself
+		// (legacyArgs); this RunE does, as a usage error.
+		Args: cobra.ArbitraryArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return usageError("unknown command %q for %q", args[0], cmd.CommandPath())
+			}
+			return cmd.Help()
+		},
 	}
+	root.SetVersionTemplate("ticketing {{.Version}}\n")
 	root.CompletionOptions.HiddenDefaultCmd = true
-	root.AddCommand(newCmdServe(ios, nil))
-	root.AddCommand(newCmdVersion(ios))
-	for _, add := range extraCommands {
-		root.AddCommand(add(ios))
-	}
+	root.AddCommand(
+		newCmdServe(fac, nil),
+		newCmdAcquire(fac, nil),
+		newCmdRelease(fac, nil),
+		newCmdRun(fac, nil),
+		newCmdStatus(fac, nil),
+		newCmdLocks(fac, nil),
+		newCmdHealth(fac, nil),
+		newCmdPing(fac, nil),
+		newCmdClockSkew(fac, nil),
+		newCmdTop(fac, nil),
+		newCmdNode(fac),
+		newCmdBench(fac),
+		newCmdBenchReport(fac),
+		newCmdDeploy(fac),
+		newCmdCompletion(fac),
+		newCmdMan(fac),
+		newCmdVersion(fac),
+	)
+	markUsageErrors(root)
 	return root
 }
 
-// extraCommands lets each command file register itself (init), so adding a
-// command does not touch this file.
-var extraCommands []func(*IO) *cobra.Command
+// markUsageErrors makes cobra's own flag and argument errors usage errors
+// (exit 2) on every command of the tree: flag errors through
+// SetFlagErrorFunc, argument-count errors by wrapping each command's Args.
+func markUsageErrors(cmd *cobra.Command) {
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
+		return withExit(ExitUsage, err)
+	})
+	if args := cmd.Args; args != nil {
+		cmd.Args = func(c *cobra.Command, a []string) error {
+			if err := args(c, a); err != nil {
+				return withExit(ExitUsage, err)
+			}
+			return nil
+		}
+	}
+	for _, c := range cmd.Commands() {
+		markUsageErrors(c)
+	}
+}
 
 // newViper binds a command's flags to TICKETING_<NAME> environment variables
 // (dashes become underscores) and, when --config is given, a config file.

@@ -19,10 +19,6 @@ import (
 	"github.com/ticketing/ticketing/client"
 )
 
-func init() {
-	extraCommands = append(extraCommands, func(ios *IO) *cobra.Command { return newCmdRun(ios, nil) })
-}
-
 // Environment of run's child.
 const (
 	envKey   = "TICKETING_KEY"
@@ -45,7 +41,8 @@ type RunOptions struct {
 	Signals signalSource
 }
 
-func newCmdRun(ios *IO, runF func(context.Context, *IO, *RunOptions) error) *cobra.Command {
+func newCmdRun(fac *Factory, runF func(context.Context, *IO, *RunOptions) error) *cobra.Command {
+	ios := fac.IO
 	if runF == nil {
 		runF = runRun
 	}
@@ -75,7 +72,7 @@ starting CMD.
   ticketing run reports --lease 5m -- sh -c 'generate --fence "$TICKETING_TOKEN"'`,
 		Args: cobra.MinimumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			opts, err := runOptions(cmd, args)
+			opts, err := runOptions(fac, cmd, args)
 			if err != nil {
 				return err
 			}
@@ -89,16 +86,16 @@ starting CMD.
 	return cmd
 }
 
-func runOptions(cmd *cobra.Command, args []string) (*RunOptions, error) {
+func runOptions(fac *Factory, cmd *cobra.Command, args []string) (*RunOptions, error) {
 	dash := cmd.ArgsLenAtDash()
 	if dash != 1 || len(args) < 2 {
 		return nil, usageError("usage: ticketing run KEY [flags] -- CMD [ARGS...] (the -- is required)")
 	}
-	v, err := newViper(cmd)
+	v, err := fac.Config(cmd)
 	if err != nil {
 		return nil, err
 	}
-	opts := &RunOptions{Key: args[0], Command: args[1:], Env: os.Environ(), Signals: osSignals}
+	opts := &RunOptions{Key: args[0], Command: args[1:], Env: os.Environ(), Signals: fac.Signals}
 	la, err := lockOptions(cmd, v, opts.Key)
 	if err != nil {
 		return nil, err
@@ -117,10 +114,10 @@ func runOptions(cmd *cobra.Command, args []string) (*RunOptions, error) {
 	} else {
 		opts.LeaseMargin = min(opts.KillGrace+time.Second, opts.Lease/2)
 	}
-	if opts.Conn, err = connOptions(cmd, v); err != nil {
+	if opts.Conn, err = fac.Conn(cmd, v); err != nil {
 		return nil, err
 	}
-	opts.Connect = lockDialer(opts.Conn)
+	opts.Connect = fac.LockClient(opts.Conn)
 	return opts, nil
 }
 

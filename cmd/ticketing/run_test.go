@@ -42,7 +42,7 @@ func TestNewCmdRun(t *testing.T) {
 			clearEnv(t)
 			var got *RunOptions
 			ios, _, _ := testIO("")
-			err := execCmd(t, newCmdRun(ios, func(_ context.Context, _ *IO, o *RunOptions) error { got = o; return nil }), tt.argv...)
+			err := execCmd(t, newCmdRun(newFactory(ios), func(_ context.Context, _ *IO, o *RunOptions) error { got = o; return nil }), tt.argv...)
 			if tt.wantCode != 0 {
 				if code := exitCodeForTest(err); code != tt.wantCode {
 					t.Fatalf("err %v: code %d, want %d", err, code, tt.wantCode)

@@ -29,7 +29,8 @@ const shutdownBudget = 5 * time.Second
 // minRaftTimeout is hashicorp/raft's floor for its timeouts (ValidateConfig).
 const minRaftTimeout = 5 * time.Millisecond
 
-func newCmdServe(ios *IO, runF func(context.Context, *IO, *ServeOptions) error) *cobra.Command {
+func newCmdServe(fac *Factory, runF func(context.Context, *IO, *ServeOptions) error) *cobra.Command {
+	ios := fac.IO
 	if runF == nil {
 		runF = runServe
 	}
@@ -46,7 +47,7 @@ SIGTERM/SIGINT drain and stop (waiting acquires answered "shutting down");
 SIGHUP reloads the TLS certificate files.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			opts, err := serveOptions(cmd)
+			opts, err := serveOptions(fac, cmd)
 			if err != nil {
 				return err
 			}
@@ -95,8 +96,8 @@ SIGHUP reloads the TLS certificate files.`,
 	return cmd
 }
 
-func serveOptions(cmd *cobra.Command) (*ServeOptions, error) {
-	v, err := newViper(cmd)
+func serveOptions(fac *Factory, cmd *cobra.Command) (*ServeOptions, error) {
+	v, err := fac.Config(cmd)
 	if err != nil {
 		return nil, err
 	}

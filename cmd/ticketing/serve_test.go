@@ -35,7 +35,7 @@ func TestServeRaftTimings(t *testing.T) {
 			clearEnv(t)
 			var got *ServeOptions
 			ios, _, _ := testIO("")
-			cmd := newCmdServe(ios, func(_ context.Context, _ *IO, o *ServeOptions) error { got = o; return nil })
+			cmd := newCmdServe(newFactory(ios), func(_ context.Context, _ *IO, o *ServeOptions) error { got = o; return nil })
 			err := execCmd(t, cmd, append(append([]string{}, peers...), tc.args...)...)
 			if tc.wantErr != "" {
 				code, line := codeOf(err)

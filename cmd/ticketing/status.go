@@ -11,10 +11,6 @@ import (
 	"github.com/ticketing/ticketing/client/wire"
 )
 
-func init() {
-	extraCommands = append(extraCommands, func(ios *IO) *cobra.Command { return newCmdStatus(ios, nil) })
-}
-
 // StatusOptions is `ticketing status` after flags and environment are merged.
 type StatusOptions struct {
 	Conn   ConnOptions
@@ -23,7 +19,8 @@ type StatusOptions struct {
 	Connect func(ctx context.Context, addrs []string) (adminClient, error)
 }
 
-func newCmdStatus(ios *IO, runF func(context.Context, *IO, *StatusOptions) error) *cobra.Command {
+func newCmdStatus(fac *Factory, runF func(context.Context, *IO, *StatusOptions) error) *cobra.Command {
+	ios := fac.IO
 	if runF == nil {
 		runF = runStatus
 	}
@@ -36,7 +33,7 @@ cumulative counters. Needs the admin token (default: the client token).
 --output json prints the server's status reply (protocol.md §8).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			opts, err := statusOptions(cmd)
+			opts, err := statusOptions(fac, cmd)
 			if err != nil {
 				return err
 			}
@@ -48,8 +45,8 @@ cumulative counters. Needs the admin token (default: the client token).
 	return cmd
 }
 
-func statusOptions(cmd *cobra.Command) (*StatusOptions, error) {
-	v, err := newViper(cmd)
+func statusOptions(fac *Factory, cmd *cobra.Command) (*StatusOptions, error) {
+	v, err := fac.Config(cmd)
 	if err != nil {
 		return nil, err
 	}
@@ -57,10 +54,10 @@ func statusOptions(cmd *cobra.Command) (*StatusOptions, error) {
 	if opts.Output, err = getOutput(v); err != nil {
 		return nil, err
 	}
-	if opts.Conn, err = connOptions(cmd, v); err != nil {
+	if opts.Conn, err = fac.Conn(cmd, v); err != nil {
 		return nil, err
 	}
-	opts.Connect = adminDialer(opts.Conn)
+	opts.Connect = fac.AdminClient(opts.Conn)
 	return opts, nil
 }
 

@@ -11,10 +11,6 @@ import (
 	"github.com/ticketing/ticketing/tui"
 )
 
-func init() {
-	extraCommands = append(extraCommands, func(ios *IO) *cobra.Command { return newCmdTop(ios, nil) })
-}
-
 // TopOptions is `ticketing top` after flags and environment are merged.
 type TopOptions struct {
 	Conn     ConnOptions
@@ -29,7 +25,8 @@ type TopOptions struct {
 	IsTerminal func(any) bool
 }
 
-func newCmdTop(ios *IO, runF func(context.Context, *IO, *TopOptions) error) *cobra.Command {
+func newCmdTop(fac *Factory, runF func(context.Context, *IO, *TopOptions) error) *cobra.Command {
+	ios := fac.IO
 	if runF == nil {
 		runF = runTop
 	}
@@ -58,7 +55,7 @@ least 1s); a node that does not answer within it is shown unreachable.`,
   ticketing top --prefix jobs/`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			opts, err := topOptions(cmd)
+			opts, err := topOptions(fac, cmd)
 			if err != nil {
 				return err
 			}
@@ -73,13 +70,13 @@ least 1s); a node that does not answer within it is shown unreachable.`,
 	return cmd
 }
 
-func topOptions(cmd *cobra.Command) (*TopOptions, error) {
-	v, err := newViper(cmd)
+func topOptions(fac *Factory, cmd *cobra.Command) (*TopOptions, error) {
+	v, err := fac.Config(cmd)
 	if err != nil {
 		return nil, err
 	}
 	opts := &TopOptions{IsTerminal: isTerminal}
-	if opts.Conn, err = connOptions(cmd, v); err != nil {
+	if opts.Conn, err = fac.Conn(cmd, v); err != nil {
 		return nil, err
 	}
 	if opts.Interval, err = getDuration(v, "interval"); err != nil {

@@ -44,10 +44,10 @@ func TestNewCmdTop(t *testing.T) {
 			}
 			ios, _, _ := testIO("")
 			var got *TopOptions
-			cmd := newCmdTop(ios, func(_ context.Context, _ *IO, o *TopOptions) error { got = o; return nil })
+			cmd := newCmdTop(newFactory(ios), func(_ context.Context, _ *IO, o *TopOptions) error { got = o; return nil })
 			err := execCmd(t, cmd, tc.argv...)
 			if tc.wantCode != 0 {
-				if code, _ := codeOf(err); code != tc.wantCode && !(tc.wantCode == ExitUsage && err != nil && isCobraUsageError(err)) {
+				if code, _ := codeOf(err); code != tc.wantCode {
 					t.Fatalf("err = %v (exit %d), want exit %d", err, code, tc.wantCode)
 				}
 				return

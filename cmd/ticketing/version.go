@@ -37,7 +37,8 @@ func versionString() string {
 	return s
 }
 
-func newCmdVersion(ios *IO) *cobra.Command {
+func newCmdVersion(fac *Factory) *cobra.Command {
+	ios := fac.IO
 	return &cobra.Command{
 		Use:   "version",
 		Short: "Print the version",
