@@ -75,92 +75,21 @@ func (cl *Client) Acquire(ctx context.Context, key string, lease, wait time.Dura
 	if budgetEnd.After(connGiveUp) {
 		connGiveUp = budgetEnd
 	}
-	moves, rounds := 0, 0
-	woken := false // sleepRedirect woke this call early once
+	var rd redirects
 	for {
 		if err := ctx.Err(); err != nil {
 			return nil, opErr("acquire", key, err)
 		}
-		c := getCall()
-		c.op = wire.OpAcquire
-		c.key = key
-		c.arg = wire.AcquireArg(leaseMS, waitMS)
-		c.counts = waitMS > 0
-		if err := cl.send(ctx, c, connGiveUp, budgetEnd); err != nil {
-			putCall(c)
-			if err == errNoSlot {
-				err = ErrTimeout
-			}
+		l, moved, err := cl.acquireOnce(ctx, key, leaseMS, waitMS, connGiveUp, budgetEnd)
+		if err != nil {
 			return nil, opErr("acquire", key, err)
 		}
-		select {
-		case <-c.done:
-		case <-ctx.Done():
-			if c.cn.abandon(c) {
-				return nil, opErr("acquire", key, ctx.Err())
-			}
-			<-c.done // answered meanwhile
-			if c.fail == failNone && c.status == wire.StatusGranted {
-				cl.compensate(key, c.value)
-			}
-			putCall(c)
-			return nil, opErr("acquire", key, ctx.Err())
+		if l != nil {
+			return l, nil
 		}
-		if c.fail != failNone {
-			fail, cause := c.fail, c.failErr
-			putCall(c)
-			if fail == failLost {
-				if errors.Is(cause, ErrClosed) {
-					return nil, opErr("acquire", key, both(ErrIndeterminate, ErrClosed))
-				}
-				return nil, opErr("acquire", key, fmt.Errorf("%w: connection lost after the request was written: %w", ErrIndeterminate, cause))
-			}
-			if cl.closed.Load() {
-				return nil, opErr("acquire", key, ErrClosed)
-			}
-			// Never written: retry, on another connection if need be.
-		} else {
-			switch c.status {
-			case wire.StatusGranted:
-				l := &Lock{
-					cl:       cl,
-					key:      key,
-					token:    c.value,
-					deadline: c.sent.Add(wire.QueuedDuration(c.queued) + time.Duration(leaseMS)*time.Millisecond),
-				}
-				putCall(c)
-				return l, nil
-			case wire.StatusTimeout:
-				putCall(c)
-				return nil, opErr("acquire", key, ErrTimeout)
-			case wire.StatusBusy:
-				code := c.code
-				putCall(c)
-				return nil, opErr("acquire", key, &BusyError{Code: code})
-			case wire.StatusUnknown:
-				putCall(c)
-				return nil, opErr("acquire", key, fmt.Errorf("%w: the cluster could not confirm the commit", ErrIndeterminate))
-			case wire.StatusError:
-				e := &ProtocolError{Code: c.code, Msg: string(c.payload)}
-				putCall(c)
-				return nil, opErr("acquire", key, e)
-			case wire.StatusMoved:
-				addr := string(c.payload)
-				putCall(c)
-				cl.follow(addr)
-				moves++
-				if moves > maxMoves {
-					// Followed maxMoves consecutive M answers: back off, within the budget.
-					rounds++
-					d := cl.redirectDelay(rounds)
-					if waitMS == 0 || time.Until(budgetEnd) <= d {
-						return nil, opErr("acquire", key, fmt.Errorf("%w: %d consecutive redirects (last to %q)", ErrNoLeader, moves, addr))
-					}
-					if err := cl.sleepRedirect(ctx, d, cl.leader.Load(), &woken); err != nil {
-						return nil, opErr("acquire", key, err)
-					}
-					moves = 0
-				}
+		if moved != nil {
+			if err := rd.follow(ctx, cl, *moved, waitMS, budgetEnd); err != nil {
+				return nil, opErr("acquire", key, err)
 			}
 		}
 		// Retry with the remaining wait (protocol.md §7: "within its remaining wait budget").
@@ -172,6 +101,97 @@ func (cl *Client) Acquire(ctx context.Context, key string, lease, wait time.Dura
 			waitMS = uint32(rem / time.Millisecond)
 		}
 	}
+}
+
+// acquireOnce sends one acquire and waits for its answer: the lock, or the
+// error to return, or (both nil) a retry: moved names the leader of an M
+// answer; nil moved means the request was never written.
+func (cl *Client) acquireOnce(ctx context.Context, key string, leaseMS, waitMS uint32, connGiveUp, budgetEnd time.Time) (l *Lock, moved *string, err error) {
+	c := getCall()
+	c.op = wire.OpAcquire
+	c.key = key
+	c.arg = wire.AcquireArg(leaseMS, waitMS)
+	c.counts = waitMS > 0
+	if err := cl.send(ctx, c, connGiveUp, budgetEnd); err != nil {
+		putCall(c)
+		if err == errNoSlot {
+			err = ErrTimeout
+		}
+		return nil, nil, err
+	}
+	select {
+	case <-c.done:
+	case <-ctx.Done():
+		if c.cn.abandon(c) {
+			return nil, nil, ctx.Err()
+		}
+		<-c.done // answered meanwhile
+		if c.fail == failNone && c.status == wire.StatusGranted {
+			cl.compensate(key, c.value)
+		}
+		putCall(c)
+		return nil, nil, ctx.Err()
+	}
+	defer putCall(c)
+	if c.fail != failNone {
+		if c.fail == failLost {
+			if errors.Is(c.failErr, ErrClosed) {
+				return nil, nil, both(ErrIndeterminate, ErrClosed)
+			}
+			return nil, nil, fmt.Errorf("%w: connection lost after the request was written: %w", ErrIndeterminate, c.failErr)
+		}
+		if cl.closed.Load() {
+			return nil, nil, ErrClosed
+		}
+		return nil, nil, nil // never written: retry, on another connection if need be
+	}
+	switch c.status {
+	case wire.StatusGranted:
+		return &Lock{
+			cl:       cl,
+			key:      key,
+			token:    c.value,
+			deadline: c.sent.Add(wire.QueuedDuration(c.queued) + time.Duration(leaseMS)*time.Millisecond),
+		}, nil, nil
+	case wire.StatusTimeout:
+		return nil, nil, ErrTimeout
+	case wire.StatusBusy:
+		return nil, nil, &BusyError{Code: c.code}
+	case wire.StatusUnknown:
+		return nil, nil, fmt.Errorf("%w: the cluster could not confirm the commit", ErrIndeterminate)
+	case wire.StatusError:
+		return nil, nil, &ProtocolError{Code: c.code, Msg: string(c.payload)}
+	case wire.StatusMoved:
+		addr := string(c.payload)
+		return nil, &addr, nil
+	}
+	return nil, nil, nil // (no other status reaches a call)
+}
+
+// redirects counts an acquire's consecutive M answers.
+type redirects struct {
+	moves, rounds int
+	woken bool // sleepRedirect woke this call early once
+}
+
+// follow switches to the leader an M answer named; after maxMoves
+// consecutive ones it backs off, within the budget, or gives up ErrNoLeader.
+func (rd *redirects) follow(ctx context.Context, cl *Client, addr string, waitMS uint32, budgetEnd time.Time) error {
+	cl.follow(addr)
+	rd.moves++
+	if rd.moves <= maxMoves {
+		return nil
+	}
+	rd.rounds++
+	d := cl.redirectDelay(rd.rounds)
+	if waitMS == 0 || time.Until(budgetEnd) <= d {
+		return fmt.Errorf("%w: %d consecutive redirects (last to %q)", ErrNoLeader, rd.moves, addr)
+	}
+	if err := cl.sleepRedirect(ctx, d, cl.leader.Load(), &rd.woken); err != nil {
+		return err
+	}
+	rd.moves = 0
+	return nil
 }
 
 // TryAcquire is Acquire with wait 0: one attempt, answered at once; a held

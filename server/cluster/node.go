@@ -128,30 +128,7 @@ type Node struct {
 // ours applied: the new leader drops our waiters, nothing of ours is left
 // undecided in the log).
 func New(cfg Config, out locktable.Sink, onLost func(clean bool)) (*Node, error) {
-	if cfg.HeartbeatTimeout == 0 {
-		cfg.HeartbeatTimeout = DefaultHeartbeatTimeout
-	}
-	if cfg.ElectionTimeout == 0 {
-		cfg.ElectionTimeout = DefaultElectionTimeout
-	}
-	if cfg.LeaderLeaseTimeout == 0 {
-		cfg.LeaderLeaseTimeout = DefaultLeaderLeaseTimeout
-	}
-	if cfg.TransferTimeout == 0 {
-		cfg.TransferTimeout = DefaultTransferTimeout
-	}
-	if cfg.MaxClockSkew == 0 {
-		cfg.MaxClockSkew = DefaultMaxClockSkew
-	}
-	if cfg.SnapshotBytes == 0 {
-		cfg.SnapshotBytes = DefaultSnapshotBytes
-	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
+	cfg.setDefaults()
 	inc := cfg.Incarnation
 	for inc == 0 {
 		var b [4]byte
@@ -178,12 +155,65 @@ func New(cfg Config, out locktable.Sink, onLost func(clean bool)) (*Node, error)
 		Timeout: 2 * time.Second,
 		Logger:  newHCLogger(n.log, "raft-net"),
 	})
+	logs, stable, snaps, err := n.openStores()
+	if err != nil {
+		return nil, err
+	}
+	r, err := raft.NewRaft(n.raftConfig(), n.fsm, logs, stable, snaps, n.trans)
+	if err != nil {
+		n.closeStores()
+		return nil, fmt.Errorf("cluster: raft: %w", err)
+	}
+	n.raft = r
+	n.prop = newProposer(n)
+	if cfg.Bootstrap {
+		if err := n.bootstrap(); err != nil {
+			n.Shutdown(context.Background())
+			return nil, err
+		}
+	}
+	n.wg.Add(3)
+	go n.leadershipLoop()
+	go n.prop.run()
+	go n.snapshotLoop()
+	return n, nil
+}
 
+// setDefaults fills the zero settings with the defaults.
+func (cfg *Config) setDefaults() {
+	if cfg.HeartbeatTimeout == 0 {
+		cfg.HeartbeatTimeout = DefaultHeartbeatTimeout
+	}
+	if cfg.ElectionTimeout == 0 {
+		cfg.ElectionTimeout = DefaultElectionTimeout
+	}
+	if cfg.LeaderLeaseTimeout == 0 {
+		cfg.LeaderLeaseTimeout = DefaultLeaderLeaseTimeout
+	}
+	if cfg.TransferTimeout == 0 {
+		cfg.TransferTimeout = DefaultTransferTimeout
+	}
+	if cfg.MaxClockSkew == 0 {
+		cfg.MaxClockSkew = DefaultMaxClockSkew
+	}
+	if cfg.SnapshotBytes == 0 {
+		cfg.SnapshotBytes = DefaultSnapshotBytes
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+}
+
+// raftConfig is raft's configuration for this node.
+func (n *Node) raftConfig() *raft.Config {
 	rc := raft.DefaultConfig()
-	rc.LocalID = raft.ServerID(cfg.NodeID)
-	rc.HeartbeatTimeout = cfg.HeartbeatTimeout
-	rc.ElectionTimeout = cfg.ElectionTimeout
-	rc.LeaderLeaseTimeout = cfg.LeaderLeaseTimeout
+	rc.LocalID = raft.ServerID(n.cfg.NodeID)
+	rc.HeartbeatTimeout = n.cfg.HeartbeatTimeout
+	rc.ElectionTimeout = n.cfg.ElectionTimeout
+	rc.LeaderLeaseTimeout = n.cfg.LeaderLeaseTimeout
 	rc.CommitTimeout = 5 * time.Millisecond
 	rc.MaxAppendEntries = 256
 	rc.BatchApplyCh = true
@@ -198,57 +228,49 @@ func New(cfg Config, out locktable.Sink, onLost func(clean bool)) (*Node, error)
 	rc.SnapshotThreshold = 8192
 	rc.SnapshotInterval = 2 * time.Second
 	rc.Logger = newHCLogger(n.log, "raft")
+	return rc
+}
 
-	var (
-		logs   raft.LogStore
-		stable raft.StableStore
-		snaps  raft.SnapshotStore
-	)
-	if cfg.DataDir != "" {
-		if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
-			return nil, fmt.Errorf("cluster: data dir: %w", err)
-		}
-		bs, err := raftboltdb.NewBoltStore(filepath.Join(cfg.DataDir, "raft.db"))
-		if err != nil {
-			return nil, fmt.Errorf("cluster: raft store: %w", err)
-		}
-		n.stores = append(n.stores, bs)
-		logs, stable = bs, bs
-		fs, err := raft.NewFileSnapshotStore(cfg.DataDir, 2, io.Discard)
-		if err != nil {
-			return nil, fmt.Errorf("cluster: snapshot store: %w", err)
-		}
-		snaps = fs
-	} else {
+// openStores opens the durable raft log and snapshots in DataDir, or
+// in-memory stores without one.
+func (n *Node) openStores() (raft.LogStore, raft.StableStore, raft.SnapshotStore, error) {
+	dir := n.cfg.DataDir
+	if dir == "" {
 		ms := raft.NewInmemStore()
-		logs, stable = ms, ms
-		snaps = raft.NewInmemSnapshotStore()
+		return ms, ms, raft.NewInmemSnapshotStore(), nil
 	}
-	r, err := raft.NewRaft(rc, n.fsm, logs, stable, snaps, n.trans)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, nil, nil, fmt.Errorf("cluster: data dir: %w", err)
+	}
+	bs, err := raftboltdb.NewBoltStore(filepath.Join(dir, "raft.db"))
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("cluster: raft store: %w", err)
+	}
+	n.stores = append(n.stores, bs)
+	fs, err := raft.NewFileSnapshotStore(dir, 2, io.Discard)
 	if err != nil {
 		n.closeStores()
-		return nil, fmt.Errorf("cluster: raft: %w", err)
+		return nil, nil, nil, fmt.Errorf("cluster: snapshot store: %w", err)
 	}
-	n.raft = r
-	n.prop = newProposer(n)
-	if cfg.Bootstrap {
-		var servers []raft.Server
-		for _, p := range cfg.Peers {
-			servers = append(servers, raft.Server{ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.Addr), Suffrage: raft.Voter})
-		}
-		f := r.BootstrapCluster(raft.Configuration{Servers: servers})
-		if err := f.Error(); err != nil && !errors.Is(err, raft.ErrCantBootstrap) {
-			n.Shutdown(context.Background())
-			return nil, fmt.Errorf("cluster: bootstrap: %w", err)
-		} else if errors.Is(err, raft.ErrCantBootstrap) {
-			n.log.Info("bootstrap skipped: this node already has raft state")
-		}
+	return bs, bs, fs, nil
+}
+
+// bootstrap makes the initial voters the configuration of a new cluster; a
+// node with raft state already skips it.
+func (n *Node) bootstrap() error {
+	var servers []raft.Server
+	for _, p := range n.cfg.Peers {
+		servers = append(servers, raft.Server{ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.Addr), Suffrage: raft.Voter})
 	}
-	n.wg.Add(3)
-	go n.leadershipLoop()
-	go n.prop.run()
-	go n.snapshotLoop()
-	return n, nil
+	err := n.raft.BootstrapCluster(raft.Configuration{Servers: servers}).Error()
+	if errors.Is(err, raft.ErrCantBootstrap) {
+		n.log.Info("bootstrap skipped: this node already has raft state")
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("cluster: bootstrap: %w", err)
+	}
+	return nil
 }
 
 // snapshotInterval is how often snapshotLoop looks at the log's size.
