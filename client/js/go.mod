@@ -1,0 +1,3 @@
+module ticketing.invalid/client-js
+
+go 1.26

@@ -1,0 +1,39 @@
+/**
+ * Official Node.js client of the Ticketing lock server.
+ *
+ * ```ts
+ * import { Client } from "ticketing";
+ * const client = await Client.connect({ addrs: ["127.0.0.1:7470"] });
+ * await using lease = await client.acquire("orders/42", { leaseMs: 30_000, waitMs: 5_000 });
+ * await writeWithFencing(lease.token);
+ * ```
+ */
+import "./polyfill.js";
+
+export {
+  Client,
+  VERSION,
+  type AcquireOptions,
+  type ConnectOptions,
+  type Logger,
+  type ReleaseOptions,
+} from "./client.js";
+export { Lease } from "./lease.js";
+export {
+  AuthError,
+  BusyError,
+  CancelledError,
+  ClosedError,
+  ConnectError,
+  IndeterminateError,
+  InvalidError,
+  LockTimeoutError,
+  NoLeaderError,
+  NotHolderError,
+  ProtocolError,
+  TicketingError,
+  TlsError,
+  type ErrorCode,
+  type TicketingErrorOptions,
+} from "./errors.js";
+export { Code, codeName } from "./wire.js";

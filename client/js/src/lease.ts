@@ -1,0 +1,120 @@
+import { performance } from "node:perf_hooks";
+
+import type { Client, ReleaseOptions } from "./client.js";
+
+/**
+ * A granted lock: its key, fencing token and conservative local deadline.
+ * Release it with `release()`, `await using`, or use `Client.withLock`.
+ * Ownership is the token: any code (or process) holding it may release.
+ */
+export class Lease implements AsyncDisposable {
+  /** The locked key, as given to acquire. */
+  readonly key: string | Uint8Array;
+  /**
+   * The fencing token (u64, exact): strictly greater than every token issued
+   * before it. Pass it to every resource the lock protects; the resource
+   * must reject a token lower than the highest it has seen, with the check
+   * and the write in one transaction.
+   */
+  readonly token: bigint;
+  /**
+   * The conservative local end of the lease on the `performance.now()`
+   * clock: the time just before the acquire was written, plus the time the
+   * server reports it waited in the queue, plus the lease. Keep a margin.
+   */
+  readonly deadline: number;
+
+  #client: Client;
+  #keyBytes: Uint8Array;
+  #released = false;
+  #releasing: Promise<void> | undefined;
+  #ac: AbortController | undefined;
+  #timer: NodeJS.Timeout | undefined;
+
+  /** @internal */
+  constructor(
+    client: Client,
+    key: string | Uint8Array,
+    keyBytes: Uint8Array,
+    token: bigint,
+    deadline: number,
+  ) {
+    this.#client = client;
+    this.key = typeof key === "string" ? key : Uint8Array.from(key);
+    this.#keyBytes = keyBytes;
+    this.token = token;
+    this.deadline = deadline;
+  }
+
+  /** Milliseconds until `deadline` (0 once passed). */
+  remainingMs(): number {
+    return Math.max(0, this.deadline - performance.now());
+  }
+
+  /** Whether the local deadline has passed: the lock may belong to someone else. */
+  get expired(): boolean {
+    return performance.now() >= this.deadline;
+  }
+
+  /** True once the server confirmed the release (`O`). */
+  get released(): boolean {
+    return this.#released;
+  }
+
+  /**
+   * Aborted at `deadline` or when release() is called, whichever comes
+   * first: the lock must be considered lost then. Its timer is unref'ed.
+   */
+  get signal(): AbortSignal {
+    if (!this.#ac) {
+      const ac = new AbortController();
+      this.#ac = ac;
+      const d = this.remainingMs();
+      if (this.#releasing || this.#released || d <= 0) {
+        ac.abort(new Error("lease ended"));
+      } else {
+        this.#timer = setTimeout(
+          () => ac.abort(new Error("lease deadline passed")),
+          d,
+        );
+        this.#timer.unref();
+      }
+    }
+    return this.#ac.signal;
+  }
+
+  #lost(reason: string): void {
+    if (this.#timer) clearTimeout(this.#timer);
+    if (this.#ac && !this.#ac.signal.aborted) this.#ac.abort(new Error(reason));
+  }
+
+  /**
+   * Releases the lock. Resolves only when the server confirmed it (`O`);
+   * a second call after that does nothing, a concurrent call shares the
+   * attempt, a call after a failure tries again. NotHolderError: the lease
+   * had already ended. IndeterminateError: not confirmed within 5 s.
+   */
+  async release(opts?: ReleaseOptions): Promise<void> {
+    if (this.#released) return;
+    if (this.#releasing) return this.#releasing;
+    this.#lost("lease released");
+    const p = this.#client.release(this.#keyBytes, this.token, opts);
+    this.#releasing = p;
+    try {
+      await p;
+      this.#released = true;
+    } finally {
+      this.#releasing = undefined;
+    }
+  }
+
+  /** `await using lease = await client.acquire(…)` releases at scope exit. */
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.release();
+  }
+
+  /** Never shows the token in logs. */
+  toJSON(): { key: string | Uint8Array; deadline: number } {
+    return { key: this.key, deadline: this.deadline };
+  }
+}
