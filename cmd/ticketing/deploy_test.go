@@ -10,6 +10,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -21,6 +23,8 @@ import (
 	"testing"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/ticketing/ticketing/cmd/ticketing/internal/deploy"
 )
 
 // depRun runs the CLI in-process.
@@ -53,7 +57,7 @@ func depParseEnv(t *testing.T, path string) (map[string]string, []string) {
 		if g == nil {
 			t.Fatalf("%s:%d: not KEY=VALUE: %q", path, ln, l)
 		}
-		if !safeValue.MatchString(g[2]) {
+		if !deploy.SafeValue.MatchString(g[2]) {
 			t.Fatalf("%s:%d: value needs quoting: %q", path, ln, l)
 		}
 		if _, dup := m[g[1]]; dup {
@@ -161,7 +165,7 @@ func TestDeployFormats(t *testing.T) {
 	}
 	self, _ := os.Executable()
 	for _, n := range []int{1, 3, 5} {
-		for _, format := range deployFormats {
+		for _, format := range deploy.Formats {
 			for _, tls := range []bool{false, true} {
 				name := fmt.Sprintf("%d-%s", n, format)
 				if tls {
@@ -186,7 +190,7 @@ func TestDeployFormats(t *testing.T) {
 
 func depCheckDeployment(t *testing.T, dir string, n int, format string, tls bool, printed string) {
 	t.Helper()
-	var spec deploySpec
+	var spec deploy.Spec
 	b, err := os.ReadFile(filepath.Join(dir, "deploy.json"))
 	if err != nil {
 		t.Fatal(err)
@@ -245,14 +249,14 @@ func depCheckDeployment(t *testing.T, dir string, n int, format string, tls bool
 		if cfg.NodeID != node.ID || cfg.ClientToken != tokens["client"] || cfg.AdminToken != tokens["admin"] {
 			t.Errorf("%s: serve sees node %q and other tokens", p, cfg.NodeID)
 		}
-		if format == fmtDocker || format == fmtCompose {
-			if cfg.DataDir != containerDataDir {
+		if format == deploy.FormatDocker || format == deploy.FormatCompose {
+			if cfg.DataDir != "/data" {
 				t.Errorf("%s: data dir %q", p, cfg.DataDir)
 			}
 		} else if cfg.DataDir != "/var/lib/ticketing/"+node.ID {
 			t.Errorf("%s: data dir %q", p, cfg.DataDir)
 		}
-		if tls && format != fmtSystemd && (cfg.TLSCertFile == "" || cfg.TLSKeyFile == "" || cfg.TLSClientCAFile == "") {
+		if tls && format != deploy.FormatSystemd && (cfg.TLSCertFile == "" || cfg.TLSKeyFile == "" || cfg.TLSClientCAFile == "") {
 			t.Errorf("%s: TLS not configured", p)
 		}
 		if n == 1 {
@@ -285,10 +289,10 @@ func depCheckDeployment(t *testing.T, dir string, n int, format string, tls bool
 		depCheckTLS(t, dir, spec)
 	}
 	switch format {
-	case fmtShell, fmtDocker:
+	case deploy.FormatShell, deploy.FormatDocker:
 		for _, node := range spec.Nodes {
 			name := node.ID + ".sh"
-			if format == fmtDocker {
+			if format == deploy.FormatDocker {
 				name = node.ID + ".docker.sh"
 			}
 			p := filepath.Join(dir, name)
@@ -302,13 +306,13 @@ func depCheckDeployment(t *testing.T, dir string, n int, format string, tls bool
 			if !strings.Contains(string(b), node.ID+".env") {
 				t.Errorf("%s does not load %s.env", p, node.ID)
 			}
-			if format == fmtDocker && !strings.Contains(string(b), "--pull never") {
+			if format == deploy.FormatDocker && !strings.Contains(string(b), "--pull never") {
 				t.Errorf("%s may pull", p)
 			}
 		}
-	case fmtCompose:
+	case deploy.FormatCompose:
 		depCheckCompose(t, filepath.Join(dir, "compose.yaml"), spec)
-	case fmtSystemd:
+	case deploy.FormatSystemd:
 		depCheckUnit(t, filepath.Join(dir, "ticketing@.service"), tls)
 	}
 	// Nothing else with a secret is readable by others.
@@ -342,7 +346,7 @@ type depComposeFile struct {
 	Volumes map[string]any `yaml:"volumes"`
 }
 
-func depCheckCompose(t *testing.T, path string, spec deploySpec) {
+func depCheckCompose(t *testing.T, path string, spec deploy.Spec) {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -448,11 +452,11 @@ func depCheckUnit(t *testing.T, path string, tls bool) {
 	}
 }
 
-func depCheckTLS(t *testing.T, dir string, spec deploySpec) {
+func depCheckTLS(t *testing.T, dir string, spec deploy.Spec) {
 	t.Helper()
 	for _, name := range append(depNodeIDs(spec), "client", "ca") {
 		crt, key := filepath.Join(dir, "tls", name+".crt"), filepath.Join(dir, "tls", name+".key")
-		p, err := loadPair(crt, key)
+		p, err := depLoadPair(crt, key)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
@@ -462,13 +466,13 @@ func depCheckTLS(t *testing.T, dir string, spec deploySpec) {
 		if name == "ca" {
 			continue
 		}
-		ca, _ := loadPair(filepath.Join(dir, "tls", "ca.crt"), filepath.Join(dir, "tls", "ca.key"))
+		ca, _ := depLoadPair(filepath.Join(dir, "tls", "ca.crt"), filepath.Join(dir, "tls", "ca.key"))
 		if err := p.cert.CheckSignatureFrom(ca.cert); err != nil {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
 	for _, node := range spec.Nodes {
-		p, _ := loadPair(filepath.Join(dir, "tls", node.ID+".crt"), filepath.Join(dir, "tls", node.ID+".key"))
+		p, _ := depLoadPair(filepath.Join(dir, "tls", node.ID+".crt"), filepath.Join(dir, "tls", node.ID+".key"))
 		if err := p.cert.VerifyHostname(node.Host); err != nil {
 			t.Errorf("%s: %v", node.ID, err)
 		}
@@ -478,7 +482,7 @@ func depCheckTLS(t *testing.T, dir string, spec deploySpec) {
 	}
 }
 
-func depNodeIDs(spec deploySpec) []string {
+func depNodeIDs(spec deploy.Spec) []string {
 	var ids []string
 	for _, n := range spec.Nodes {
 		ids = append(ids, n.ID)
@@ -498,8 +502,8 @@ func (r *depFixedRand) Read(p []byte) (int, error) {
 }
 
 func TestDeploySecretsNeverPrinted(t *testing.T) {
-	saved := deployRand
-	t.Cleanup(func() { deployRand = saved })
+	saved := deploy.Rand
+	t.Cleanup(func() { deploy.Rand = saved })
 	// The first three tokens depFixedRand produces.
 	var want []string
 	r := &depFixedRand{}
@@ -517,20 +521,20 @@ func TestDeploySecretsNeverPrinted(t *testing.T) {
 		}
 		return c
 	}
-	for _, format := range deployFormats {
+	for _, format := range deploy.Formats {
 		// The plan: redacted, unless --show-secrets.
-		deployRand = &depFixedRand{}
+		deploy.Rand = &depFixedRand{}
 		code, out, errOut := depRun(t, "deploy", "--nodes", "a,b,c", "--format", format)
-		if code != 0 || count(out+errOut) != 0 || !strings.Contains(out, redacted) {
+		if code != 0 || count(out+errOut) != 0 || !strings.Contains(out, "<redacted>") {
 			t.Errorf("%s plan: exit %d, %d secrets shown", format, code, count(out+errOut))
 		}
-		deployRand = &depFixedRand{}
+		deploy.Rand = &depFixedRand{}
 		_, out, _ = depRun(t, "deploy", "--nodes", "a,b,c", "--format", format, "--show-secrets")
 		if count(out) != 3 {
 			t.Errorf("%s plan --show-secrets: %d of 3 secrets shown", format, count(out))
 		}
 		// Written: the summary shows none, unless --show-secrets.
-		deployRand = &depFixedRand{}
+		deploy.Rand = &depFixedRand{}
 		dir := t.TempDir()
 		code, out, errOut = depRun(t, "deploy", "--nodes", "a,b,c", "--format", format, "--out", dir)
 		if code != 0 || count(out+errOut) != 0 {
@@ -616,7 +620,7 @@ func TestDeployNeverOverwritesSecrets(t *testing.T) {
 	if code, _, errOut := run(); code != 0 {
 		t.Fatal(errOut)
 	}
-	if _, err := loadPair(filepath.Join(dir, "tls", "n2.crt"), filepath.Join(dir, "tls", "n2.key")); err != nil {
+	if _, err := depLoadPair(filepath.Join(dir, "tls", "n2.crt"), filepath.Join(dir, "tls", "n2.key")); err != nil {
 		t.Fatal(err)
 	}
 	os.Remove(filepath.Join(dir, "tls", "n3.key"))
@@ -635,29 +639,6 @@ func depMapsEqual(a, b map[string]string) bool {
 		}
 	}
 	return true
-}
-
-func TestDeployLayout(t *testing.T) {
-	nodes, err := layoutNodes([]string{"a", "a:9000", "a", "b", "[::1]:7000"}, 7470, 7471, nil, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := ""
-	for _, n := range nodes {
-		got += fmt.Sprintf("%s=%s:%d/%d ", n.ID, n.Host, n.ClientPort, n.PeerPort)
-	}
-	want := "n1=a:7470/7471 n2=a:9000/9001 n3=a:7472/7473 n4=b:7470/7471 n5=::1:7000/7001 "
-	if got != want {
-		t.Errorf("layout\n got %s\nwant %s", got, want)
-	}
-	// compose: one docker host, so distinct names still get distinct ports.
-	nodes, _ = layoutNodes([]string{"x", "y", "z"}, 7470, 7471, nil, true)
-	if nodes[0].ClientPort == nodes[1].ClientPort || nodes[1].ClientPort == nodes[2].ClientPort {
-		t.Errorf("compose layout reuses a port: %+v", nodes)
-	}
-	if bindHost("10.0.0.1") != "0.0.0.0" || bindHost("127.0.0.2") != "127.0.0.2" || bindHost("fd00::1") != "::" {
-		t.Error("bindHost")
-	}
 }
 
 func TestDeployAdd(t *testing.T) {
@@ -724,7 +705,7 @@ func TestDeployAdd(t *testing.T) {
 // TICKETING_UPDATE_DEPLOY=1 rewrites deploy/ticketing@.service.
 func TestDeployStaticFiles(t *testing.T) {
 	unit := filepath.Join("..", "..", "deploy", "ticketing@.service")
-	want := renderSystemdUnit("/usr/local/bin/ticketing", "ticketing", "", "")
+	want := deploy.RenderSystemdUnit("/usr/local/bin/ticketing", "ticketing", "", "")
 	if os.Getenv("TICKETING_UPDATE_DEPLOY") == "1" {
 		os.WriteFile(unit, want, 0o644)
 	}
@@ -843,4 +824,19 @@ func TestCompletionAndMan(t *testing.T) {
 func depFirstLine(s string) string {
 	l, _, _ := strings.Cut(s, "\n")
 	return l
+}
+
+type depPair struct{ cert *x509.Certificate }
+
+// depLoadPair loads a certificate and checks its key matches.
+func depLoadPair(certPath, keyPath string) (*depPair, error) {
+	kp, err := tls.LoadX509KeyPair(certPath, keyPath)
+	if err != nil {
+		return nil, err
+	}
+	c, err := x509.ParseCertificate(kp.Certificate[0])
+	if err != nil {
+		return nil, err
+	}
+	return &depPair{cert: c}, nil
 }

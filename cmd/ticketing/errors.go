@@ -7,15 +7,19 @@ import (
 
 	"github.com/ticketing/ticketing/client"
 	"github.com/ticketing/ticketing/client/wire"
+	"github.com/ticketing/ticketing/cmd/ticketing/internal/deploy"
 )
 
-// clientExitCode is the one mapping from client (and admin) errors to the
+// clientExitCode is the one mapping from client (and admin, deploy) errors to the
 // documented exit codes. Order matters where an error matches two
 // sentinels: an indeterminate outcome wins over everything (the caller must
 // not assume either way), authentication over connection failures.
 func clientExitCode(err error) (int, bool) {
 	var pe *client.ProtocolError
+	var ue *deploy.UsageError
 	switch {
+	case errors.As(err, &ue):
+		return ExitUsage, true
 	case errors.Is(err, client.ErrIndeterminate):
 		return ExitIndeterminate, true
 	case errors.Is(err, client.ErrAuth):

@@ -3,7 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"net"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -206,3 +208,6 @@ func chanSignals(ch chan os.Signal) signalSource {
 func testConn() ConnOptions {
 	return ConnOptions{Addrs: []string{"127.0.0.1:7470"}, Timeout: 2 * time.Second}
 }
+
+// hp is host:port.
+func hp(host string, port int) string { return net.JoinHostPort(host, strconv.Itoa(port)) }

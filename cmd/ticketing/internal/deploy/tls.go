@@ -1,4 +1,4 @@
-package main
+package deploy
 
 import (
 	"crypto"
@@ -34,12 +34,12 @@ type pemPair struct {
 	key  crypto.Signer
 }
 
-func newKey() (*ecdsa.PrivateKey, error) { return ecdsa.GenerateKey(elliptic.P256(), deployRand) }
+func newKey() (*ecdsa.PrivateKey, error) { return ecdsa.GenerateKey(elliptic.P256(), Rand) }
 
 // serial is a random 127-bit certificate serial number.
 func serial() (*big.Int, error) {
 	b := make([]byte, 16)
-	if _, err := deployRand.Read(b); err != nil {
+	if _, err := Rand.Read(b); err != nil {
 		return nil, err
 	}
 	b[0] &= 0x7f
@@ -82,7 +82,7 @@ func loadPair(certPath, keyPath string) (*pemPair, error) {
 
 // ensureTLS makes sure dir holds ca.crt/ca.key, ID.crt/ID.key per node and
 // client.crt/client.key; it returns one summary line per file.
-func ensureTLS(dir string, spec *deploySpec) ([]string, error) {
+func ensureTLS(dir string, spec *Spec) ([]string, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
@@ -119,7 +119,7 @@ func ensureTLS(dir string, spec *deploySpec) ([]string, error) {
 			IsCA:                  true,
 			MaxPathLenZero:        true,
 		}
-		der, err := x509.CreateCertificate(deployRand, tmpl, tmpl, &k.PublicKey, k)
+		der, err := x509.CreateCertificate(Rand, tmpl, tmpl, &k.PublicKey, k)
 		if err != nil {
 			return nil, err
 		}
@@ -163,7 +163,7 @@ func ensureTLS(dir string, spec *deploySpec) ([]string, error) {
 			DNSNames:     dns,
 			IPAddresses:  ips,
 		}
-		der, err := x509.CreateCertificate(deployRand, tmpl, ca.cert, &k.PublicKey, ca.key)
+		der, err := x509.CreateCertificate(Rand, tmpl, ca.cert, &k.PublicKey, ca.key)
 		if err != nil {
 			return err
 		}
