@@ -1,0 +1,3 @@
+module ticketing.invalid/client-java
+
+go 1.26

@@ -1,0 +1,26 @@
+package io.ticketing.client;
+
+/** The server rejected the token, or failed to prove it knows the token (an impostor). */
+public class AuthenticationException extends TicketingException {
+    private static final long serialVersionUID = 1L;
+
+    /**
+     * Creates the exception.
+     *
+     * @param message what happened
+     * @param code the protocol code (docs/protocol.md §4), or -1 when none
+     * @param cause the underlying failure, or null
+     */
+    public AuthenticationException(String message, int code, Throwable cause) {
+        super(message, code, cause);
+    }
+
+    /**
+     * Creates the exception without a protocol code.
+     *
+     * @param message what happened
+     */
+    public AuthenticationException(String message) {
+        super(message, -1, null);
+    }
+}

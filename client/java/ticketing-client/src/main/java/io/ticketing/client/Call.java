@@ -1,0 +1,69 @@
+package io.ticketing.client;
+
+import java.util.function.Consumer;
+
+/** One request on one connection; its handler runs once, off every lock. Internal. */
+final class Call {
+    static final int FAIL_NONE = 0;
+    /** Never handed to the socket: definitely not executed, safe to retry. */
+    static final int FAIL_UNSENT = 1;
+    /** Handed to the socket, no answer: maybe executed. */
+    static final int FAIL_LOST = 2;
+
+    final byte op;
+    final byte[] key;
+    final long arg; // A: lease<<32|wait; R: token; C: target<<32
+    final boolean counts; // a queueing acquire: holds one of max_inflight while outstanding
+    volatile Consumer<Call> handler;
+
+    // Set under the connection's lock.
+    Conn conn;
+    int reqId;
+    long seq;
+    long sentNanos;
+    boolean pending;
+
+    // The outcome, written before the handler runs.
+    Wire.Response resp;
+    int fail;
+    Throwable failCause;
+
+    Call(byte op, byte[] key, long arg, boolean counts, Consumer<Call> handler) {
+        this.op = op;
+        this.key = key;
+        this.arg = arg;
+        this.counts = counts;
+        this.handler = handler;
+    }
+
+    byte[] encode(int id) {
+        switch (op) {
+            case Wire.OP_ACQUIRE:
+                return Wire.acquire(id, key, arg >>> 32, arg & 0xffffffffL);
+            case Wire.OP_RELEASE:
+                return Wire.release(id, key, arg);
+            case Wire.OP_CANCEL:
+                return Wire.cancel(id, key, (int) (arg >>> 32));
+            default:
+                return Wire.ping(id);
+        }
+    }
+
+    static boolean fits(byte op, byte st) {
+        if (st == Wire.ST_ERROR) {
+            return true;
+        }
+        switch (op) {
+            case Wire.OP_ACQUIRE:
+                return st == Wire.ST_GRANTED || st == Wire.ST_TIMEOUT || st == Wire.ST_BUSY || st == Wire.ST_MOVED
+                        || st == Wire.ST_UNKNOWN;
+            case Wire.OP_RELEASE:
+            case Wire.OP_CANCEL:
+                return st == Wire.ST_RELEASED || st == Wire.ST_NOT_HOLDER || st == Wire.ST_MOVED || st == Wire.ST_UNKNOWN;
+            case Wire.OP_PING:
+                return st == Wire.ST_PONG;
+            default:
+                return false;
+        }
+    }
+}

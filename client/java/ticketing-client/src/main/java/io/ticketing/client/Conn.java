@@ -1,0 +1,525 @@
+package io.ticketing.client;
+
+import java.io.IOException;
+import java.io.InputStream;
+import java.io.OutputStream;
+import java.net.InetSocketAddress;
+import java.net.Socket;
+import java.net.SocketTimeoutException;
+import java.security.SecureRandom;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.locks.Condition;
+import java.util.concurrent.locks.ReentrantLock;
+import java.util.logging.Level;
+import java.util.logging.Logger;
+import javax.net.ssl.SNIHostName;
+import javax.net.ssl.SSLParameters;
+import javax.net.ssl.SSLSocket;
+
+/**
+ * One persistent connection to one address, kept by one supervisor thread (dial, handshake,
+ * write batches; after a loss back off and dial again, until close) and, while up, one reader
+ * thread. Senders append their frame to the write buffer under {@link #mu}; the writer swaps the
+ * buffer out and writes it; {@code taken} tells which calls may have reached the socket.
+ * Handlers run after the lock is released. Internal.
+ */
+final class Conn {
+    private static final Logger LOG = Logger.getLogger("io.ticketing.client");
+    private static final SecureRandom RANDOM = new SecureRandom();
+    static final int ENQ_OK = 0, ENQ_DOWN = 1, ENQ_FULL = 2;
+    private static final int MAX_WRITE_BUFFER = 4 << 20;
+
+    final TicketingClient cl;
+    final String addr;
+    private final String host;
+    private final int port;
+
+    final ReentrantLock mu = new ReentrantLock();
+    private final Condition kick = mu.newCondition();
+    private boolean up;
+    private Socket sock;
+    boolean everUp;
+    int failures;
+    Throwable lastError;
+    private long maxInflight = 1;
+    private int inflight;
+    private final Map<Integer, Call> pending = new HashMap<>();
+    private int nextId;
+    private byte[] wbuf = new byte[8192];
+    private int wlen;
+    private long seq;
+    private long taken;
+    private Thread supervisor;
+
+    Conn(TicketingClient cl, String addr) {
+        this.cl = cl;
+        this.addr = addr;
+        int i = addr.lastIndexOf(':');
+        String h = addr.substring(0, i);
+        if (h.startsWith("[") && h.endsWith("]")) {
+            h = h.substring(1, h.length() - 1);
+        }
+        this.host = h;
+        this.port = Integer.parseInt(addr.substring(i + 1));
+    }
+
+    void start() {
+        supervisor = new Thread(this::run, "ticketing-conn-" + addr);
+        supervisor.setDaemon(true);
+        supervisor.start();
+    }
+
+    void join() throws InterruptedException {
+        if (supervisor != null) {
+            supervisor.join(5000);
+        }
+    }
+
+    void interrupt() {
+        if (supervisor != null) {
+            supervisor.interrupt();
+        }
+    }
+
+    private void run() {
+        int attempt = 0;
+        while (!cl.isClosed()) {
+            if (attempt > 0) {
+                long d = cl.backoffNanos(attempt);
+                try {
+                    Thread.sleep(d / 1_000_000, (int) (d % 1_000_000));
+                } catch (InterruptedException e) {
+                    if (cl.isClosed()) {
+                        return;
+                    }
+                }
+            }
+            Socket s;
+            try {
+                s = connect();
+            } catch (Throwable e) {
+                if (cl.isClosed()) {
+                    return;
+                }
+                failed(e);
+                attempt++;
+                continue;
+            }
+            if (!install(s)) {
+                closeQuietly(s);
+                return;
+            }
+            serve(s);
+            if (cl.isClosed()) {
+                return;
+            }
+            attempt = 1;
+        }
+    }
+
+    private Socket connect() throws IOException {
+        long budget = cl.connectTimeoutNanos;
+        long end = System.nanoTime() + budget;
+        Socket raw = new Socket();
+        try {
+            raw.setTcpNoDelay(true);
+            raw.setKeepAlive(true);
+            raw.connect(new InetSocketAddress(host, port), (int) Math.max(1, budget / 1_000_000));
+            Socket s = raw;
+            if (cl.ssl != null) {
+                String peer = cl.serverName != null && !cl.serverName.isEmpty() ? cl.serverName : host;
+                SSLSocket ts = (SSLSocket) cl.ssl.getSocketFactory().createSocket(raw, peer, port, true);
+                ts.setUseClientMode(true);
+                SSLParameters p = ts.getSSLParameters();
+                p.setEndpointIdentificationAlgorithm("HTTPS");
+                if (!peer.matches("[0-9.]+") && !peer.contains(":")) {
+                    p.setServerNames(List.of(new SNIHostName(peer)));
+                }
+                p.setProtocols(new String[] {"TLSv1.3", "TLSv1.2"});
+                ts.setSSLParameters(p);
+                ts.setSoTimeout(remainingMs(end));
+                ts.startHandshake();
+                s = ts;
+            }
+            s.setSoTimeout(remainingMs(end));
+            handshake(s);
+            s.setSoTimeout(0);
+            return s;
+        } catch (SocketTimeoutException e) {
+            closeQuietly(raw);
+            throw new IOException("handshake timed out", e);
+        } catch (IOException | RuntimeException e) {
+            closeQuietly(raw);
+            throw e;
+        }
+    }
+
+    private static int remainingMs(long end) throws SocketTimeoutException {
+        long ms = (end - System.nanoTime()) / 1_000_000;
+        if (ms <= 0) {
+            throw new SocketTimeoutException("connect budget spent");
+        }
+        return (int) Math.min(ms, Integer.MAX_VALUE);
+    }
+
+    private void handshake(Socket s) throws IOException {
+        InputStream in = s.getInputStream();
+        OutputStream out = s.getOutputStream();
+        byte[] hb = in.readNBytes(Wire.HELLO_LEN);
+        if (hb.length != Wire.HELLO_LEN) {
+            throw new IOException("connection closed before HELLO");
+        }
+        Wire.Hello h;
+        try {
+            h = Wire.parseHello(hb);
+        } catch (Wire.DecodeException e) {
+            throw new ProtocolException("not a ticketing v1 server: " + e.getMessage());
+        }
+        byte[] nonce = new byte[32];
+        RANDOM.nextBytes(nonce);
+        byte[] proof = Wire.clientProof(cl.token, Wire.ROLE_CLIENT, h.nonce(), nonce);
+        out.write(Wire.encodeAuth(Wire.ROLE_CLIENT, nonce, proof));
+        out.flush();
+        byte[] wb = in.readNBytes(Wire.WELCOME_LEN);
+        if (wb.length != Wire.WELCOME_LEN) {
+            throw new IOException("connection closed before WELCOME");
+        }
+        Wire.Welcome w;
+        try {
+            w = Wire.parseWelcome(wb);
+        } catch (Wire.DecodeException e) {
+            throw new ProtocolException("bad WELCOME: " + e.getMessage());
+        }
+        if (!w.accepted()) {
+            if (w.code() == Wire.CODE_AUTH_FAILED) {
+                String hint = cl.token.length == 0 && h.tokensConfigured() ? " (the server requires a token and none is configured)" : "";
+                throw new AuthenticationException("the server rejected the token" + hint, w.code(), null);
+            }
+            throw new ConnectionException("the server refused the connection (code " + w.code() + ")", w.code(), null);
+        }
+        if (cl.token.length > 0) {
+            byte[] want = Wire.serverProof(cl.token, Wire.ROLE_CLIENT, nonce, h.nonce());
+            if (!Wire.proofEqual(want, w.proof())) {
+                throw new AuthenticationException("the server did not prove the token (an impostor, or a server without this token)");
+            }
+        }
+        maxInflight = Math.max(1, Math.min(w.maxInflight(), 1 << 30));
+    }
+
+    private void failed(Throwable e) {
+        mu.lock();
+        int n;
+        try {
+            failures++;
+            n = failures;
+            lastError = e;
+        } finally {
+            mu.unlock();
+        }
+        cl.setLastError(e);
+        LOG.log(n == 1 || e instanceof AuthenticationException ? Level.WARNING : Level.FINE,
+                "ticketing: connect to " + addr + " failed (attempt " + n + "): " + e);
+    }
+
+    private boolean install(Socket s) {
+        mu.lock();
+        try {
+            if (cl.isClosed()) {
+                return false;
+            }
+            up = true;
+            sock = s;
+            everUp = true;
+            failures = 0;
+            lastError = null;
+            inflight = 0;
+            nextId = 0;
+            seq = 0;
+            taken = 0;
+            wlen = 0;
+        } finally {
+            mu.unlock();
+        }
+        LOG.fine(() -> "ticketing: connected to " + addr);
+        return true;
+    }
+
+    private void serve(Socket s) {
+        Thread reader = new Thread(() -> readLoop(s), "ticketing-read-" + addr);
+        reader.setDaemon(true);
+        reader.start();
+        Throwable cause = null;
+        try {
+            OutputStream out = s.getOutputStream();
+            byte[] spare = new byte[8192];
+            while (true) {
+                byte[] buf;
+                int n;
+                mu.lock();
+                try {
+                    while (sock == s && wlen == 0) {
+                        kick.await();
+                    }
+                    if (sock != s) {
+                        break;
+                    }
+                    buf = wbuf;
+                    n = wlen;
+                    wbuf = spare.length >= 8192 && spare.length <= (1 << 20) ? spare : new byte[8192];
+                    wlen = 0;
+                    taken = seq;
+                } finally {
+                    mu.unlock();
+                }
+                out.write(buf, 0, n);
+                out.flush();
+                spare = buf;
+            }
+        } catch (InterruptedException e) {
+            cause = new ClientClosedException("client closed");
+        } catch (Throwable e) {
+            cause = e;
+        }
+        kill(s, cause == null ? new IOException("connection closed") : cause);
+        try {
+            reader.join();
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+        }
+    }
+
+    /** Queues c's frame under a fresh req_id. */
+    int enqueue(Call c) {
+        mu.lock();
+        try {
+            if (!up || wlen > MAX_WRITE_BUFFER) {
+                return ENQ_DOWN;
+            }
+            if (c.counts && inflight >= maxInflight) {
+                return ENQ_FULL;
+            }
+            enqueueLocked(c);
+            kick.signal();
+            return ENQ_OK;
+        } finally {
+            mu.unlock();
+        }
+    }
+
+    private void enqueueLocked(Call c) {
+        int id = allocId();
+        c.conn = this;
+        c.reqId = id;
+        c.seq = seq++;
+        c.pending = true;
+        pending.put(id, c);
+        if (c.counts) {
+            inflight++;
+        }
+        c.sentNanos = System.nanoTime(); // t_send (protocol.md §5): before the frame can be written
+        byte[] f = c.encode(id);
+        if (wlen + f.length > wbuf.length) {
+            byte[] nb = new byte[Math.max(wbuf.length * 2, wlen + f.length)];
+            System.arraycopy(wbuf, 0, nb, 0, wlen);
+            wbuf = nb;
+        }
+        System.arraycopy(f, 0, wbuf, wlen, f.length);
+        wlen += f.length;
+    }
+
+    private int allocId() {
+        while (true) {
+            nextId++;
+            if (nextId != 0 && !pending.containsKey(nextId)) {
+                return nextId;
+            }
+        }
+    }
+
+    /**
+     * The caller gave up on c: true when it was still pending (its handler will still run; a
+     * queued acquire is withdrawn with C on this connection), false when already answered.
+     */
+    boolean withdraw(Call c) {
+        mu.lock();
+        try {
+            if (!c.pending) {
+                return false;
+            }
+            if (c.op == Wire.OP_ACQUIRE && c.counts && up) {
+                Call cc = new Call(Wire.OP_CANCEL, c.key, (c.reqId & 0xffffffffL) << 32, false, x -> {});
+                enqueueLocked(cc);
+                kick.signal();
+            }
+            return true;
+        } finally {
+            mu.unlock();
+        }
+    }
+
+    /** Takes s down (once) and fails every pending call as unsent or lost. */
+    void kill(Socket s, Throwable cause) {
+        List<Call> calls;
+        mu.lock();
+        try {
+            if (sock != s || !up) {
+                return;
+            }
+            up = false;
+            sock = null;
+            calls = new ArrayList<>(pending.values());
+            pending.clear();
+            for (Call c : calls) {
+                c.pending = false;
+                c.fail = c.seq < taken ? Call.FAIL_LOST : Call.FAIL_UNSENT;
+                c.failCause = cause;
+            }
+            inflight = 0;
+            wlen = 0;
+            kick.signalAll();
+        } finally {
+            mu.unlock();
+        }
+        closeQuietly(s);
+        if (!(cause instanceof ClientClosedException)) {
+            cl.setLastError(cause);
+            LOG.warning("ticketing: connection to " + addr + " lost (" + calls.size() + " pending): " + cause);
+        }
+        for (Call c : calls) {
+            cl.complete(c);
+        }
+    }
+
+    void shutdown() {
+        Socket s;
+        mu.lock();
+        try {
+            s = sock;
+        } finally {
+            mu.unlock();
+        }
+        if (s != null) {
+            kill(s, new ClientClosedException("client closed"));
+        }
+        interrupt();
+    }
+
+    boolean isUpLocked() {
+        return up;
+    }
+
+    boolean isUp() {
+        mu.lock();
+        try {
+            return up;
+        } finally {
+            mu.unlock();
+        }
+    }
+
+    /** Still on its first attempt: never connected and never failed. */
+    boolean connecting() {
+        mu.lock();
+        try {
+            return !up && !everUp && failures == 0;
+        } finally {
+            mu.unlock();
+        }
+    }
+
+    private void readLoop(Socket s) {
+        byte[] buf = new byte[64 << 10];
+        int start = 0;
+        int end = 0;
+        List<Call> batch = new ArrayList<>();
+        Throwable cause;
+        try {
+            InputStream in = s.getInputStream();
+            while (true) {
+                if (end == buf.length) {
+                    if (start > 0) {
+                        System.arraycopy(buf, start, buf, 0, end - start);
+                        end -= start;
+                        start = 0;
+                    } else {
+                        byte[] nb = new byte[buf.length * 2];
+                        System.arraycopy(buf, 0, nb, 0, end);
+                        buf = nb;
+                    }
+                }
+                int n = in.read(buf, end, buf.length - end);
+                if (n < 0) {
+                    cause = new IOException("connection closed by the server");
+                    break;
+                }
+                end += n;
+                String perr = null;
+                mu.lock();
+                try {
+                    while (true) {
+                        Wire.Response r;
+                        try {
+                            r = Wire.parseResponse(buf, start, end - start);
+                        } catch (Wire.DecodeException e) {
+                            perr = e.getMessage();
+                            break;
+                        }
+                        if (r == null) {
+                            break;
+                        }
+                        start += Wire.HEADER_LEN + r.payload().length;
+                        Call c = pending.get(r.reqId());
+                        if (c == null) {
+                            continue;
+                        }
+                        if (r.status() == Wire.ST_ERROR && r.code() == Wire.CODE_DUPLICATE_REQ_ID) {
+                            continue; // never complete an outstanding request with a code-25 E (§2.1)
+                        }
+                        if (!Call.fits(c.op, r.status())) {
+                            perr = "'" + (char) c.op + "' answered with '" + (char) r.status() + "'";
+                            break;
+                        }
+                        pending.remove(r.reqId());
+                        c.pending = false;
+                        if (c.counts) {
+                            inflight--;
+                        }
+                        c.resp = r;
+                        batch.add(c);
+                    }
+                } finally {
+                    mu.unlock();
+                }
+                for (Call c : batch) {
+                    cl.complete(c);
+                }
+                batch.clear();
+                if (perr != null) {
+                    cause = new ProtocolException("protocol violation by the server: " + perr);
+                    break;
+                }
+                if (start == end) {
+                    start = 0;
+                    end = 0;
+                    if (buf.length > (256 << 10)) {
+                        buf = new byte[64 << 10];
+                    }
+                }
+            }
+        } catch (Throwable e) {
+            cause = e;
+        }
+        kill(s, cause);
+    }
+
+    private static void closeQuietly(Socket s) {
+        try {
+            s.close();
+        } catch (IOException e) {
+            // nothing to do
+        }
+    }
+}

@@ -1,0 +1,178 @@
+package io.ticketing.client;
+
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.time.Instant;
+import java.util.concurrent.CompletableFuture;
+
+/**
+ * A held lock: the key, the fencing token and a conservative local deadline. Ownership is the
+ * handle (its token), never a thread: any thread may close it, and another process may release
+ * with {@link TicketingClient#release(String, long)} given the key and token.
+ *
+ * <p>{@link #close()} releases (try-with-resources). It is idempotent once the server confirmed
+ * the release; the handle's state is cleared only after that confirmation, so a close that
+ * failed with {@link IndeterminateException} may be retried.
+ *
+ * <p><b>Fencing.</b> Pass {@link #token()} with every write to the protected resource, and have
+ * the resource reject a token lower than the highest it has seen, the check and the write in one
+ * transaction.
+ */
+public final class Lease implements AutoCloseable {
+    private final TicketingClient client;
+    private final byte[] key;
+    private final long token;
+    private final long deadlineNanos;
+    private boolean released;
+
+    Lease(TicketingClient client, byte[] key, long token, long deadlineNanos) {
+        this.client = client;
+        this.key = key;
+        this.token = token;
+        this.deadlineNanos = deadlineNanos;
+    }
+
+    /**
+     * The key as a string (decoded as UTF-8).
+     *
+     * @return the key
+     */
+    public String key() {
+        return new String(key, StandardCharsets.UTF_8);
+    }
+
+    /**
+     * The key's bytes.
+     *
+     * @return a copy of the key
+     */
+    public byte[] keyBytes() {
+        return key.clone();
+    }
+
+    /**
+     * The fencing token, a u64: read it as unsigned ({@link Long#toUnsignedString(long)},
+     * {@link Long#compareUnsigned(long, long)}), or use {@link #tokenString()}.
+     *
+     * @return the token bits
+     */
+    public long token() {
+        return token;
+    }
+
+    /**
+     * The fencing token in decimal (exact; tokens exceed 2^53 and often 2^63).
+     *
+     * @return the decimal token
+     */
+    public String tokenString() {
+        return Long.toUnsignedString(token);
+    }
+
+    /**
+     * The conservative local deadline: send time + the time the server says the acquire waited
+     * in the queue + lease, measured on the monotonic clock and expressed as an {@code Instant}
+     * of now's wall clock.
+     *
+     * @return the deadline
+     */
+    public Instant deadline() {
+        return Instant.now().plusNanos(deadlineNanos - System.nanoTime());
+    }
+
+    /**
+     * The time left before {@link #deadline()}; zero or negative when passed.
+     *
+     * @return the remaining time
+     */
+    public Duration remaining() {
+        return Duration.ofNanos(deadlineNanos - System.nanoTime());
+    }
+
+    /**
+     * Whether the lease ends within {@code margin} (keep a safety margin: clocks drift).
+     *
+     * @param margin the margin
+     * @return true when less than {@code margin} is left
+     */
+    public boolean expiresWithin(Duration margin) {
+        return remaining().compareTo(margin) < 0;
+    }
+
+    /**
+     * Whether the server confirmed a release through this handle.
+     *
+     * @return true once released
+     */
+    public synchronized boolean isReleased() {
+        return released;
+    }
+
+    /**
+     * Releases the lock (retried for at most 5 s; success only on the server's {@code O}).
+     * Idempotent after a confirmed release.
+     *
+     * @throws NotHolderException the lease had already ended (the handle is then cleared too)
+     * @throws IndeterminateException no confirmation; may be retried
+     */
+    public void release() {
+        synchronized (this) {
+            if (released) {
+                return;
+            }
+        }
+        try {
+            client.release(key, token);
+        } catch (NotHolderException e) {
+            markReleased();
+            throw e;
+        }
+        markReleased();
+    }
+
+    private synchronized void markReleased() {
+        released = true;
+    }
+
+    /**
+     * Releases asynchronously (completes on the client's callback executor); idempotent after a
+     * confirmed release.
+     *
+     * @return completes on the server's {@code O}; fails like {@link #release()}
+     */
+    public CompletableFuture<Void> releaseAsync() {
+        synchronized (this) {
+            if (released) {
+                return CompletableFuture.completedFuture(null);
+            }
+        }
+        return client.releaseAsync(key, token).whenComplete((v, e) -> {
+            Throwable c = e instanceof java.util.concurrent.CompletionException && e.getCause() != null ? e.getCause() : e;
+            if (c == null || c instanceof NotHolderException) {
+                markReleased();
+            }
+        });
+    }
+
+    /** Same as {@link #release()}. */
+    @Override
+    public void close() {
+        release();
+    }
+
+    /** Releases in the background (used when a lease is delivered to nobody). */
+    CompletableFuture<Void> releaseInBackground() {
+        synchronized (this) {
+            if (released) {
+                return CompletableFuture.completedFuture(null);
+            }
+            released = true;
+        }
+        return client.releaseBackground(key, token, true);
+    }
+
+    @Override
+    public String toString() {
+        return "Lease[key=" + key() + ", token=" + tokenString() + ", remaining=" + remaining() + "]";
+    }
+}

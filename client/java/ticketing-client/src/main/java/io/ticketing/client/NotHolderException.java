@@ -1,0 +1,26 @@
+package io.ticketing.client;
+
+/** {@code N} on release: the key is free or the token is not the current holder's (the lease ended). */
+public class NotHolderException extends TicketingException {
+    private static final long serialVersionUID = 1L;
+
+    /**
+     * Creates the exception.
+     *
+     * @param message what happened
+     * @param code the protocol code (docs/protocol.md §4), or -1 when none
+     * @param cause the underlying failure, or null
+     */
+    public NotHolderException(String message, int code, Throwable cause) {
+        super(message, code, cause);
+    }
+
+    /**
+     * Creates the exception without a protocol code.
+     *
+     * @param message what happened
+     */
+    public NotHolderException(String message) {
+        super(message, -1, null);
+    }
+}

@@ -1,0 +1,1165 @@
+package io.ticketing.client;
+
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.HashMap;
+import java.util.LinkedHashSet;
+import java.util.List;
+import java.util.Map;
+import java.util.Objects;
+import java.util.Optional;
+import java.util.concurrent.CancellationException;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.Executor;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.ScheduledExecutorService;
+import java.util.concurrent.ScheduledThreadPoolExecutor;
+import java.util.concurrent.ThreadLocalRandom;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.atomic.AtomicLong;
+import java.util.logging.Logger;
+import javax.net.ssl.SSLContext;
+import javax.net.ssl.SSLException;
+
+/**
+ * A client of a Ticketing lock server or cluster: thread-safe, {@link AutoCloseable}, one per
+ * application. It keeps one persistent connection per address in the background (two for a
+ * single address), reconnects with backoff (0.1 s doubling to 3.2 s, forever) and pipelines
+ * every request.
+ *
+ * <pre>{@code
+ * try (TicketingClient client = TicketingClient.builder().addresses("127.0.0.1:7001").build();
+ *      Lease lease = client.acquire("orders/42", Duration.ofSeconds(30), Duration.ofSeconds(5))) {
+ *     write(order, lease.token()); // the resource checks the fencing token
+ * }
+ * }</pre>
+ */
+public final class TicketingClient implements AutoCloseable {
+    private static final Logger LOG = Logger.getLogger("io.ticketing.client");
+    /** The client's version. */
+    public static final String VERSION = "0.1.0";
+
+    static final long MAX_U32 = 0xffffffffL;
+    private static final int MAX_MOVES = 3;
+    private static final int MAX_EXTRA_ENDPOINTS = 32;
+    private static final int RELEASE_QUEUE_LEN = 4096;
+    static final long RELEASE_WINDOW_NANOS = TimeUnit.SECONDS.toNanos(5);
+    private static final long POLL_NANOS = TimeUnit.MILLISECONDS.toNanos(5);
+
+    final byte[] token;
+    final SSLContext ssl;
+    final String serverName;
+    final long connectTimeoutNanos;
+    private final long backoffBaseNanos;
+    private final long backoffCapNanos;
+    private final Executor callbacks;
+    private final ExecutorService ownCallbacks;
+    private final ScheduledExecutorService scheduler;
+    private final AtomicBoolean closed = new AtomicBoolean();
+    private final Object poolLock = new Object();
+    private volatile Pool pool;
+    private volatile Endpoint leader;
+    private final AtomicInteger rr = new AtomicInteger();
+    private final AtomicInteger releasing = new AtomicInteger();
+    private final AtomicLong compensations = new AtomicLong();
+    private volatile Throwable lastError;
+
+    private static final class Endpoint {
+        final String addr;
+        final List<Conn> conns;
+
+        Endpoint(String addr, List<Conn> conns) {
+            this.addr = addr;
+            this.conns = conns;
+        }
+    }
+
+    private static final class Pool {
+        final List<Endpoint> eps;
+        final List<Conn> conns;
+        final Map<String, Endpoint> byAddr;
+        final int extra;
+
+        Pool(List<Endpoint> eps, int extra) {
+            this.eps = eps;
+            this.extra = extra;
+            List<Conn> cs = new ArrayList<>();
+            Map<String, Endpoint> m = new HashMap<>();
+            for (Endpoint e : eps) {
+                cs.addAll(e.conns);
+                m.put(e.addr, e);
+            }
+            this.conns = List.copyOf(cs);
+            this.byAddr = Map.copyOf(m);
+        }
+    }
+
+    /**
+     * A new builder.
+     *
+     * @return the builder
+     */
+    public static Builder builder() {
+        return new Builder();
+    }
+
+    /** Configures and connects a {@link TicketingClient}. */
+    public static final class Builder {
+        private final List<String> addrs = new ArrayList<>();
+        private String token = "";
+        private SSLContext ssl;
+        private String serverName;
+        private Duration connectTimeout = Duration.ofSeconds(5);
+        private Duration backoffBase = Duration.ofMillis(100);
+        private Duration backoffCap = Duration.ofMillis(3200);
+        private Executor executor;
+
+        private Builder() {}
+
+        /**
+         * The servers' client addresses, {@code host:port} (a cluster: every node).
+         *
+         * @param addresses the addresses
+         * @return this builder
+         */
+        public Builder addresses(String... addresses) {
+            addrs.addAll(Arrays.asList(addresses));
+            return this;
+        }
+
+        /**
+         * The servers' client addresses, {@code host:port}.
+         *
+         * @param addresses the addresses
+         * @return this builder
+         */
+        public Builder addresses(List<String> addresses) {
+            addrs.addAll(addresses);
+            return this;
+        }
+
+        /**
+         * The client token (never sent; used for the mutual HMAC proof). Null or empty: none.
+         *
+         * @param token the token
+         * @return this builder
+         */
+        public Builder token(String token) {
+            this.token = token == null ? "" : token;
+            return this;
+        }
+
+        /**
+         * Connect with TLS (1.2 or later) using this context; the certificate is checked against
+         * the dialled host.
+         *
+         * @param context the TLS context (trust store, and a key for mutual TLS)
+         * @return this builder
+         */
+        public Builder tls(SSLContext context) {
+            this.ssl = context;
+            return this;
+        }
+
+        /**
+         * Connect with TLS, verifying the server's certificate against {@code serverName}.
+         *
+         * @param context the TLS context
+         * @param serverName the name the server's certificate must carry (null: the dialled host)
+         * @return this builder
+         */
+        public Builder tls(SSLContext context, String serverName) {
+            this.ssl = context;
+            this.serverName = serverName;
+            return this;
+        }
+
+        /**
+         * Connect with TLS using PEM files: the CA bundle to trust (null: the JDK's trust store),
+         * and for mutual TLS the client certificate chain and its key (PKCS#8, or SEC1 P-256).
+         *
+         * @param caPem the CA certificates, or null
+         * @param certPem the client certificate chain, or null
+         * @param keyPem the client key, or null
+         * @param serverName the name the server's certificate must carry (null: the dialled host)
+         * @return this builder
+         * @throws InvalidArgumentException a file cannot be read or parsed
+         */
+        public Builder tls(java.nio.file.Path caPem, java.nio.file.Path certPem, java.nio.file.Path keyPem, String serverName) {
+            try {
+                this.ssl = Pem.context(caPem, certPem, keyPem);
+            } catch (java.io.IOException | java.security.GeneralSecurityException e) {
+                throw new InvalidArgumentException("TLS files: " + e.getMessage(), -1, e);
+            }
+            this.serverName = serverName;
+            return this;
+        }
+
+        /**
+         * How long {@link #build()} (and any call, when no connection is up) waits for a
+         * connection; default 5 s.
+         *
+         * @param timeout the budget
+         * @return this builder
+         */
+        public Builder connectTimeout(Duration timeout) {
+            if (timeout.isNegative() || timeout.isZero()) {
+                throw new InvalidArgumentException("connect timeout must be positive");
+            }
+            this.connectTimeout = timeout;
+            return this;
+        }
+
+        /**
+         * Reconnect backoff: first step and ceiling (default 0.1 s and 3.2 s).
+         *
+         * @param base the first delay
+         * @param cap the largest delay
+         * @return this builder
+         */
+        public Builder reconnectBackoff(Duration base, Duration cap) {
+            this.backoffBase = base;
+            this.backoffCap = cap;
+            return this;
+        }
+
+        /**
+         * Where the futures of {@link #acquireAsync} complete (and so where dependent stages run);
+         * default a small pool of daemon threads owned by the client, never the common pool and
+         * never the client's I/O threads.
+         *
+         * @param executor the executor
+         * @return this builder
+         */
+        public Builder callbackExecutor(Executor executor) {
+            this.executor = executor;
+            return this;
+        }
+
+        /**
+         * Starts the connections and waits until one is up (within the connect timeout).
+         *
+         * @return the connected client
+         * @throws ConnectionException no connection within the timeout
+         * @throws AuthenticationException the server refused the token or failed its proof
+         * @throws InvalidArgumentException no address, or a malformed one
+         */
+        public TicketingClient build() {
+            if (addrs.isEmpty()) {
+                throw new InvalidArgumentException("no server address");
+            }
+            LinkedHashSet<String> uniq = new LinkedHashSet<>();
+            for (String a : addrs) {
+                int i = a == null ? -1 : a.lastIndexOf(':');
+                if (i <= 0 || i == a.length() - 1) {
+                    throw new InvalidArgumentException("address " + a + ": want host:port");
+                }
+                try {
+                    int p = Integer.parseInt(a.substring(i + 1));
+                    if (p < 0 || p > 65535) {
+                        throw new NumberFormatException();
+                    }
+                } catch (NumberFormatException e) {
+                    throw new InvalidArgumentException("address " + a + ": bad port");
+                }
+                uniq.add(a);
+            }
+            TicketingClient cl = new TicketingClient(this);
+            cl.start(new ArrayList<>(uniq));
+            return cl;
+        }
+    }
+
+    private TicketingClient(Builder b) {
+        token = b.token.getBytes(StandardCharsets.UTF_8);
+        ssl = b.ssl;
+        serverName = b.serverName;
+        connectTimeoutNanos = b.connectTimeout.toNanos();
+        backoffBaseNanos = b.backoffBase.toNanos();
+        backoffCapNanos = b.backoffCap.toNanos();
+        ScheduledThreadPoolExecutor s = new ScheduledThreadPoolExecutor(1, r -> {
+            Thread t = new Thread(r, "ticketing-scheduler");
+            t.setDaemon(true);
+            return t;
+        });
+        s.setRemoveOnCancelPolicy(true);
+        scheduler = s;
+        if (b.executor != null) {
+            callbacks = b.executor;
+            ownCallbacks = null;
+        } else {
+            AtomicInteger n = new AtomicInteger();
+            ownCallbacks = Executors.newCachedThreadPool(r -> {
+                Thread t = new Thread(r, "ticketing-callback-" + n.incrementAndGet());
+                t.setDaemon(true);
+                return t;
+            });
+            callbacks = ownCallbacks;
+        }
+    }
+
+    private void start(List<String> addrs) {
+        int per = addrs.size() == 1 ? 2 : 1;
+        List<Endpoint> eps = new ArrayList<>();
+        for (String a : addrs) {
+            eps.add(newEndpoint(a, per));
+        }
+        pool = new Pool(eps, 0);
+        for (Conn c : pool.conns) {
+            c.start();
+        }
+        long end = System.nanoTime() + connectTimeoutNanos;
+        try {
+            while (true) {
+                boolean allFatal = true;
+                Throwable authErr = null;
+                for (Conn c : pool.conns) {
+                    c.mu.lock();
+                    try {
+                        if (c.isUpLocked()) {
+                            return;
+                        }
+                        if (c.failures > 0 && isFatal(c.lastError)) {
+                            authErr = c.lastError;
+                        } else {
+                            allFatal = false;
+                        }
+                    } finally {
+                        c.mu.unlock();
+                    }
+                }
+                boolean allFailed = allFatal;
+                if (allFailed && authErr != null) {
+                    close();
+                    throw connectError(authErr);
+                }
+                if (System.nanoTime() >= end) {
+                    close();
+                    throw connectError(lastError);
+                }
+                Thread.sleep(2);
+            }
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            close();
+            throw new ConnectionException("interrupted while connecting", -1, e);
+        }
+    }
+
+    private static boolean isFatal(Throwable e) {
+        return e instanceof AuthenticationException || e instanceof SSLException;
+    }
+
+    private Endpoint newEndpoint(String addr, int n) {
+        List<Conn> cs = new ArrayList<>();
+        for (int i = 0; i < n; i++) {
+            cs.add(new Conn(this, addr));
+        }
+        return new Endpoint(addr, List.copyOf(cs));
+    }
+
+    boolean isClosed() {
+        return closed.get();
+    }
+
+    void setLastError(Throwable e) {
+        lastError = e;
+    }
+
+    /** The error for "no connection within the budget", typed by its cause. */
+    static TicketingException connectError(Throwable last) {
+        if (last instanceof AuthenticationException) {
+            AuthenticationException a = (AuthenticationException) last;
+            return new AuthenticationException(a.getMessage(), a.code(), a);
+        }
+        for (Throwable t = last; t != null; t = t.getCause()) {
+            if (t instanceof SSLException) {
+                return new TlsException("TLS handshake failed: " + t.getMessage(), -1, last);
+            }
+        }
+        if (last == null) {
+            return new ConnectionException("no connection to any server within the connect timeout");
+        }
+        return new ConnectionException("no connection to any server: " + last, -1, last);
+    }
+
+    TicketingException connectError() {
+        return connectError(lastError);
+    }
+
+    long backoffNanos(int attempt) {
+        return jitter(step(backoffBaseNanos, backoffCapNanos, attempt));
+    }
+
+    long redirectNanos(int n) {
+        return jitter(step(Math.min(backoffBaseNanos, TimeUnit.MILLISECONDS.toNanos(25)), TimeUnit.MILLISECONDS.toNanos(200), n));
+    }
+
+    private static long step(long base, long cap, int n) {
+        long d = base;
+        for (int i = 1; i < n && d < cap; i++) {
+            d *= 2;
+        }
+        return Math.min(d, cap);
+    }
+
+    private static long jitter(long step) {
+        if (step <= 1) {
+            return step;
+        }
+        long half = step / 2;
+        return half + ThreadLocalRandom.current().nextLong(step - half + 1);
+    }
+
+    void schedule(Runnable r, long nanos) {
+        try {
+            scheduler.schedule(r, nanos, TimeUnit.NANOSECONDS);
+        } catch (java.util.concurrent.RejectedExecutionException e) {
+            r.run(); // closed: the task sees it and ends
+        }
+    }
+
+    /** Leader first, then round robin over every connection. */
+    int tryEnqueue(Call c) {
+        int r = rr.getAndIncrement() & Integer.MAX_VALUE;
+        int res = Conn.ENQ_DOWN;
+        Endpoint ep = leader;
+        if (ep != null) {
+            int n = ep.conns.size();
+            boolean connecting = false;
+            for (int i = 0; i < n; i++) {
+                Conn cn = ep.conns.get((r + i) % n);
+                int x = cn.enqueue(c);
+                if (x == Conn.ENQ_OK) {
+                    return x;
+                }
+                if (x == Conn.ENQ_FULL) {
+                    res = x;
+                }
+                connecting |= cn.connecting();
+            }
+            if (res == Conn.ENQ_FULL || connecting) {
+                return res;
+            }
+        }
+        List<Conn> conns = pool.conns;
+        int n = conns.size();
+        for (int i = 0; i < n; i++) {
+            int x = conns.get((r + i) % n).enqueue(c);
+            if (x == Conn.ENQ_OK) {
+                return x;
+            }
+            if (x == Conn.ENQ_FULL) {
+                res = x;
+            }
+        }
+        return res;
+    }
+
+    /** Remembers the leader an M answer named (adding its address when new). */
+    void follow(String addr) {
+        if (addr.isEmpty()) {
+            leader = null;
+            return;
+        }
+        Endpoint ep = pool.byAddr.get(addr);
+        if (ep != null) {
+            leader = ep;
+            return;
+        }
+        int i = addr.lastIndexOf(':');
+        if (i <= 0) {
+            leader = null;
+            return;
+        }
+        try {
+            Integer.parseInt(addr.substring(i + 1));
+        } catch (NumberFormatException e) {
+            leader = null;
+            return;
+        }
+        synchronized (poolLock) {
+            Pool old = pool;
+            ep = old.byAddr.get(addr);
+            if (ep != null) {
+                leader = ep;
+                return;
+            }
+            if (isClosed() || old.extra >= MAX_EXTRA_ENDPOINTS) {
+                leader = null;
+                return;
+            }
+            ep = newEndpoint(addr, 1);
+            List<Endpoint> eps = new ArrayList<>(old.eps);
+            eps.add(ep);
+            pool = new Pool(eps, old.extra + 1);
+            LOG.info("ticketing: following the leader to a new address " + addr);
+            for (Conn c : ep.conns) {
+                c.start();
+            }
+            leader = ep;
+        }
+    }
+
+    void complete(Call c) {
+        try {
+            c.handler.accept(c);
+        } catch (RuntimeException e) {
+            LOG.warning("ticketing: internal handler failed: " + e);
+        }
+    }
+
+    // ---- arguments ----
+
+    static byte[] keyBytes(String key) {
+        Objects.requireNonNull(key, "key");
+        return key.getBytes(StandardCharsets.UTF_8);
+    }
+
+    static void checkKey(byte[] key) {
+        if (!Wire.validKey(key)) {
+            throw new InvalidArgumentException("key must be 1..250 bytes of UTF-8 without control characters", 21, null);
+        }
+    }
+
+    static long millis(Duration d, String what, boolean zeroOk) {
+        Objects.requireNonNull(d, what);
+        if (d.isNegative()) {
+            throw new InvalidArgumentException(what + " " + d + " is negative");
+        }
+        long ms;
+        try {
+            ms = d.toMillis();
+            if (d.minusMillis(ms).getNano() > 0) {
+                ms++; // round up, as the Go client does
+            }
+        } catch (ArithmeticException e) {
+            ms = Long.MAX_VALUE;
+        }
+        if (ms > MAX_U32) {
+            throw new InvalidArgumentException(what + " " + d + " exceeds the protocol's u32 milliseconds");
+        }
+        if (ms == 0 && !zeroOk) {
+            throw new InvalidArgumentException(what + " must be at least 1 ms");
+        }
+        return ms;
+    }
+
+    // ---- acquire ----
+
+    /**
+     * Acquires {@code key}, waiting in the key's FIFO queue up to {@code wait} (which bounds the
+     * whole call, connecting included). Interrupting the thread withdraws the queued acquire (a
+     * grant that won the race is released by the client).
+     *
+     * @param key the key (1..250 bytes of UTF-8, no control characters)
+     * @param lease how long the server keeps the lock without a release (1 ms .. u32 ms)
+     * @param wait how long to wait in the queue; zero: try once
+     * @return the lease
+     * @throws InterruptedException the thread was interrupted (nothing is held)
+     * @throws AcquireTimeoutException not acquired within the wait
+     * @throws BusyException the server refused at once (never retried)
+     * @throws IndeterminateException sent without a definite answer: do not enter the section
+     */
+    public Lease acquire(String key, Duration lease, Duration wait) throws InterruptedException {
+        return acquire(keyBytes(key), lease, wait);
+    }
+
+    /**
+     * {@link #acquire(String, Duration, Duration)} with a raw byte key.
+     *
+     * @param key the key bytes
+     * @param lease the lease
+     * @param wait the wait
+     * @return the lease
+     * @throws InterruptedException the thread was interrupted (nothing is held)
+     */
+    public Lease acquire(byte[] key, Duration lease, Duration wait) throws InterruptedException {
+        AcquireOp op = newAcquire(key, lease, wait);
+        try {
+            return op.result.get();
+        } catch (InterruptedException e) {
+            op.cancel();
+            throw e;
+        } catch (ExecutionException e) {
+            throw rethrow(e.getCause());
+        }
+    }
+
+    /**
+     * Tries {@code key} once (wait 0).
+     *
+     * @param key the key
+     * @param lease the lease
+     * @return the lease, or empty when the key is held
+     * @throws BusyException the server refused
+     * @throws IndeterminateException sent without a definite answer
+     */
+    public Optional<Lease> tryAcquire(String key, Duration lease) {
+        return tryAcquire(keyBytes(key), lease);
+    }
+
+    /**
+     * {@link #tryAcquire(String, Duration)} with a raw byte key.
+     *
+     * @param key the key bytes
+     * @param lease the lease
+     * @return the lease, or empty when the key is held
+     */
+    public Optional<Lease> tryAcquire(byte[] key, Duration lease) {
+        AcquireOp op = newAcquire(key, lease, Duration.ZERO);
+        boolean interrupted = false;
+        try {
+            while (true) {
+                try {
+                    return Optional.of(op.result.get());
+                } catch (InterruptedException e) {
+                    interrupted = true; // a try is short (bounded by the connect timeout)
+                } catch (ExecutionException e) {
+                    if (e.getCause() instanceof AcquireTimeoutException) {
+                        return Optional.empty();
+                    }
+                    throw rethrow(e.getCause());
+                }
+            }
+        } finally {
+            if (interrupted) {
+                Thread.currentThread().interrupt();
+            }
+        }
+    }
+
+    /**
+     * Acquires asynchronously. The future completes on the client's callback executor (never on
+     * an I/O thread nor the common pool). Cancelling it withdraws the queued acquire and
+     * releases a grant that won the race.
+     *
+     * @param key the key
+     * @param lease the lease
+     * @param wait the wait
+     * @return the future lease
+     */
+    public CompletableFuture<Lease> acquireAsync(String key, Duration lease, Duration wait) {
+        return acquireAsync(keyBytes(key), lease, wait);
+    }
+
+    /**
+     * {@link #acquireAsync(String, Duration, Duration)} with a raw byte key.
+     *
+     * @param key the key bytes
+     * @param lease the lease
+     * @param wait the wait
+     * @return the future lease
+     */
+    public CompletableFuture<Lease> acquireAsync(byte[] key, Duration lease, Duration wait) {
+        AcquireFuture f;
+        try {
+            f = new AcquireFuture(newAcquire(key, lease, wait));
+        } catch (TicketingException e) {
+            return CompletableFuture.failedFuture(e);
+        }
+        f.op.result.whenComplete((l, e) -> {
+            try {
+                callbacks.execute(() -> f.deliver(l, e));
+            } catch (java.util.concurrent.RejectedExecutionException r) {
+                f.deliver(l, e);
+            }
+        });
+        return f;
+    }
+
+    private final class AcquireFuture extends CompletableFuture<Lease> {
+        final AcquireOp op;
+
+        AcquireFuture(AcquireOp op) {
+            this.op = op;
+        }
+
+        void deliver(Lease l, Throwable e) {
+            if (e != null) {
+                completeExceptionally(e);
+            } else if (!complete(l)) {
+                l.releaseInBackground(); // cancelled meanwhile
+            }
+        }
+
+        @Override
+        public boolean cancel(boolean mayInterruptIfRunning) {
+            if (isDone()) {
+                return false;
+            }
+            if (!op.cancel()) {
+                Lease l = op.result.getNow(null);
+                if (l != null && !super.isDone()) {
+                    boolean ok = super.cancel(mayInterruptIfRunning);
+                    if (ok) {
+                        l.releaseInBackground();
+                    }
+                    return ok;
+                }
+            }
+            return super.cancel(mayInterruptIfRunning);
+        }
+    }
+
+    private AcquireOp newAcquire(byte[] key, Duration lease, Duration wait) {
+        if (isClosed()) {
+            throw new ClientClosedException("client closed");
+        }
+        byte[] k = key.clone();
+        checkKey(k);
+        long leaseMs = millis(lease, "lease", false);
+        long waitMs = millis(wait, "wait", true);
+        AcquireOp op = new AcquireOp(this, k, leaseMs, waitMs);
+        op.attempt();
+        return op;
+    }
+
+    static RuntimeException rethrow(Throwable e) {
+        if (e instanceof TicketingException) {
+            TicketingException t = (TicketingException) e;
+            // A copy with the caller's stack, the original as cause.
+            return t;
+        }
+        if (e instanceof CancellationException) {
+            return (CancellationException) e;
+        }
+        return new TicketingException("internal error: " + e, -1, e);
+    }
+
+    /** One acquire, retried only when never sent or answered M, within the remaining wait. */
+    final class AcquireOp {
+        final TicketingClient cl = TicketingClient.this;
+        final byte[] key;
+        final long leaseMs;
+        long waitMs;
+        final long budgetEnd;
+        final long connGiveUp;
+        int moves;
+        int rounds;
+        final CompletableFuture<Lease> result = new CompletableFuture<>();
+        private Call call;
+        private boolean finished;
+
+        AcquireOp(TicketingClient cl, byte[] key, long leaseMs, long waitMs) {
+            this.key = key;
+            this.leaseMs = leaseMs;
+            this.waitMs = waitMs;
+            long now = System.nanoTime();
+            budgetEnd = now + TimeUnit.MILLISECONDS.toNanos(waitMs);
+            connGiveUp = Math.max(budgetEnd, now + connectTimeoutNanos);
+        }
+
+        synchronized void attempt() {
+            if (finished) {
+                return;
+            }
+            if (isClosed()) {
+                fail(new ClientClosedException("client closed"));
+                return;
+            }
+            Call c = new Call(Wire.OP_ACQUIRE, key, (leaseMs << 32) | waitMs, waitMs > 0, this::onAnswer);
+            int r = tryEnqueue(c);
+            if (r == Conn.ENQ_OK) {
+                call = c;
+                return;
+            }
+            long limit = r == Conn.ENQ_FULL ? budgetEnd : connGiveUp;
+            if (System.nanoTime() >= limit) {
+                fail(r == Conn.ENQ_FULL ? new AcquireTimeoutException("no free max_inflight slot within the wait") : connectError());
+                return;
+            }
+            schedule(this::attempt, POLL_NANOS);
+        }
+
+        private void fail(TicketingException e) {
+            finished = true;
+            result.completeExceptionally(e);
+        }
+
+        /** Withdraws; false when the result is already decided. */
+        synchronized boolean cancel() {
+            if (finished) {
+                return false;
+            }
+            finished = true;
+            Call c = call;
+            if (c != null) {
+                c.conn.withdraw(c); // when already answered, onAnswer compensates a grant
+            }
+            result.completeExceptionally(new CancellationException("acquire cancelled"));
+            return true;
+        }
+
+        synchronized void onAnswer(Call c) {
+            if (c != call) {
+                return;
+            }
+            call = null;
+            Wire.Response r = c.resp;
+            if (finished) {
+                if (c.fail == Call.FAIL_NONE && r.status() == Wire.ST_GRANTED) {
+                    compensate(key, r.value());
+                }
+                return;
+            }
+            if (c.fail != Call.FAIL_NONE) {
+                if (c.fail == Call.FAIL_LOST) {
+                    if (c.failCause instanceof ClientClosedException) {
+                        fail(new IndeterminateException("client closed after the acquire was sent", -1, c.failCause));
+                    } else {
+                        fail(new IndeterminateException("connection lost after the acquire was written: " + c.failCause, -1, c.failCause));
+                    }
+                    return;
+                }
+                if (isClosed()) {
+                    fail(new ClientClosedException("client closed"));
+                    return;
+                }
+                retry(0);
+                return;
+            }
+            switch (r.status()) {
+                case Wire.ST_GRANTED:
+                    long deadline = c.sentNanos + r.queued() * 16_000_000L + TimeUnit.MILLISECONDS.toNanos(leaseMs);
+                    finished = true;
+                    result.complete(new Lease(cl, key, r.value(), deadline));
+                    return;
+                case Wire.ST_TIMEOUT:
+                    fail(new AcquireTimeoutException("timed out, not acquired"));
+                    return;
+                case Wire.ST_BUSY:
+                    fail(new BusyException("busy: not acquired (code " + r.code() + ")", r.code(), null));
+                    return;
+                case Wire.ST_UNKNOWN:
+                    fail(new IndeterminateException("the cluster could not confirm the commit", r.code() == 0 ? -1 : r.code(), null));
+                    return;
+                case Wire.ST_ERROR:
+                    fail(serverError(r));
+                    return;
+                case Wire.ST_MOVED:
+                default:
+                    String addr = new String(r.payload(), StandardCharsets.UTF_8);
+                    follow(addr);
+                    moves++;
+                    if (moves > MAX_MOVES) {
+                        rounds++;
+                        long d = redirectNanos(rounds);
+                        if (waitMs == 0 || budgetEnd - System.nanoTime() <= d) {
+                            fail(new ConnectionException("no leader: " + moves + " consecutive redirects (last to \"" + addr + "\")"));
+                            return;
+                        }
+                        moves = 0;
+                        retry(d);
+                        return;
+                    }
+                    retry(0);
+            }
+        }
+
+        private void retry(long delay) {
+            if (waitMs > 0) {
+                long rem = budgetEnd - System.nanoTime() - delay;
+                if (rem < 1_000_000) {
+                    fail(new AcquireTimeoutException("timed out, not acquired"));
+                    return;
+                }
+                waitMs = rem / 1_000_000;
+            }
+            if (delay > 0) {
+                schedule(this::attempt, delay);
+            } else {
+                schedule(this::attempt, 0); // off the reader thread
+            }
+        }
+    }
+
+    static InvalidArgumentException serverError(Wire.Response r) {
+        return new InvalidArgumentException("server error " + r.code() + ": " + new String(r.payload(), StandardCharsets.UTF_8), r.code(), null);
+    }
+
+    // ---- release ----
+
+    /**
+     * Releases {@code key} held with {@code token} (from any thread or process that knows the
+     * token). Retried for at most 5 s; success only on the server's {@code O}.
+     *
+     * @param key the key
+     * @param token the fencing token of the grant
+     * @throws NotHolderException the token no longer holds the key
+     * @throws IndeterminateException no confirmation within 5 s (the lease is the safety net)
+     */
+    public void release(String key, long token) {
+        release(keyBytes(key), token);
+    }
+
+    /**
+     * {@link #release(String, long)} with a raw byte key.
+     *
+     * @param key the key bytes
+     * @param token the token
+     */
+    public void release(byte[] key, long token) {
+        byte[] k = key.clone();
+        checkKey(k);
+        if (isClosed()) {
+            throw new IndeterminateException("client closed", -1, new ClientClosedException("client closed"));
+        }
+        ReleaseOp op = new ReleaseOp(k, token, false);
+        releasing.incrementAndGet();
+        op.start();
+        boolean interrupted = false;
+        try {
+            while (true) {
+                try {
+                    op.result.get();
+                    return;
+                } catch (InterruptedException e) {
+                    interrupted = true; // bounded by the 5 s window
+                } catch (ExecutionException e) {
+                    throw rethrow(e.getCause());
+                }
+            }
+        } finally {
+            if (interrupted) {
+                Thread.currentThread().interrupt();
+            }
+        }
+    }
+
+    /**
+     * Releases asynchronously; the future completes on the callback executor.
+     *
+     * @param key the key
+     * @param token the token
+     * @return completes on {@code O}; fails with the same exceptions as {@link #release}
+     */
+    public CompletableFuture<Void> releaseAsync(String key, long token) {
+        return releaseAsync(keyBytes(key), token);
+    }
+
+    /**
+     * {@link #releaseAsync(String, long)} with a raw byte key.
+     *
+     * @param key the key bytes
+     * @param token the token
+     * @return completes on {@code O}
+     */
+    public CompletableFuture<Void> releaseAsync(byte[] key, long token) {
+        byte[] k = key.clone();
+        if (isClosed()) {
+            return CompletableFuture.failedFuture(new IndeterminateException("client closed", -1, new ClientClosedException("client closed")));
+        }
+        try {
+            checkKey(k);
+        } catch (TicketingException e) {
+            return CompletableFuture.failedFuture(e);
+        }
+        ReleaseOp op = new ReleaseOp(k, token, false);
+        releasing.incrementAndGet();
+        op.start();
+        CompletableFuture<Void> f = new CompletableFuture<>();
+        op.result.whenComplete((v, e) -> {
+            Runnable r = () -> {
+                if (e != null) {
+                    f.completeExceptionally(e);
+                } else {
+                    f.complete(null);
+                }
+            };
+            try {
+                callbacks.execute(r);
+            } catch (java.util.concurrent.RejectedExecutionException x) {
+                r.run();
+            }
+        });
+        return f;
+    }
+
+    /** Queues a background release (compensation, or a lease closed from a cancelled path). */
+    void compensate(byte[] key, long token) {
+        compensations.incrementAndGet();
+        releaseBackground(key, token, true);
+    }
+
+    CompletableFuture<Void> releaseBackground(byte[] key, long token, boolean compensation) {
+        if (isClosed() || releasing.incrementAndGet() > RELEASE_QUEUE_LEN) {
+            if (!isClosed()) {
+                releasing.decrementAndGet();
+            }
+            LOG.warning("ticketing: release queue full or client closed; a grant stays held until its lease ends");
+            return CompletableFuture.failedFuture(new IndeterminateException("release queue full"));
+        }
+        ReleaseOp op = new ReleaseOp(key, token, compensation);
+        op.start();
+        return op.result;
+    }
+
+    /** The number of grants released because their acquire was abandoned (tests, metrics). */
+    long compensations() {
+        return compensations.get();
+    }
+
+    final class ReleaseOp {
+        final byte[] key;
+        final long token;
+        final boolean compensation;
+        final long deadline = System.nanoTime() + RELEASE_WINDOW_NANOS;
+        boolean maybe;
+        int moves;
+        int retries;
+        Throwable cause;
+        boolean finished;
+        final CompletableFuture<Void> result = new CompletableFuture<>();
+
+        ReleaseOp(byte[] key, long token, boolean compensation) {
+            this.key = key;
+            this.token = token;
+            this.compensation = compensation;
+        }
+
+        void start() {
+            schedule(this::giveUpNow, RELEASE_WINDOW_NANOS);
+            attempt();
+        }
+
+        synchronized void giveUpNow() {
+            if (!finished) {
+                finish(giveUp());
+            }
+        }
+
+        private IndeterminateException giveUp() {
+            return new IndeterminateException("release not confirmed within 5 s" + (cause != null ? ": " + cause : ""), -1, cause);
+        }
+
+        private void finish(TicketingException e) {
+            finished = true;
+            releasing.decrementAndGet();
+            if (e == null) {
+                result.complete(null);
+                if (compensation) {
+                    LOG.fine("ticketing: released a grant that arrived after its acquire was cancelled");
+                }
+            } else {
+                result.completeExceptionally(e);
+                if (compensation) {
+                    LOG.warning("ticketing: background release failed: " + e.getMessage());
+                }
+            }
+        }
+
+        synchronized void attempt() {
+            if (finished) {
+                return;
+            }
+            if (isClosed()) {
+                finish(new IndeterminateException("client closed before the release was confirmed", -1, new ClientClosedException("client closed")));
+                return;
+            }
+            if (System.nanoTime() >= deadline) {
+                finish(giveUp());
+                return;
+            }
+            Call c = new Call(Wire.OP_RELEASE, key, token, false, this::onAnswer);
+            if (tryEnqueue(c) != Conn.ENQ_OK) {
+                schedule(this::attempt, POLL_NANOS * 2);
+            }
+        }
+
+        synchronized void onAnswer(Call c) {
+            if (finished) {
+                return;
+            }
+            if (c.fail != Call.FAIL_NONE) {
+                cause = c.failCause;
+                if (c.failCause instanceof ClientClosedException || isClosed()) {
+                    finish(new IndeterminateException("client closed before the release was confirmed", -1, c.failCause));
+                    return;
+                }
+                if (c.fail == Call.FAIL_UNSENT) {
+                    schedule(this::attempt, 0);
+                    return;
+                }
+                maybe = true;
+                retries++;
+                schedule(this::attempt, redirectNanos(retries));
+                return;
+            }
+            Wire.Response r = c.resp;
+            switch (r.status()) {
+                case Wire.ST_RELEASED:
+                    finish(null);
+                    return;
+                case Wire.ST_NOT_HOLDER:
+                    if (maybe) {
+                        finish(new IndeterminateException("the token no longer holds the key; an earlier unconfirmed attempt may have released it"));
+                    } else {
+                        finish(new NotHolderException("not holder: the key is free or held with another token"));
+                    }
+                    return;
+                case Wire.ST_MOVED:
+                    follow(new String(r.payload(), StandardCharsets.UTF_8));
+                    moves++;
+                    if (moves > MAX_MOVES) {
+                        moves = 0;
+                        retries++;
+                        schedule(this::attempt, redirectNanos(retries));
+                    } else {
+                        schedule(this::attempt, 0);
+                    }
+                    return;
+                case Wire.ST_UNKNOWN:
+                    maybe = true;
+                    retries++;
+                    schedule(this::attempt, redirectNanos(retries));
+                    return;
+                default:
+                    finish(serverError(r));
+            }
+        }
+    }
+
+    /**
+     * Closes every connection. Pending acquires fail ({@link ClientClosedException}, or
+     * {@link IndeterminateException} when one may have been granted as its connection closed).
+     * Idempotent.
+     */
+    @Override
+    public void close() {
+        if (!closed.compareAndSet(false, true)) {
+            return;
+        }
+        Pool p = pool;
+        if (p != null) {
+            for (Conn c : p.conns) {
+                c.shutdown();
+            }
+            for (Conn c : p.conns) {
+                try {
+                    c.join();
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                    break;
+                }
+            }
+        }
+        // Run what is scheduled now so that waiting operations see the close and end.
+        for (Runnable r : scheduler.shutdownNow()) {
+            try {
+                r.run();
+            } catch (RuntimeException e) {
+                // ignore
+            }
+        }
+        if (ownCallbacks != null) {
+            ownCallbacks.shutdown();
+        }
+    }
+}

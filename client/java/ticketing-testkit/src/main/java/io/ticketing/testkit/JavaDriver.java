@@ -1,0 +1,165 @@
+package io.ticketing.testkit;
+
+import io.ticketing.client.Lease;
+import io.ticketing.client.TicketingClient;
+import java.io.BufferedReader;
+import java.io.InputStreamReader;
+import java.nio.charset.StandardCharsets;
+import java.util.Map;
+import java.util.concurrent.ConcurrentHashMap;
+
+/** The testkit driver for the Java API: blocking calls, one thread per command, cancel = interrupt. */
+public final class JavaDriver {
+    private final Map<Object, Thread> running = new ConcurrentHashMap<>();
+    private final Map<Object, Boolean> cancelled = new ConcurrentHashMap<>();
+    private volatile TicketingClient client;
+
+    private JavaDriver() {}
+
+    /**
+     * Entry point.
+     *
+     * @param args none
+     * @throws Exception on I/O failure of stdin
+     */
+    public static void main(String[] args) throws Exception {
+        new JavaDriver().loop();
+    }
+
+    private void loop() throws Exception {
+        BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
+        String line;
+        while ((line = in.readLine()) != null) {
+            if (line.isBlank()) {
+                continue;
+            }
+            Map<?, ?> cmd;
+            try {
+                cmd = (Map<?, ?>) Json.parse(line);
+            } catch (RuntimeException e) {
+                System.err.println("driver: bad line: " + e);
+                continue;
+            }
+            dispatch(cmd);
+        }
+        TicketingClient c = client;
+        if (c != null) {
+            c.close();
+        }
+        System.exit(0);
+    }
+
+    private void dispatch(Map<?, ?> cmd) {
+        Object id = cmd.get("id");
+        String name = String.valueOf(cmd.get("cmd"));
+        switch (name) {
+            case "connect":
+                run(id, () -> {
+                    TicketingClient old = client;
+                    client = null;
+                    if (old != null) {
+                        old.close();
+                    }
+                    client = DriverSupport.connect(cmd);
+                    return DriverSupport.ok(id);
+                });
+                return;
+            case "cancel": {
+                Object target = cmd.get("target");
+                cancelled.put(target, true);
+                Thread t = running.get(target);
+                if (t != null) {
+                    t.interrupt();
+                }
+                DriverSupport.emit(DriverSupport.ok(id));
+                return;
+            }
+            case "close":
+                run(id, () -> {
+                    TicketingClient c = client;
+                    if (c != null) {
+                        c.close();
+                    }
+                    return DriverSupport.ok(id);
+                });
+                return;
+            case "info":
+                DriverSupport.emit(DriverSupport.info(id, "java"));
+                return;
+            case "acquire":
+                run(id, () -> {
+                    Lease l = cl().acquire(DriverSupport.key(cmd), DriverSupport.ms(cmd, "lease_ms"), DriverSupport.ms(cmd, "wait_ms"));
+                    Map<String, Object> m = DriverSupport.ok(id);
+                    m.put("token", l.tokenString());
+                    m.put("deadline_in_ms", l.remaining().toMillis());
+                    return m;
+                });
+                return;
+            case "release":
+                run(id, () -> {
+                    cl().release(DriverSupport.key(cmd), Long.parseUnsignedLong((String) cmd.get("token")));
+                    return DriverSupport.ok(id);
+                });
+                return;
+            case "with_lock":
+                run(id, () -> {
+                    String[] token = new String[1];
+                    boolean fail = Boolean.TRUE.equals(cmd.get("fail"));
+                    try (Lease l = cl().acquire(DriverSupport.key(cmd), DriverSupport.ms(cmd, "lease_ms"), DriverSupport.ms(cmd, "wait_ms"))) {
+                        token[0] = l.tokenString();
+                        Thread.sleep(DriverSupport.ms(cmd, "hold_ms").toMillis());
+                        if (fail) {
+                            throw new ScopeFailure();
+                        }
+                    } catch (ScopeFailure e) {
+                        // raised inside the scope as asked; the scope released the lease
+                    }
+                    Map<String, Object> m = DriverSupport.ok(id);
+                    m.put("token", token[0]);
+                    return m;
+                });
+                return;
+            default:
+                DriverSupport.emit(DriverSupport.err(id, "internal", -1, "unknown cmd " + name));
+        }
+    }
+
+    private TicketingClient cl() {
+        TicketingClient c = client;
+        if (c == null) {
+            throw new io.ticketing.client.ClientClosedException("no client: connect first");
+        }
+        return c;
+    }
+
+    interface Body {
+        Map<String, Object> run() throws Exception;
+    }
+
+    private void run(Object id, Body body) {
+        Thread t = new Thread(() -> {
+            Map<String, Object> res;
+            try {
+                res = body.run();
+            } catch (Throwable e) {
+                res = DriverSupport.error(id, e);
+            }
+            running.remove(id);
+            DriverSupport.emit(res);
+        }, "cmd-" + id);
+        t.setDaemon(true);
+        running.put(id, t);
+        if (Boolean.TRUE.equals(cancelled.get(id))) {
+            t.interrupt();
+        }
+        t.start();
+    }
+
+    private static final class ScopeFailure extends RuntimeException {
+        private static final long serialVersionUID = 1L;
+
+        ScopeFailure() {
+            super("failing inside with_lock, as asked");
+        }
+    }
+}

@@ -1,0 +1,3 @@
+module ticketing.invalid/client-kotlin
+
+go 1.26
