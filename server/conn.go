@@ -527,6 +527,24 @@ func (c *conn) flush() {
 	c.mu.Unlock()
 }
 
+// waitFlushed returns once everything queued in out is written (or the
+// connection broke): it writes itself when no one else is writing, and
+// otherwise waits for the goroutine that is. Every path that closes or
+// half-closes the socket calls it first, so no answer queued before is
+// lost (issue #22 item 9). Each write is bounded by the write timeout.
+func (c *conn) waitFlushed() {
+	c.mu.Lock()
+	for (c.flushing || len(c.out) > 0) && !c.broken {
+		if !c.flushing {
+			c.flushing = true
+			c.drainLocked()
+			continue
+		}
+		c.drained.Wait()
+	}
+	c.mu.Unlock()
+}
+
 // drainLocked writes out until it is empty, releasing mu around each write,
 // then clears flushing. Called with mu held and flushing set by the caller.
 func (c *conn) drainLocked() {
@@ -571,7 +589,7 @@ func (c *conn) teardown(fatal bool) {
 	if len(c.wbuf) > 0 {
 		c.flushBatch()
 	}
-	c.flush()
+	c.waitFlushed()
 	close(c.done)
 	c.s.unregister(c)
 	if fatal {
@@ -590,7 +608,7 @@ func (c *conn) teardown(fatal bool) {
 // end on EOF or after 1 s.
 func (c *conn) shutdown() {
 	c.stopping.Store(true)
-	c.flush()
+	c.waitFlushed()
 	type closeWriter interface{ CloseWrite() error }
 	if cw, ok := c.nc.(closeWriter); ok {
 		_ = cw.CloseWrite()
