@@ -270,3 +270,31 @@ def test_real_server(server: Server) -> None:
             assert lease.released
 
     run(main())
+
+
+def test_real_server_tls(tls_server: Server) -> None:
+    import ssl
+
+    assert tls_server.ca
+    ctx = ssl.create_default_context(cafile=tls_server.ca)
+
+    async def main() -> None:
+        async with ticketing.AsyncClient(tls_server.addr, tls=ctx, server_name="localhost") as c:
+            lease = await c.acquire(f"py/aio-tls/{uuid.uuid4().hex[:8]}", lease=1)
+            await lease.release()
+        with pytest.raises(ticketing.TLSError):
+            async with ticketing.AsyncClient(tls_server.addr, tls=True, connect_timeout=2):
+                pass
+
+    run(main())
+
+
+def test_real_server_token(token_server: Server) -> None:
+    async def main() -> None:
+        async with ticketing.AsyncClient(token_server.addr, token=token_server.token) as c:
+            assert (await c.ping())[0] > 0
+        with pytest.raises(ticketing.AuthError):
+            async with ticketing.AsyncClient(token_server.addr, token="nope", connect_timeout=2):
+                pass
+
+    run(main())
