@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# CI entry points of the JS/TS client (see the client-common brief):
+#   ci.sh toolchain | install | build | test | bench
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+repo="$(cd "$here/../.." && pwd)"
+cd "$here"
+
+need_node() {
+  command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || return 1
+  node -e 'process.exit(Number(process.versions.node.split(".")[0]) >= 20 ? 0 : 1)'
+}
+
+deps() {
+  if [[ ! -x node_modules/.bin/tsc || ! -d node_modules/fast-check || ! -x node_modules/.bin/prettier \
+        || package-lock.json -nt node_modules/.package-lock.json ]]; then
+    npm ci --no-audit --no-fund --loglevel=error
+  fi
+}
+
+case "${1:-}" in
+toolchain)
+  if ! need_node; then
+    echo "apt-get install -y nodejs npm   # Node.js >= 20 (e.g. from deb.nodesource.com node_20.x)" >&2
+    exit 3
+  fi
+  ;;
+install)
+  if ! need_node; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -q && apt-get install -y -q nodejs npm
+    need_node || { echo "node >= 20 required; this Debian's nodejs is older" >&2; exit 3; }
+  fi
+  deps
+  ;;
+build)
+  need_node || { echo "node >= 20 missing: apt-get install -y nodejs npm" >&2; exit 3; }
+  deps
+  node scripts/build.mjs
+  ;;
+test)
+  export TICKETING_BIN="${TICKETING_BIN:-$repo/bin/ticketing}"
+  if [[ ! -x "$TICKETING_BIN" ]]; then
+    echo "ci.sh test: server binary $TICKETING_BIN missing (run 'make build' or set TICKETING_BIN)" >&2
+    exit 1
+  fi
+  deps
+  echo "== prettier --check"
+  node_modules/.bin/prettier --check . >/dev/null || { node_modules/.bin/prettier --check .; exit 1; }
+  echo "== tsc (strict): ESM, CJS, tests"
+  node scripts/build.mjs
+  echo "== npm pack + install into a fresh project (ESM and CJS)"
+  bash scripts/pack-check.sh
+  echo "== node --test"
+  node --test --test-concurrency=2 build/test/
+  ;;
+bench)
+  : "${TICKETING_ADDR:?set TICKETING_ADDR to host:port of a running server}"
+  [[ -f dist/esm/index.js ]] || { deps; node scripts/build.mjs --no-test; }
+  node bench/bench.mjs
+  ;;
+*)
+  echo "usage: ci.sh toolchain|install|build|test|bench" >&2
+  exit 2
+  ;;
+esac
