@@ -25,86 +25,129 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	res := &Result{
+	r := &run{cfg: &cfg, res: newResult(&cfg)}
+	defer r.close()
+	if err := r.prepare(ctx); err != nil {
+		return nil, err
+	}
+	if err := r.connect(ctx); err != nil {
+		return nil, err
+	}
+	elapsed, cpu0, cpu1, err := r.measure(ctx)
+	if err != nil {
+		return nil, err
+	}
+	acq := r.merge(elapsed, cpu0, cpu1)
+	r.finish(ctx, acq)
+	return r.res, nil
+}
+
+// run is one benchmark's state across its phases: prepare (server memory
+// and counters, the keys a try storm needs held), connect (every connection
+// before the clock starts), measure (the workers, until the duration, the
+// op count or ctx ends), merge (the workers' counts into the result) and
+// finish (the server's side: memory, counters, releasing held keys).
+type run struct {
+	cfg     *Config
+	res     *Result
+	notes   []string
+	before  *wire.StatusReply // the server's counters before (nil: none)
+	sh      *shared
+	held    []uint64 // try: the tokens of the keys held for the storm
+	workers []*worker
+	conns   []net.Conn
+}
+
+func newResult(cfg *Config) *Result {
+	return &Result{
 		Label: cfg.Label, Addr: cfg.Addr, Mode: cfg.Mode, Conns: cfg.Conns, Pipeline: cfg.Pipeline,
 		Keys: cfg.Keys, HotKeys: cfg.HotKeys, Contention: cfg.Contention,
 		LeaseMS: cfg.Lease.Milliseconds(), WaitMS: cfg.Wait.Milliseconds(), HoldUS: cfg.Hold.Microseconds(),
 		Started:  time.Now().UTC().Format(time.RFC3339),
 		Outcomes: map[string]uint64{},
 	}
-	var notes []string
+}
+
+// close closes the connections and gives back the keys a try storm held
+// (when the run ended before finish did).
+func (r *run) close() {
+	for _, c := range r.conns {
+		c.Close()
+	}
+	if r.held != nil {
+		_ = releaseKeys(context.Background(), r.cfg, 0, r.held)
+	}
+}
+
+func (r *run) prepare(ctx context.Context) error {
+	cfg := r.cfg
 	if cfg.ServerPID > 0 {
 		m, err := ReadProcMem(cfg.ServerPID)
 		if err != nil {
-			return nil, fmt.Errorf("bench: --server-pid: %w", err)
+			return fmt.Errorf("bench: --server-pid: %w", err)
 		}
-		res.ServerPID = cfg.ServerPID
-		res.ServerMemStart = &m
+		r.res.ServerPID = cfg.ServerPID
+		r.res.ServerMemStart = &m
 	}
-	var before *wire.StatusReply
 	if cfg.ServerStats {
-		st, err := queryStatus(ctx, &cfg)
+		st, err := queryStatus(ctx, cfg)
 		if err != nil {
-			notes = append(notes, "no server counters: "+err.Error())
+			r.notes = append(r.notes, "no server counters: "+err.Error())
 		}
-		before = st
+		r.before = st
 	}
-
-	sh := &shared{cfg: &cfg, total: uint64(cfg.slotsTotal())}
-	sh.leaseArg = wire.AcquireArg(uint32(cfg.Lease.Milliseconds()), uint32(cfg.Wait.Milliseconds()))
-	sh.fifo = fifoWorkload(&cfg)
+	r.sh = &shared{cfg: cfg, total: uint64(cfg.slotsTotal())}
+	r.sh.leaseArg = wire.AcquireArg(uint32(cfg.Lease.Milliseconds()), uint32(cfg.Wait.Milliseconds()))
+	r.sh.fifo = fifoWorkload(cfg)
 	if cfg.Mode == ModeFill {
-		sh.tokens = make([]uint64, cfg.Keys)
+		r.sh.tokens = make([]uint64, cfg.Keys)
 	}
-
-	// try: hold every key first, for longer than the run.
-	var held []uint64
 	if cfg.Mode == ModeTry {
+		// try: hold every key first, for longer than the run.
 		lease := max(cfg.Lease, cfg.Warmup+cfg.Duration+time.Minute)
 		lease = min(lease, time.Hour)
-		var n int
-		var err error
-		held, n, err = holdKeys(ctx, &cfg, 0, cfg.Keys, lease)
+		held, n, err := holdKeys(ctx, cfg, 0, cfg.Keys, lease)
 		if err != nil {
-			return nil, fmt.Errorf("bench: holding the keys: %w", err)
+			return fmt.Errorf("bench: holding the keys: %w", err)
 		}
+		r.held = held
 		if n < cfg.Keys {
-			notes = append(notes, fmt.Sprintf("only %d of %d keys could be held for the try storm", n, cfg.Keys))
+			r.notes = append(r.notes, fmt.Sprintf("only %d of %d keys could be held for the try storm", n, cfg.Keys))
 		}
-		defer func() {
-			if held != nil {
-				_ = releaseKeys(context.Background(), &cfg, 0, held)
-			}
-		}()
 	}
+	return nil
+}
 
-	// connect everything before the clock starts
-	workers := make([]*worker, cfg.Conns)
-	conns := make([]net.Conn, 0, cfg.Conns)
-	defer func() {
-		for _, c := range conns {
-			c.Close()
-		}
-	}()
-	for i := range workers {
+// connect opens every connection before the clock starts.
+func (r *run) connect(ctx context.Context) error {
+	cfg := r.cfg
+	r.workers = make([]*worker, cfg.Conns)
+	r.conns = make([]net.Conn, 0, cfg.Conns)
+	for i := range r.workers {
 		nc, maxInflight, err := dial(ctx, cfg.Addr, cfg.Role, cfg.Token, cfg.DialTimeout)
 		if err != nil {
-			return nil, fmt.Errorf("bench: connection %d: %w", i+1, err)
+			return fmt.Errorf("bench: connection %d: %w", i+1, err)
 		}
 		if cfg.Wait > 0 && int(maxInflight) < cfg.Pipeline {
-			notes = append(notes, fmt.Sprintf("pipeline %d exceeds the server's max_inflight %d: queued acquires beyond it are answered B OVERLOADED", cfg.Pipeline, maxInflight))
+			r.notes = append(r.notes, fmt.Sprintf("pipeline %d exceeds the server's max_inflight %d: queued acquires beyond it are answered B OVERLOADED", cfg.Pipeline, maxInflight))
 		}
-		conns = append(conns, nc)
-		workers[i] = newWorker(sh, nc, i)
+		r.conns = append(r.conns, nc)
+		r.workers[i] = newWorker(r.sh, nc, i)
 	}
+	return nil
+}
 
+// measure runs the workers (after the warmup) until the duration, the op
+// count or ctx ends, then drains what is in flight (bounded by drainGrace).
+func (r *run) measure(ctx context.Context) (elapsed time.Duration, cpu0, cpu1 cpuSample, err error) {
+	cfg, sh := r.cfg, r.sh
 	if cfg.Warmup == 0 {
 		sh.phase.Store(1)
 	}
 	errc := make(chan error, cfg.Conns)
 	var wg sync.WaitGroup
 	start := make(chan struct{})
-	for _, w := range workers {
+	for _, w := range r.workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -119,7 +162,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	go func() { wg.Wait(); close(done) }()
 
 	t0 := time.Now()
-	cpu0 := readCPU(&cfg)
+	cpu0 = readCPU(cfg)
 	close(start)
 	if cfg.Warmup > 0 {
 		select {
@@ -131,7 +174,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		sh.ops.Store(0)
 		sh.errs.Store(0)
 		t0 = time.Now()
-		cpu0 = readCPU(&cfg)
+		cpu0 = readCPU(cfg)
 	}
 	var timer <-chan time.Time
 	if cfg.Ops == 0 && cfg.Mode != ModeFill {
@@ -143,26 +186,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		defer tk.Stop()
 		tick = tk.C
 	}
-	progress := func(final bool) {
-		if cfg.Progress == nil {
-			return
-		}
-		el := time.Since(t0).Seconds()
-		ops := sh.ops.Load()
-		line := fmt.Sprintf("%s: %5.1fs  %13s ops  %11s ops/s  errors %d", cfg.Label, el, group(ops), group(uint64(float64(ops)/max(el, 1e-9))), sh.errs.Load())
-		if sh.phase.Load() == 0 {
-			line = fmt.Sprintf("%s: warming up", cfg.Label)
-		}
-		switch {
-		case cfg.ProgressTTY && final:
-			fmt.Fprintf(cfg.Progress, "\r\033[K")
-		case cfg.ProgressTTY:
-			fmt.Fprintf(cfg.Progress, "\r\033[K%s", line)
-		case !final:
-			fmt.Fprintln(cfg.Progress, line)
-		}
-	}
-	stopAt := time.Time{}
+	stopping := false
 	var runErr error
 wait:
 	for {
@@ -178,33 +202,17 @@ wait:
 			}
 			sh.stop.Store(true)
 		case <-tick:
-			progress(false)
+			r.progress(t0, false)
 			continue
 		}
-		if stopAt.IsZero() && sh.stop.Load() {
-			stopAt = time.Now()
-			if cfg.Wait > 0 {
-				// wake readers blocked on queued acquires so they cancel them
-				for _, c := range conns {
-					_ = c.SetReadDeadline(time.Now())
-				}
-			}
-			timer = nil
-			// bound the drain
-			go func() {
-				select {
-				case <-done:
-				case <-time.After(drainGrace):
-					for _, c := range conns {
-						c.Close()
-					}
-				}
-			}()
+		if !stopping && sh.stop.Load() {
+			stopping, timer = true, nil
+			r.drain(done)
 		}
 	}
-	elapsed := time.Since(t0)
-	cpu1 := readCPU(&cfg)
-	progress(true)
+	elapsed = time.Since(t0)
+	cpu1 = readCPU(cfg)
+	r.progress(t0, true)
 	close(errc)
 	for err := range errc {
 		if runErr == nil {
@@ -212,14 +220,60 @@ wait:
 		}
 	}
 	if runErr != nil && !errors.Is(runErr, context.Canceled) {
-		return nil, runErr
+		return 0, cpu0, cpu1, runErr
 	}
+	return elapsed, cpu0, cpu1, nil
+}
 
-	// merge
+// drain wakes readers blocked on queued acquires (so they cancel them) and
+// closes every connection if the workers are not done within drainGrace.
+func (r *run) drain(done <-chan struct{}) {
+	if r.cfg.Wait > 0 {
+		for _, c := range r.conns {
+			_ = c.SetReadDeadline(time.Now())
+		}
+	}
+	go func() {
+		select {
+		case <-done:
+		case <-time.After(drainGrace):
+			for _, c := range r.conns {
+				c.Close()
+			}
+		}
+	}()
+}
+
+// progress writes the live progress line (final: clears it on a terminal).
+func (r *run) progress(t0 time.Time, final bool) {
+	cfg, sh := r.cfg, r.sh
+	if cfg.Progress == nil {
+		return
+	}
+	el := time.Since(t0).Seconds()
+	ops := sh.ops.Load()
+	line := fmt.Sprintf("%s: %5.1fs  %13s ops  %11s ops/s  errors %d", cfg.Label, el, group(ops), group(uint64(float64(ops)/max(el, 1e-9))), sh.errs.Load())
+	if sh.phase.Load() == 0 {
+		line = fmt.Sprintf("%s: warming up", cfg.Label)
+	}
+	switch {
+	case cfg.ProgressTTY && final:
+		fmt.Fprintf(cfg.Progress, "\r\033[K")
+	case cfg.ProgressTTY:
+		fmt.Fprintf(cfg.Progress, "\r\033[K%s", line)
+	case !final:
+		fmt.Fprintln(cfg.Progress, line)
+	}
+}
+
+// merge adds the workers' counts and histograms into the result; it
+// returns the acquire-latency histogram (for the fairness check).
+func (r *run) merge(elapsed time.Duration, cpu0, cpu1 cpuSample) *hdrhistogram.Histogram {
+	cfg, res := r.cfg, r.res
 	hist, acq := newHist(), newHist()
 	var busy, errCodes [32]uint64
 	var status [256]uint64
-	for _, w := range workers {
+	for _, w := range r.workers {
 		hist.Merge(w.hist)
 		acq.Merge(w.acqHist)
 		res.Ops += w.ops
@@ -266,7 +320,13 @@ wait:
 	}
 	res.Latency = Summarize(hist)
 	res.AcquireLatency = Summarize(acq)
+	return acq
+}
 
+// finish reads the server's side after the run (memory, counters),
+// releases the keys fill or try held, and adds the fairness check.
+func (r *run) finish(ctx context.Context, acq *hdrhistogram.Histogram) {
+	cfg, res := r.cfg, r.res
 	if cfg.ServerPID > 0 {
 		if m, err := ReadProcMem(cfg.ServerPID); err == nil {
 			res.ServerMem = &m
@@ -276,21 +336,21 @@ wait:
 				}
 			}
 		} else {
-			notes = append(notes, "server memory: "+err.Error())
+			r.notes = append(r.notes, "server memory: "+err.Error())
 		}
 	}
 	if cfg.Mode == ModeFill && !cfg.Keep {
-		if err := releaseKeys(ctx, &cfg, 0, sh.tokens); err != nil {
-			notes = append(notes, "releasing the filled keys: "+err.Error())
+		if err := releaseKeys(ctx, cfg, 0, r.sh.tokens); err != nil {
+			r.notes = append(r.notes, "releasing the filled keys: "+err.Error())
 		}
 	}
 	if cfg.Mode == ModeTry {
-		_ = releaseKeys(ctx, &cfg, 0, held)
-		held = nil
+		_ = releaseKeys(ctx, cfg, 0, r.held)
+		r.held = nil
 	}
-	if before != nil {
-		if after, err := queryStatus(ctx, &cfg); err == nil {
-			a, b := after.Counters, before.Counters
+	if r.before != nil {
+		if after, err := queryStatus(ctx, cfg); err == nil {
+			a, b := after.Counters, r.before.Counters
 			res.Server = &ServerDelta{
 				Grants: a.Grants - b.Grants, Handoffs: a.Handoffs - b.Handoffs, Timeouts: a.Timeouts - b.Timeouts,
 				Releases: a.Releases - b.Releases, NotHolder: a.NotHolder - b.NotHolder, Expiries: a.Expiries - b.Expiries,
@@ -304,15 +364,14 @@ wait:
 	}
 	var overtook uint64
 	var queued uint16
-	for _, w := range workers {
+	for _, w := range r.workers {
 		overtook = max(overtook, w.overtook)
 		queued = max(queued, w.maxQueued)
 	}
-	res.Fairness = fairness(&cfg, res, acq, overtook, queued)
-	if len(notes) > 0 {
-		res.Note = joinNotes(notes)
+	res.Fairness = fairness(cfg, res, acq, overtook, queued)
+	if len(r.notes) > 0 {
+		res.Note = joinNotes(r.notes)
 	}
-	return res, nil
 }
 
 type cpuSample struct{ self, server float64 }

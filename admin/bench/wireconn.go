@@ -2,22 +2,21 @@ package bench
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"net"
 	"time"
 
 	"github.com/ticketing/ticketing/client/wire"
 )
 
-// ErrRejected is returned when the server answers AUTH with REJECT.
-var ErrRejected = errors.New("bench: handshake rejected")
+// ErrRejected is returned when the server answers AUTH with REJECT
+// (wire.ErrRejected).
+var ErrRejected = wire.ErrRejected
 
 // dial opens a connection and runs the protocol.md §1 handshake as role with
-// token (HMAC proofs; the server's proof is checked when a token is given).
+// token (wire.ClientHandshake: the server's proof is checked when a token is
+// given).
 func dial(ctx context.Context, addr string, role wire.Role, token string, timeout time.Duration) (net.Conn, uint32, error) {
 	d := net.Dialer{Timeout: timeout}
 	nc, err := d.DialContext(ctx, "tcp", addr)
@@ -25,45 +24,10 @@ func dial(ctx context.Context, addr string, role wire.Role, token string, timeou
 		return nil, 0, err
 	}
 	_ = nc.SetDeadline(time.Now().Add(timeout))
-	var b [wire.AuthLen]byte
-	if _, err := io.ReadFull(nc, b[:wire.HelloLen]); err != nil {
-		nc.Close()
-		return nil, 0, fmt.Errorf("bench: read HELLO from %s: %w", addr, err)
-	}
-	h, err := wire.ParseHello(b[:wire.HelloLen])
+	_, w, err := wire.ClientHandshake(nc, role, []byte(token))
 	if err != nil {
 		nc.Close()
-		return nil, 0, fmt.Errorf("bench: HELLO from %s: %w", addr, err)
-	}
-	a := wire.Auth{Role: role}
-	if _, err := rand.Read(a.Nonce[:]); err != nil {
-		nc.Close()
-		return nil, 0, err
-	}
-	a.Proof = wire.ClientProof([]byte(token), role, &h.Nonce, &a.Nonce)
-	if _, err := nc.Write(wire.AppendAuth(b[:0], &a)); err != nil {
-		nc.Close()
-		return nil, 0, err
-	}
-	if _, err := io.ReadFull(nc, b[:wire.WelcomeLen]); err != nil {
-		nc.Close()
-		return nil, 0, fmt.Errorf("bench: read WELCOME from %s: %w", addr, err)
-	}
-	w, err := wire.ParseWelcome(b[:wire.WelcomeLen])
-	if err != nil {
-		nc.Close()
-		return nil, 0, fmt.Errorf("bench: WELCOME from %s: %w", addr, err)
-	}
-	if !w.Accepted() {
-		nc.Close()
-		return nil, 0, fmt.Errorf("%w: %s", ErrRejected, w.Code)
-	}
-	if token != "" {
-		want := wire.ServerProof([]byte(token), role, &a.Nonce, &h.Nonce)
-		if !wire.ProofEqual(&want, &w.Proof) {
-			nc.Close()
-			return nil, 0, errors.New("bench: the server's proof is wrong (not the server holding this token)")
-		}
+		return nil, 0, fmt.Errorf("bench: handshake with %s: %w", addr, err)
 	}
 	_ = nc.SetDeadline(time.Time{})
 	return nc, w.MaxInflight, nil
