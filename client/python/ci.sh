@@ -53,7 +53,7 @@ test)
   V="$VENV/bin"
   echo "== ruff format --check"; "$V/ruff" format --check src tests testkit bench
   echo "== ruff check"; "$V/ruff" check src tests testkit bench
-  echo "== mypy --strict"; "$V/mypy" --strict src testkit/driver.py bench/bench.py
+  echo "== mypy --strict"; MYPYPATH=testkit "$V/mypy" --strict src testkit/driver.py testkit/driver_aio.py bench/bench.py
   echo "== wheel build + install into a fresh venv"
   tmp="$(mktemp -d)"; trap 'rm -rf "$tmp"' EXIT
   "$V/python" -m build --wheel --no-isolation --outdir "$tmp/dist" . >"$tmp/build.log" 2>&1 \
