@@ -192,8 +192,48 @@ func DiscoverFrom(ctx context.Context, seeds []HealthResult, perNode time.Durati
 }
 
 func discover(ctx context.Context, seeds []probe, perNode time.Duration, opts []client.Option) (*ClusterView, error) {
+	single, err := seedsKind(seeds)
+	if err != nil {
+		return nil, err
+	}
+	if single {
+		return singleView(seeds), nil
+	}
+	ps := &probeSet{byAddr: map[string]*probe{}, perNode: perNode, opts: opts}
+	for _, p := range seeds {
+		ps.add(p)
+	}
+	leader := ps.findLeader(ctx)
+	cfgFrom := ps.configSource(leader)
+	membersOf(ctx, cfgFrom, perNode, opts)
+
+	v := &ClusterView{}
+	if leader != nil {
+		v.LeaderID, v.LeaderAddr = leader.status.NodeID, leader.addr
+		if leader.status.ClientAddr != "" {
+			v.LeaderAddr = leader.status.ClientAddr
+		}
+		v.Term, v.CommitIndex = leader.status.Term, leader.status.CommitIndex
+	}
+	members := cfgFrom.members
+	if cfgFrom.mErr == nil && members != nil {
+		v.ConfigFrom = cfgFrom.status.NodeID
+	} else {
+		members = ps.answered() // no configuration could be read
+	}
+	ps.indexIDs()
+	v.Nodes = ps.memberNodes(ctx, members, v.LeaderID)
+	v.Nodes = append(v.Nodes, ps.otherNodes(seeds)...)
+	v.fillLag()
+	return v, nil
+}
+
+// seedsKind reports whether the seeds that answered are single servers; it
+// fails (with the first address's error) when none answered.
+func seedsKind(seeds []probe) (single bool, err error) {
 	var firstErr error
-	reachable, single := 0, true
+	reachable := 0
+	single = true
 	for _, p := range seeds {
 		if p.status == nil {
 			if firstErr == nil {
@@ -210,93 +250,105 @@ func discover(ctx context.Context, seeds []probe, perNode time.Duration, opts []
 		if firstErr == nil {
 			firstErr = fmt.Errorf("%w: no address given", client.ErrInvalidArgument)
 		}
-		return nil, firstErr
+		return false, firstErr
 	}
-	if single {
-		return singleView(seeds), nil
-	}
+	return single, nil
+}
 
-	probes := make([]*probe, 0, len(seeds)+4)
-	byAddr := map[string]*probe{}
-	add := func(p probe) *probe {
-		if q := byAddr[p.addr]; q != nil {
-			return q
-		}
-		pp := &p
-		probes = append(probes, pp)
-		byAddr[p.addr] = pp
-		return pp
-	}
-	for _, p := range seeds {
-		add(p)
-	}
+// probeSet is the nodes asked so far, by address (and, after indexIDs, by
+// node id), and how to ask more.
+type probeSet struct {
+	probes  []*probe
+	byAddr  map[string]*probe
+	byID    map[string]*probe
+	matched map[*probe]bool // listed in the view already
+	perNode time.Duration
+	opts    []client.Option
+}
 
-	// The leader: a node answering as leader (highest term), else the one
-	// the followers name (the claim of the highest term).
-	leader := bestLeader(probes)
-	if leader == nil {
-		var claim string
-		var claimTerm uint64
-		for _, p := range probes {
-			if p.status != nil && p.status.Leader != "" && p.status.Term >= claimTerm {
-				claim, claimTerm = p.status.Leader, p.status.Term
-			}
-		}
-		if claim != "" && byAddr[claim] == nil {
-			add(probeAddr(ctx, claim, true, perNode, opts))
-			leader = bestLeader(probes)
-		}
+// add adds p unless its address was asked already; it returns the probe of
+// that address.
+func (ps *probeSet) add(p probe) *probe {
+	if q := ps.byAddr[p.addr]; q != nil {
+		return q
 	}
+	pp := &p
+	ps.probes = append(ps.probes, pp)
+	ps.byAddr[p.addr] = pp
+	return pp
+}
 
-	// The configuration: the leader's, else that of the most advanced node.
-	cfgFrom := leader
-	if cfgFrom == nil {
-		for _, p := range probes {
-			if p.status != nil && (cfgFrom == nil || advanced(p.status, cfgFrom.status)) {
-				cfgFrom = p
-			}
+// findLeader is a node answering as leader (highest term), else the one
+// the followers name (the claim of the highest term), asked now.
+func (ps *probeSet) findLeader(ctx context.Context) *probe {
+	if leader := bestLeader(ps.probes); leader != nil {
+		return leader
+	}
+	var claim string
+	var claimTerm uint64
+	for _, p := range ps.probes {
+		if p.status != nil && p.status.Leader != "" && p.status.Term >= claimTerm {
+			claim, claimTerm = p.status.Leader, p.status.Term
 		}
 	}
-	membersOf(ctx, cfgFrom, perNode, opts)
+	if claim != "" && ps.byAddr[claim] == nil {
+		ps.add(probeAddr(ctx, claim, true, ps.perNode, ps.opts))
+		return bestLeader(ps.probes)
+	}
+	return nil
+}
 
-	v := &ClusterView{}
+// configSource is the node whose configuration the view shows: the
+// leader, else the most advanced node that answered.
+func (ps *probeSet) configSource(leader *probe) *probe {
 	if leader != nil {
-		v.LeaderID, v.LeaderAddr = leader.status.NodeID, leader.addr
-		if leader.status.ClientAddr != "" {
-			v.LeaderAddr = leader.status.ClientAddr
-		}
-		v.Term, v.CommitIndex = leader.status.Term, leader.status.CommitIndex
+		return leader
 	}
-	members := cfgFrom.members
-	if cfgFrom.mErr == nil && members != nil {
-		v.ConfigFrom = cfgFrom.status.NodeID
-	} else {
-		// No configuration could be read: list what answered.
-		members = nil
-		for _, p := range probes {
-			if p.status != nil {
-				members = append(members, wire.Member{ID: p.status.NodeID, ClientAddr: p.addr, Role: p.status.Role, Voter: p.status.Role != wire.NodeLearner, LastContactMS: -1})
-			}
+	var cfgFrom *probe
+	for _, p := range ps.probes {
+		if p.status != nil && (cfgFrom == nil || advanced(p.status, cfgFrom.status)) {
+			cfgFrom = p
 		}
 	}
+	return cfgFrom
+}
 
-	// Match the members to the probes (by id, then client address), and
-	// read the members nobody was asked about.
-	byID := map[string]*probe{}
-	for _, p := range probes {
+// answered lists the nodes that answered, as members (when no
+// configuration could be read).
+func (ps *probeSet) answered() []wire.Member {
+	var members []wire.Member
+	for _, p := range ps.probes {
+		if p.status != nil {
+			members = append(members, wire.Member{ID: p.status.NodeID, ClientAddr: p.addr, Role: p.status.Role, Voter: p.status.Role != wire.NodeLearner, LastContactMS: -1})
+		}
+	}
+	return members
+}
+
+// indexIDs indexes the probes that answered by node id (preferring the
+// probe of the node's own client address).
+func (ps *probeSet) indexIDs() {
+	ps.byID = map[string]*probe{}
+	ps.matched = map[*probe]bool{}
+	for _, p := range ps.probes {
 		if p.status != nil && p.status.NodeID != "" {
-			if q := byID[p.status.NodeID]; q == nil || p.status.ClientAddr == p.addr {
-				byID[p.status.NodeID] = p
+			if q := ps.byID[p.status.NodeID]; q == nil || p.status.ClientAddr == p.addr {
+				ps.byID[p.status.NodeID] = p
 			}
 		}
 	}
-	matched := map[*probe]bool{}
+}
+
+// memberNodes matches the members to the probes (by id, then client
+// address), reads the members nobody was asked about, and returns their
+// views sorted by id.
+func (ps *probeSet) memberNodes(ctx context.Context, members []wire.Member, leaderID string) []NodeView {
 	found := make([]*probe, len(members))
 	var missing []string
 	for i, m := range members {
-		p := byID[m.ID]
+		p := ps.byID[m.ID]
 		if p == nil && m.ClientAddr != "" {
-			if q := byAddr[m.ClientAddr]; q != nil && q.status == nil {
+			if q := ps.byAddr[m.ClientAddr]; q != nil && q.status == nil {
 				p = q // asked already, did not answer
 			}
 		}
@@ -306,20 +358,21 @@ func discover(ctx context.Context, seeds []probe, perNode time.Duration, opts []
 		found[i] = p
 	}
 	if len(missing) > 0 {
-		for _, p := range probeAll(ctx, missing, false, perNode, opts) {
-			add(p)
+		for _, p := range probeAll(ctx, missing, false, ps.perNode, ps.opts) {
+			ps.add(p)
 		}
 	}
+	var nodes []NodeView
 	for i, m := range members {
 		p := found[i]
 		if p == nil && m.ClientAddr != "" {
-			p = byAddr[m.ClientAddr]
+			p = ps.byAddr[m.ClientAddr]
 		}
 		n := NodeView{
 			ID: m.ID, ClientAddr: m.ClientAddr, PeerAddr: m.PeerAddr, Member: true,
 			Role: m.Role, Voter: m.Voter, LastContactMS: m.LastContactMS, Lag: -1,
 		}
-		if m.ID == v.LeaderID {
+		if m.ID == leaderID {
 			n.LastContactMS = 0
 		}
 		switch {
@@ -334,43 +387,51 @@ func discover(ctx context.Context, seeds []probe, perNode time.Duration, opts []
 			n.Status = p.status
 		}
 		if p != nil {
-			matched[p] = true
+			ps.matched[p] = true
 			if n.ClientAddr == "" {
 				n.ClientAddr = p.addr
 			}
 		}
-		v.Nodes = append(v.Nodes, n)
+		nodes = append(nodes, n)
 	}
-	sort.SliceStable(v.Nodes, func(i, j int) bool { return v.Nodes[i].ID < v.Nodes[j].ID })
+	sort.SliceStable(nodes, func(i, j int) bool { return nodes[i].ID < nodes[j].ID })
+	return nodes
+}
 
-	// Given addresses that are not members (a removed node still running,
-	// a wrong address).
+// otherNodes are the given addresses that are not members (a removed node
+// still running, a wrong address).
+func (ps *probeSet) otherNodes(seeds []probe) []NodeView {
+	var nodes []NodeView
 	for _, s := range seeds {
-		p := byAddr[s.addr]
-		if matched[p] {
+		p := ps.byAddr[s.addr]
+		if ps.matched[p] {
 			continue
 		}
-		matched[p] = true
+		ps.matched[p] = true
 		n := NodeView{ClientAddr: p.addr, LastContactMS: -1, Lag: -1, Status: p.status, Err: p.err}
 		if p.status != nil {
 			n.ID = p.status.NodeID
-			if mp := byID[n.ID]; mp != nil && matched[mp] && mp != p {
+			if mp := ps.byID[n.ID]; mp != nil && ps.matched[mp] && mp != p {
 				continue // another address of a member already listed
 			}
 		}
-		v.Nodes = append(v.Nodes, n)
+		nodes = append(nodes, n)
 	}
+	return nodes
+}
 
-	if l := v.Leader(); l != nil {
-		for i := range v.Nodes {
-			n := &v.Nodes[i]
-			if n.Status != nil && n.Err == nil {
-				n.Lag = int64(l.Status.CommitIndex) - int64(n.Status.AppliedIndex)
-				n.Lag = max(n.Lag, 0)
-			}
+// fillLag sets each answering node's replication lag behind the leader.
+func (v *ClusterView) fillLag() {
+	l := v.Leader()
+	if l == nil {
+		return
+	}
+	for i := range v.Nodes {
+		n := &v.Nodes[i]
+		if n.Status != nil && n.Err == nil {
+			n.Lag = max(int64(l.Status.CommitIndex)-int64(n.Status.AppliedIndex), 0)
 		}
 	}
-	return v, nil
 }
 
 // bestLeader is the probe answering as leader with the highest term.
