@@ -417,11 +417,12 @@ public final class TicketingClient implements AutoCloseable {
         return half + ThreadLocalRandom.current().nextLong(step - half + 1);
     }
 
-    void schedule(Runnable r, long nanos) {
+    java.util.concurrent.ScheduledFuture<?> schedule(Runnable r, long nanos) {
         try {
-            scheduler.schedule(r, nanos, TimeUnit.NANOSECONDS);
+            return scheduler.schedule(r, nanos, TimeUnit.NANOSECONDS);
         } catch (java.util.concurrent.RejectedExecutionException e) {
             r.run(); // closed: the task sees it and ends
+            return null;
         }
     }
 
@@ -1016,6 +1017,7 @@ public final class TicketingClient implements AutoCloseable {
         int retries;
         Throwable cause;
         boolean finished;
+        java.util.concurrent.ScheduledFuture<?> timer;
         final CompletableFuture<Void> result = new CompletableFuture<>();
 
         ReleaseOp(byte[] key, long token, boolean compensation) {
@@ -1025,7 +1027,13 @@ public final class TicketingClient implements AutoCloseable {
         }
 
         void start() {
-            schedule(this::giveUpNow, RELEASE_WINDOW_NANOS);
+            java.util.concurrent.ScheduledFuture<?> t = schedule(this::giveUpNow, RELEASE_WINDOW_NANOS);
+            synchronized (this) {
+                timer = t;
+                if (finished && t != null) {
+                    t.cancel(false);
+                }
+            }
             attempt();
         }
 
@@ -1041,6 +1049,9 @@ public final class TicketingClient implements AutoCloseable {
 
         private void finish(TicketingException e) {
             finished = true;
+            if (timer != null) {
+                timer.cancel(false);
+            }
             releasing.decrementAndGet();
             if (e == null) {
                 result.complete(null);

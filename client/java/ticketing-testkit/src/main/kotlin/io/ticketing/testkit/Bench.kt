@@ -1,0 +1,97 @@
+package io.ticketing.testkit
+
+import io.ticketing.client.TicketingClient
+import io.ticketing.kotlin.acquire
+import io.ticketing.kotlin.releaseSuspending
+import kotlinx.coroutines.Dispatchers
+import kotlinx.coroutines.launch
+import kotlinx.coroutines.runBlocking
+import java.time.Duration
+import java.util.concurrent.CompletableFuture
+import java.util.concurrent.atomic.AtomicLong
+import kotlin.time.Duration.Companion.seconds
+
+/** acquire+release pairs through one client: `Bench host:port seconds`. */
+object Bench {
+    private val lease = Duration.ofSeconds(10)
+    private val wait = Duration.ofSeconds(5)
+
+    @JvmStatic
+    fun main(args: Array<String>) {
+        val addr = args[0]
+        val seconds = args.getOrElse(1) { "5" }.toDouble()
+        val client = TicketingClient.builder().addresses(addr).token(System.getenv("TICKETING_TOKEN") ?: "").build()
+        client.use { cl ->
+            for (callers in intArrayOf(64, 1)) {
+                report("java", "blocking", callers, seconds, blocking(cl, callers, seconds))
+            }
+            for (callers in intArrayOf(64, 1)) {
+                report("java", "async", callers, seconds, async(cl, callers, seconds))
+            }
+            for (callers in intArrayOf(64, 1)) {
+                report("kotlin", "coroutines", callers, seconds, coroutines(cl, callers, seconds))
+            }
+        }
+    }
+
+    private fun key(lang: String, i: Int) = "bench/$lang/$i"
+
+    private fun report(lang: String, api: String, callers: Int, seconds: Double, pairs: Long) {
+        val pps = pairs / seconds
+        println("BENCH {\"lang\":\"$lang\",\"api\":\"$api\",\"callers\":$callers,\"pairs\":$pairs,\"seconds\":$seconds,\"pairs_per_sec\":${"%.1f".format(java.util.Locale.ROOT, pps)}}")
+        System.out.flush()
+    }
+
+    private fun blocking(cl: TicketingClient, callers: Int, seconds: Double): Long {
+        val end = System.nanoTime() + (seconds * 1e9).toLong()
+        val count = AtomicLong()
+        val threads = (0 until callers).map { i ->
+            Thread {
+                val k = key("java", i)
+                while (System.nanoTime() < end) {
+                    cl.acquire(k, lease, wait).close()
+                    count.incrementAndGet()
+                }
+            }.also { it.start() }
+        }
+        threads.forEach { it.join() }
+        return count.get()
+    }
+
+    private fun async(cl: TicketingClient, callers: Int, seconds: Double): Long {
+        val end = System.nanoTime() + (seconds * 1e9).toLong()
+        val count = AtomicLong()
+        fun loop(k: String, done: CompletableFuture<Unit>) {
+            if (System.nanoTime() >= end) {
+                done.complete(Unit)
+                return
+            }
+            cl.acquireAsync(k, lease, wait).thenCompose { it.releaseAsync() }.whenComplete { _, e ->
+                if (e != null) done.completeExceptionally(e) else {
+                    count.incrementAndGet()
+                    loop(k, done)
+                }
+            }
+        }
+        val all = (0 until callers).map { i -> CompletableFuture<Unit>().also { loop(key("java-async", i), it) } }
+        all.forEach { it.join() }
+        return count.get()
+    }
+
+    private fun coroutines(cl: TicketingClient, callers: Int, seconds: Double): Long {
+        val end = System.nanoTime() + (seconds * 1e9).toLong()
+        val count = AtomicLong()
+        runBlocking(Dispatchers.Default) {
+            repeat(callers) { i ->
+                launch {
+                    val k = key("kotlin", i)
+                    while (System.nanoTime() < end) {
+                        cl.acquire(k, 10.seconds, 5.seconds).releaseSuspending()
+                        count.incrementAndGet()
+                    }
+                }
+            }
+        }
+        return count.get()
+    }
+}
