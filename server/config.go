@@ -54,6 +54,15 @@ type Config struct {
 	// IdleKeyCache is how many free keys are kept (in all) for reuse without
 	// allocating. Default 16,384.
 	IdleKeyCache int
+	// WriteTimeout bounds how long a connection's output may stay blocked
+	// (a client that does not read): a write that does not complete within
+	// it closes the connection, whose locks then follow the
+	// closed-connection rule (§5). Default 30 s.
+	WriteTimeout time.Duration
+	// SendBuffer is the kernel send buffer of each client connection
+	// (SO_SNDBUF), bytes; 0 leaves the kernel's autotuning (up to
+	// net.ipv4.tcp_wmem's maximum, 4 MiB by default). Default 256 KiB.
+	SendBuffer int
 	// OutBufferLimit is the unsent-response bound per connection in bytes
 	// above which the server stops reading from it (§3.3). Default 256 KiB.
 	OutBufferLimit int
@@ -85,6 +94,8 @@ func DefaultConfig() Config {
 		Shards:           16,
 		IdleKeyCache:     16384,
 		OutBufferLimit:   256 << 10,
+		WriteTimeout:     30 * time.Second,
+		SendBuffer:       256 << 10,
 		NodeID:           "single",
 	}
 }
@@ -140,6 +151,12 @@ func (c *Config) Validate() error {
 	}
 	if c.HandshakeTimeout <= 0 {
 		return cfgErr("handshake timeout must be positive")
+	}
+	if c.WriteTimeout <= 0 {
+		return cfgErr("write timeout must be positive")
+	}
+	if c.SendBuffer < 0 {
+		return cfgErr("send buffer must not be negative")
 	}
 	if c.OutBufferLimit < 4*wire.MaxErrorPayload {
 		return cfgErr("out buffer limit below %d bytes", 4*wire.MaxErrorPayload)

@@ -36,7 +36,9 @@ type conn struct {
 
 	inflight atomic.Int32 // queued acquires; incremented by the reader only
 
-	mu       sync.Mutex
+	mu         sync.Mutex
+	writeArmed int64     // on mu: nanotime the write deadline was last set
+	flushBy    time.Time // on mu: Shutdown's final write deadline (zero: none)
 	drained  *sync.Cond // on mu: out drained below the limit, or broken
 	out      []byte     // answers not yet written
 	spare    []byte
@@ -67,6 +69,9 @@ func (c *conn) serve() {
 	defer c.s.nconns.Add(-1)
 	if tcp, ok := c.nc.(*net.TCPConn); ok {
 		setUserTimeout(tcp, userTimeout)
+		if c.s.cfg.SendBuffer > 0 && !c.peerPort {
+			_ = tcp.SetWriteBuffer(c.s.cfg.SendBuffer)
+		}
 	}
 	if !c.handshake() {
 		return
@@ -78,7 +83,7 @@ func (c *conn) serve() {
 	if c.s.draining.Load() {
 		// Shutdown may have listed the connections just before this one
 		// registered: shut it down here, or Shutdown would wait for it.
-		c.shutdown()
+		c.shutdown(time.Now().Add(c.s.cfg.WriteTimeout))
 	}
 	c.s.wg.Add(1)
 	go c.writeLoop()
@@ -496,6 +501,7 @@ func (c *conn) flushBatch() {
 		return
 	}
 	c.flushing = true
+	c.armWriteLocked()
 	c.mu.Unlock()
 	_, err := c.nc.Write(c.wbuf)
 	c.resetWbuf()
@@ -527,6 +533,25 @@ func (c *conn) flush() {
 	c.mu.Unlock()
 }
 
+// armWriteLocked sets the write deadline WriteTimeout ahead (issue #22
+// item 2), unless it was set less than 1/16 of it ago: the next write then
+// still has at least 15/16 of the bound, and a busy connection updates its
+// deadline timer a few times a timeout, not at every write. Called with mu
+// held by the goroutine about to write; after Shutdown set the final
+// deadline, that one stays.
+func (c *conn) armWriteLocked() {
+	if !c.flushBy.IsZero() {
+		return
+	}
+	d := c.s.cfg.WriteTimeout
+	now := c.s.nanotime()
+	if now-c.writeArmed < int64(d/16) && c.writeArmed != 0 {
+		return
+	}
+	c.writeArmed = now
+	_ = c.nc.SetWriteDeadline(time.Now().Add(d))
+}
+
 // waitFlushed returns once everything queued in out is written (or the
 // connection broke): it writes itself when no one else is writing, and
 // otherwise waits for the goroutine that is. Every path that closes or
@@ -551,6 +576,7 @@ func (c *conn) drainLocked() {
 	for len(c.out) > 0 && !c.broken {
 		b := c.out
 		c.out = c.spare[:0]
+		c.armWriteLocked()
 		c.mu.Unlock()
 		_, err := c.nc.Write(b)
 		c.mu.Lock()
@@ -603,11 +629,17 @@ func (c *conn) teardown(fatal bool) {
 	c.mu.Unlock()
 }
 
-// shutdown is called by Server.Shutdown after the waiters were answered and
-// the output flushed: stop processing input, half-close, and let the reader
-// end on EOF or after 1 s.
-func (c *conn) shutdown() {
+// shutdown is called by Server.Shutdown after the waiters were answered:
+// stop processing input, write what is queued (until flushBy at the
+// latest), half-close, and let the reader end on EOF or after 1 s.
+func (c *conn) shutdown(flushBy time.Time) {
 	c.stopping.Store(true)
+	c.mu.Lock()
+	if c.flushBy.IsZero() {
+		c.flushBy = flushBy
+		_ = c.nc.SetWriteDeadline(flushBy)
+	}
+	c.mu.Unlock()
 	c.waitFlushed()
 	type closeWriter interface{ CloseWrite() error }
 	if cw, ok := c.nc.(closeWriter); ok {

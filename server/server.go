@@ -297,15 +297,26 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		c.flush()
 	}
 	s.closeOnce.Do(func() { close(s.closed) })
+	// Each connection writes what it has queued (bounded by the write
+	// timeout, and by ctx below) before it half-closes; a client that does
+	// not read delays only its own connection.
+	flushBy := time.Now().Add(s.cfg.WriteTimeout)
+	if dl, ok := ctx.Deadline(); ok {
+		// Half the remaining budget at most: then the connections are
+		// closed in time even when their clients do not read.
+		flushBy = time.Now().Add(min(s.cfg.WriteTimeout, time.Until(dl)/2))
+	}
+	var sw sync.WaitGroup
 	for _, c := range cs {
-		c.shutdown()
+		sw.Add(1)
+		go func() { defer sw.Done(); c.shutdown(flushBy) }()
 	}
 	if s.metrics != nil {
 		_ = s.metrics.Shutdown(ctx)
 	}
 	s.lock.stop(ctx)
 	done := make(chan struct{})
-	go func() { s.wg.Wait(); close(done) }()
+	go func() { sw.Wait(); s.wg.Wait(); close(done) }()
 	select {
 	case <-done:
 		return nil
