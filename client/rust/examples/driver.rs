@@ -8,9 +8,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{json, Map, Value};
+use ticketing::{Client, Config, Error};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::{mpsc, oneshot, watch};
-use ticketing::{Client, Config, Error};
 
 type Out = mpsc::UnboundedSender<Value>;
 
@@ -102,7 +102,10 @@ async fn run_cmd(st: Shared, out: Out, cmd: Value) {
             let mut m = Map::new();
             m.insert("language".into(), "rust".into());
             m.insert("client_version".into(), ticketing::VERSION.into());
-            m.insert("runtime".into(), format!("tokio, rustc {}", option_env!("RUSTC_VERSION").unwrap_or("1.x")).into());
+            m.insert(
+                "runtime".into(),
+                format!("tokio, rustc {}", option_env!("RUSTC_VERSION").unwrap_or("1.x")).into(),
+            );
             ok_line(&id, m)
         }
         "close" => {

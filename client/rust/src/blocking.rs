@@ -116,7 +116,10 @@ impl Client {
         let c = self.inner.clone();
         let key = key.as_ref().to_vec();
         let l = self.rt.run(async move { c.acquire(key, lease, wait).await })??;
-        Ok(Lease { inner: Some(l), rt: self.rt.clone() })
+        Ok(Lease {
+            inner: Some(l),
+            rt: self.rt.clone(),
+        })
     }
 
     /// See [`crate::Client::try_acquire`].

@@ -318,7 +318,9 @@ impl Inner {
     /// Releases in the background a grant whose acquire was abandoned.
     pub(crate) fn compensate(&self, key: Arc<[u8]>, token: u64) {
         if !self.submit_release(key, token, RelState::new(self.cfg.release_window)) {
-            log(format_args!("release queue full or client closed: an abandoned grant stays held until its lease ends"));
+            log(format_args!(
+                "release queue full or client closed: an abandoned grant stays held until its lease ends"
+            ));
         }
     }
 
@@ -338,7 +340,10 @@ impl Inner {
             let mut st = st;
             let inner = client.r.inner.clone();
             if let Err(e) = release_loop(&inner, &key, token, &mut st).await {
-                log(format_args!("background release of {:?} failed: {e}", String::from_utf8_lossy(&key)));
+                log(format_args!(
+                    "background release of {:?} failed: {e}",
+                    String::from_utf8_lossy(&key)
+                ));
             }
             inner.rel_count.fetch_sub(1, Ordering::SeqCst);
             drop(client);
@@ -512,7 +517,10 @@ impl ReleaseGuard {
 impl Drop for ReleaseGuard {
     fn drop(&mut self) {
         if !self.done {
-            let st = RelState { maybe: true, ..self.st.clone() };
+            let st = RelState {
+                maybe: true,
+                ..self.st.clone()
+            };
             self.inner.submit_release(self.key.clone(), self.token, st);
         }
     }
@@ -527,7 +535,8 @@ impl Client {
     /// credentials or failed to prove the token, [`Error::Tls`] when every
     /// address failed TLS, [`Error::Invalid`] outside a runtime.
     pub async fn connect(cfg: Config) -> Result<Client, Error> {
-        let handle = tokio::runtime::Handle::try_current().map_err(|_| Error::invalid("Client::connect must run inside a tokio runtime (or use ticketing::blocking)"))?;
+        let handle = tokio::runtime::Handle::try_current()
+            .map_err(|_| Error::invalid("Client::connect must run inside a tokio runtime (or use ticketing::blocking)"))?;
         let mut seed = [0u8; 8];
         ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut seed).map_err(|_| Error::Connect("no randomness".into()))?;
         let (close_tx, _) = watch::channel(false);

@@ -32,6 +32,7 @@ impl<T: AsyncRead + AsyncWrite + Unpin + Send> Stream for T {}
 #[derive(Clone, Debug)]
 pub(crate) enum ConnErr {
     Auth(String),
+    #[cfg_attr(not(feature = "rustls"), allow(dead_code))]
     Tls(String),
     Other(String),
 }
@@ -130,7 +131,7 @@ impl CallHandle {
     pub async fn wait(&mut self) -> Reply {
         let r = (&mut self.rx).await;
         self.armed = false;
-        r.unwrap_or_else(|_| Reply::Lost)
+        r.unwrap_or(Reply::Lost)
     }
 }
 
@@ -153,7 +154,8 @@ impl Drop for CallHandle {
                     if self.counts {
                         // Withdraw the queued acquire (protocol.md §5 "Cancel").
                         let arg = (self.id as u64) << 32;
-                        self.conn.enqueue_locked(&mut st, Op::Cancel, &self.key, arg, false, Waiter::Dropped);
+                        self.conn
+                            .enqueue_locked(&mut st, Op::Cancel, &self.key, arg, false, Waiter::Dropped);
                     }
                 } else {
                     p.waiter = Waiter::Dropped;
@@ -424,7 +426,10 @@ pub(crate) async fn run(inner: Arc<Inner>, conn: Arc<Conn>) {
                 continue;
             }
             Err(_) => {
-                conn.failed(&inner, ConnErr::Other(format!("no connection within {:?}", inner.cfg.connect_timeout)));
+                conn.failed(
+                    &inner,
+                    ConnErr::Other(format!("no connection within {:?}", inner.cfg.connect_timeout)),
+                );
                 attempt += 1;
                 continue;
             }
@@ -446,7 +451,9 @@ pub(crate) async fn run(inner: Arc<Inner>, conn: Arc<Conn>) {
 }
 
 async fn connect(inner: &Inner, addr: &str) -> Result<(Box<dyn Stream>, u32), ConnErr> {
-    let tcp = tokio::net::TcpStream::connect(addr).await.map_err(|e| ConnErr::Other(format!("dial {addr}: {e}")))?;
+    let tcp = tokio::net::TcpStream::connect(addr)
+        .await
+        .map_err(|e| ConnErr::Other(format!("dial {addr}: {e}")))?;
     let _ = tcp.set_nodelay(true);
     #[cfg(feature = "rustls")]
     if let Some(tls) = &inner.cfg.tls {
@@ -481,7 +488,9 @@ async fn handshake<S: AsyncRead + AsyncWrite + Unpin>(inner: &Inner, s: &mut S) 
     wire::append_auth(&mut out, &a);
     s.write_all(&out).await.map_err(|e| io("sending AUTH", e))?;
     s.flush().await.map_err(|e| io("sending AUTH", e))?;
-    s.read_exact(&mut b[..wire::WELCOME_LEN]).await.map_err(|e| io("reading WELCOME", e))?;
+    s.read_exact(&mut b[..wire::WELCOME_LEN])
+        .await
+        .map_err(|e| io("reading WELCOME", e))?;
     let w = wire::parse_welcome(&b[..wire::WELCOME_LEN]).map_err(|e| ConnErr::Other(format!("bad WELCOME: {e}")))?;
     if !w.accepted() {
         return Err(match w.code {
@@ -499,7 +508,9 @@ async fn handshake<S: AsyncRead + AsyncWrite + Unpin>(inner: &Inner, s: &mut S) 
     if !token.is_empty() {
         let want = wire::server_proof(token, role, &nonce, &h.nonce);
         if !wire::proof_eq(&want, &w.proof) {
-            return Err(ConnErr::Auth("the server did not prove the token (an impostor, or a server without this token)".into()));
+            return Err(ConnErr::Auth(
+                "the server did not prove the token (an impostor, or a server without this token)".into(),
+            ));
         }
     }
     Ok(w.max_inflight.max(1))

@@ -93,7 +93,11 @@ impl TlsConfig {
         self
     }
 
-    pub(crate) async fn connect(&self, host: &str, tcp: tokio::net::TcpStream) -> Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>, Error> {
+    pub(crate) async fn connect(
+        &self,
+        host: &str,
+        tcp: tokio::net::TcpStream,
+    ) -> Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>, Error> {
         let name = self.server_name.as_deref().unwrap_or(host);
         let sn = ServerName::try_from(name.to_string()).map_err(|e| tls_err(format!("server name {name:?}: {e}")))?;
         tokio_rustls::TlsConnector::from(self.config.clone())

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# The Rust client's entry points for the root Makefile and .ci/run:
+#   ci.sh toolchain | install | build | test | bench
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+repo="$(cd "$here/../.." && pwd)"
+cd "$here"
+export CARGO_TARGET_DIR="$here/target"
+export CARGO_BUILD_JOBS="${CARGO_BUILD_JOBS:-2}"
+export CARGO_TERM_COLOR=never
+
+# Prefer the rustup toolchain when it is installed but not on PATH.
+if ! command -v cargo >/dev/null 2>&1 && [ -x "$HOME/.cargo/bin/cargo" ]; then
+  export PATH="$HOME/.cargo/bin:$PATH"
+fi
+
+need() {
+  local missing=()
+  command -v cargo >/dev/null 2>&1 || missing+=(cargo)
+  command -v rustc >/dev/null 2>&1 || missing+=(rustc)
+  cargo fmt --version >/dev/null 2>&1 || missing+=(rustfmt)
+  cargo clippy --version >/dev/null 2>&1 || missing+=(rust-clippy)
+  command -v cc >/dev/null 2>&1 || missing+=(gcc)   # ring builds a little C and assembly
+  printf '%s\n' "${missing[@]}" | sort -u | grep . || true
+}
+
+rust_new_enough() {
+  # rust-version in Cargo.toml: 1.85 (async closures).
+  local v; v=$(rustc --version 2>/dev/null | awk '{print $2}')
+  [ -n "$v" ] && [ "$(printf '%s\n1.85.0\n' "$v" | sort -V | head -1)" = "1.85.0" ]
+}
+
+case "${1:-}" in
+  toolchain)
+    m=$(need)
+    if [ -n "$m" ]; then
+      echo "rust client: missing $(echo $m): apt-get install -y $(echo $m)" >&2
+      exit 3
+    fi
+    if ! rust_new_enough; then
+      echo "rust client: rustc $(rustc --version) is older than 1.85: apt-get install -y -t trixie cargo rustc (or rustup update stable)" >&2
+      exit 3
+    fi
+    ;;
+  install)
+    m=$(need)
+    if [ -n "$(echo $m)" ]; then
+      export DEBIAN_FRONTEND=noninteractive
+      apt-get update -qq
+      apt-get install -y -qq $m >/dev/null
+    fi
+    cargo fetch --locked >/dev/null
+    ;;
+  build)
+    cargo build --locked --example driver
+    ;;
+  test)
+    export TICKETING_BIN="${TICKETING_BIN:-$repo/bin/ticketing}"
+    [ -x "$TICKETING_BIN" ] || { echo "rust client: $TICKETING_BIN not found (make build at the repo root, or set TICKETING_BIN)" >&2; exit 1; }
+    echo "== rust: cargo fmt --check"
+    cargo fmt --check
+    echo "== rust: cargo clippy --all-targets -- -D warnings"
+    cargo clippy --locked --all-targets -q -- -D warnings
+    echo "== rust: cargo clippy --no-default-features (no TLS)"
+    cargo clippy --locked --lib --no-default-features -q -- -D warnings
+    echo "== rust: cargo package"
+    cargo package --locked --allow-dirty --no-verify -q
+    cargo package --locked --allow-dirty --list >/dev/null
+    echo "== rust: cargo test (unit, fake server, golden vectors, proptest, real server, doc tests)"
+    cargo test --locked -- --test-threads=2
+    ;;
+  bench)
+    cargo build --locked --release --example bench -q
+    "$CARGO_TARGET_DIR/release/examples/bench"
+    ;;
+  *)
+    echo "usage: ci.sh toolchain|install|build|test|bench" >&2
+    exit 2
+    ;;
+esac

@@ -1,0 +1,514 @@
+//! Failure paths against a scripted fake server.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{resp, Fake, Mode};
+use ticketing::wire::{Code, Status};
+use ticketing::{Client, Config, Error};
+
+const S: Duration = Duration::from_secs(1);
+
+fn cfg(addr: &str) -> ticketing::ConfigBuilder {
+    Config::builder().addr(addr).connect_timeout(Duration::from_secs(2))
+}
+
+async fn client(f: &Fake) -> Client {
+    Client::connect(cfg(&f.addr).build().unwrap()).await.unwrap()
+}
+
+#[tokio::test]
+async fn bad_arguments_fail_before_sending() {
+    let f = Fake::start(Mode::default()).await;
+    let c = client(&f).await;
+    let long = vec![b'k'; 251];
+    for (key, lease, wait) in [
+        (&b""[..], S, S),
+        (&long[..], S, S),
+        (b"a\nb", S, S),
+        (b"\xc2\x85", S, S), // U+0085, a C1 control
+        (b"\xff", S, S),
+        (b"k", Duration::ZERO, S),
+        (b"k", Duration::from_millis(u32::MAX as u64 + 1), S),
+        (b"k", S, Duration::from_millis(u32::MAX as u64 + 1)),
+    ] {
+        let e = c.acquire(key, lease, wait).await.unwrap_err();
+        assert!(matches!(&e, Error::Invalid(i) if i.code.is_none()), "{key:?}: {e:?}");
+    }
+    assert!(matches!(c.release(b"", 1).await, Err(Error::Invalid(_))));
+    assert!(Config::builder().build().is_err());
+    assert!(Config::builder().addr("nohost").build().is_err());
+    c.close().await;
+}
+
+#[tokio::test]
+async fn two_connections_for_one_address() {
+    let mut f = Fake::start(Mode::default()).await;
+    let c = client(&f).await;
+    let mut conns = std::collections::HashSet::new();
+    let t = tokio::time::Instant::now();
+    while conns.len() < 2 && t.elapsed() < Duration::from_secs(5) {
+        if let Some(common::Event::Connected(ctl)) = f.try_next(Duration::from_secs(5)).await {
+            conns.insert(ctl.conn);
+        }
+    }
+    assert_eq!(conns.len(), 2);
+    c.close().await;
+}
+
+#[tokio::test]
+async fn impostor_and_reject_are_auth_errors() {
+    let f = Fake::start(Mode {
+        token: Some(b"s3cret".to_vec()),
+        impostor: true,
+        ..Mode::default()
+    })
+    .await;
+    let e = Client::connect(cfg(&f.addr).token("s3cret").build().unwrap()).await.unwrap_err();
+    assert_eq!(e, Error::Auth);
+    let f = Fake::start(Mode {
+        token: Some(b"s3cret".to_vec()),
+        ..Mode::default()
+    })
+    .await;
+    let e = Client::connect(cfg(&f.addr).token("wrong").build().unwrap()).await.unwrap_err();
+    assert_eq!(e, Error::Auth);
+    let f = Fake::start(Mode {
+        token: Some(b"s3cret".to_vec()),
+        ..Mode::default()
+    })
+    .await;
+    let c = Client::connect(cfg(&f.addr).token("s3cret").build().unwrap()).await.unwrap();
+    c.close().await;
+}
+
+#[tokio::test]
+async fn connect_timeout_names_the_cause() {
+    // A port nobody listens on.
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    drop(l);
+    let e = Client::connect(
+        Config::builder()
+            .addr(&addr)
+            .connect_timeout(Duration::from_millis(300))
+            .build()
+            .unwrap(),
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(e, Error::Connect(_)), "{e:?}");
+}
+
+#[tokio::test]
+async fn grant_deadline_uses_queued_time() {
+    let mut f = Fake::start(Mode::default()).await;
+    let c = client(&f).await;
+    let before = std::time::Instant::now();
+    let a = tokio::spawn({
+        let c = c.clone();
+        async move { c.acquire("k", Duration::from_secs(10), Duration::from_secs(5)).await }
+    });
+    let (r, ctl) = f.next_req().await;
+    assert_eq!(r.op, b'A');
+    assert_eq!(r.arg, (10_000u64 << 32) | 5000);
+    assert_eq!(r.key, b"k");
+    let token = (1u64 << 60) + 12345; // above 2^53: exact
+    ctl.grant(r.req_id, token, 625); // queued 10 s
+    let l = a.await.unwrap().unwrap();
+    assert_eq!(l.token(), token);
+    let d = l.deadline() - before;
+    assert!(d >= Duration::from_secs(19) && d <= Duration::from_secs(21), "{d:?}");
+    let _ = l.detach();
+    c.close().await;
+}
+
+#[tokio::test]
+async fn busy_is_returned_at_once_and_not_retried() {
+    let mut f = Fake::start(Mode::default()).await;
+    let c = client(&f).await;
+    let a = tokio::spawn({
+        let c = c.clone();
+        async move { c.acquire("k", S, S).await }
+    });
+    let (r, ctl) = f.next_req().await;
+    ctl.status(r.req_id, Status::Busy, Code::QUEUE_FULL);
+    assert_eq!(a.await.unwrap().unwrap_err(), Error::Busy(Code::QUEUE_FULL));
+    assert!(f.try_next(Duration::from_millis(200)).await.is_none(), "B was retried");
+    c.close().await;
+}
+
+#[tokio::test]
+async fn server_errors_keep_their_code() {
+    let mut f = Fake::start(Mode::default()).await;
+    let c = client(&f).await;
+    let a = tokio::spawn({
+        let c = c.clone();
+        async move { c.acquire("k", S, S).await }
+    });
+    let (r, ctl) = f.next_req().await;
+    ctl.send(resp(r.req_id, Status::Error, Code::BAD_LEASE, 0, 0, b"lease too long"));
+    let e = a.await.unwrap().unwrap_err();
+    assert_eq!(e.code(), Some(Code::BAD_LEASE));
+    assert!(matches!(e, Error::Invalid(_)));
+    c.close().await;
+}
+
+#[tokio::test]
+async fn lost_connection_after_send_is_indeterminate_never_retried() {
+    let mut f = Fake::start(Mode::default()).await;
+    let c = client(&f).await;
+    let a = tokio::spawn({
+        let c = c.clone();
+        async move { c.acquire("k", S, Duration::from_secs(3)).await }
+    });
+    let (r, ctl) = f.next_req().await;
+    assert_eq!(r.op, b'A');
+    ctl.close();
+    assert_eq!(a.await.unwrap().unwrap_err(), Error::Indeterminate);
+    // Never retried: no further acquire arrives.
+    loop {
+        match f.try_next(Duration::from_millis(300)).await {
+            Some(common::Event::Request(r, _)) => panic!("unexpected request {r:?}"),
+            Some(common::Event::Connected(_)) => continue,
+            None => break,
+        }
+    }
+    c.close().await;
+}
+
+#[tokio::test]
+async fn unknown_outcome_is_indeterminate() {
+    let mut f = Fake::start(Mode::default()).await;
+    let c = client(&f).await;
+    let a = tokio::spawn({
+        let c = c.clone();
+        async move { c.acquire("k", S, S).await }
+    });
+    let (r, ctl) = f.next_req().await;
+    ctl.status(r.req_id, Status::Unknown, Code::NO_QUORUM);
+    assert_eq!(a.await.unwrap().unwrap_err(), Error::Indeterminate);
+    c.close().await;
+}
+
+#[tokio::test]
+async fn duplicate_req_id_error_does_not_complete_the_request() {
+    let mut f = Fake::start(Mode::default()).await;
+    let c = client(&f).await;
+    let a = tokio::spawn({
+        let c = c.clone();
+        async move { c.acquire("k", S, S).await }
+    });
+    let (r, ctl) = f.next_req().await;
+    ctl.send(resp(r.req_id, Status::Error, Code::DUPLICATE_REQ_ID, 0, 0, b"dup"));
+    ctl.send(resp(9999, Status::Granted, Code::NONE, 0, 5, b"")); // unknown req_id: ignored
+    ctl.grant(r.req_id, 77, 0);
+    let l = a.await.unwrap().unwrap();
+    assert_eq!(l.token(), 77);
+    let _ = l.detach();
+    c.close().await;
+}
+
+#[tokio::test]
+async fn protocol_violation_drops_the_connection() {
+    let mut f = Fake::start(Mode::default()).await;
+    let c = client(&f).await;
+    let a = tokio::spawn({
+        let c = c.clone();
+        async move { c.acquire("k", S, S).await }
+    });
+    let (_r, ctl) = f.next_req().await;
+    ctl.raw(vec![b'Z'; 16]); // not a status
+    assert_eq!(a.await.unwrap().unwrap_err(), Error::Indeterminate);
+    // An oversized payload announcement is refused too, without allocating it.
+    let a = tokio::spawn({
+        let c = c.clone();
+        async move { c.acquire("k2", S, S).await }
+    });
+    let (_r, ctl) = f.next_req().await;
+    let mut b = vec![b'J', 0, 0, 0, 0, 0, 0, 1];
+    b.extend_from_slice(&u64::MAX.to_be_bytes());
+    ctl.raw(b);
+    assert_eq!(a.await.unwrap().unwrap_err(), Error::Indeterminate);
+    c.close().await;
+}
+
+#[tokio::test]
+async fn moved_is_followed_to_the_leader() {
+    let mut leader = Fake::start(Mode::default()).await;
+    let mut follower = Fake::start(Mode::default()).await;
+    let c = client(&follower).await;
+    let a = tokio::spawn({
+        let c = c.clone();
+        async move { c.acquire("k", S, Duration::from_secs(3)).await }
+    });
+    let (r, ctl) = follower.next_req().await;
+    ctl.send(resp(r.req_id, Status::Moved, Code::NONE, 0, 0, leader.addr.as_bytes()));
+    let (r2, ctl2) = leader.next_req().await;
+    assert_eq!(r2.op, b'A');
+    assert!((r2.arg as u32) <= 3000, "the retry carries the remaining wait");
+    ctl2.grant(r2.req_id, 42, 0);
+    assert_eq!(a.await.unwrap().unwrap().detach(), 42);
+    c.close().await;
+}
+
+#[tokio::test]
+async fn moved_loop_is_bounded() {
+    let mut f = Fake::start(Mode::default()).await;
+    let c = client(&f).await;
+    let a = tokio::spawn({
+        let c = c.clone();
+        async move { c.acquire("k", S, Duration::ZERO).await }
+    });
+    let mut n = 0;
+    let addr = f.addr.clone();
+    loop {
+        tokio::select! {
+            (r, ctl) = f.next_req() => {
+                n += 1;
+                ctl.send(resp(r.req_id, Status::Moved, Code::NONE, 0, 0, addr.as_bytes()));
+            }
+            _ = async { while !a.is_finished() { tokio::time::sleep(Duration::from_millis(5)).await; } } => break,
+        }
+    }
+    assert_eq!(a.await.unwrap().unwrap_err(), Error::NoLeader);
+    assert_eq!(n, 4, "hop limit 3, then give up (wait 0)");
+    c.close().await;
+}
+
+#[tokio::test]
+async fn dropping_a_queued_acquire_sends_cancel() {
+    let mut f = Fake::start(Mode::default()).await;
+    let c = client(&f).await;
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let c2 = c.clone();
+    let t = tokio::spawn(async move {
+        tokio::select! {
+            _ = c2.acquire("q", S, Duration::from_secs(10)) => panic!("should be cancelled"),
+            _ = rx => {}
+        }
+    });
+    let (r, ctl) = f.next_req().await;
+    assert_eq!(r.op, b'A');
+    tx.send(()).unwrap();
+    t.await.unwrap();
+    let (cr, _) = f.next_req().await;
+    assert_eq!(cr.op, b'C');
+    assert_eq!((cr.arg >> 32) as u32, r.req_id);
+    assert_eq!(cr.key, b"q");
+    // The server withdraws it: T then O. Nothing else happens.
+    ctl.status(r.req_id, Status::Timeout, Code::NONE);
+    ctl.status(cr.req_id, Status::Released, Code::NONE);
+    assert!(f.try_next(Duration::from_millis(200)).await.is_none());
+    c.drain().await;
+    c.close().await;
+}
+
+#[tokio::test]
+async fn grant_that_wins_the_cancel_race_is_compensated() {
+    let mut f = Fake::start(Mode::default()).await;
+    let c = client(&f).await;
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let c2 = c.clone();
+    let t = tokio::spawn(async move {
+        tokio::select! {
+            _ = c2.acquire("q", S, Duration::from_secs(10)) => panic!("should be cancelled"),
+            _ = rx => {}
+        }
+    });
+    let (r, ctl) = f.next_req().await;
+    tx.send(()).unwrap();
+    t.await.unwrap();
+    let (cr, _) = f.next_req().await;
+    assert_eq!(cr.op, b'C');
+    ctl.grant(r.req_id, 9001, 0);
+    ctl.status(cr.req_id, Status::NotHolder, Code::NONE);
+    let (rr, ctl2) = f.next_req().await;
+    assert_eq!(rr.op, b'R', "compensation releases the grant");
+    assert_eq!(rr.arg, 9001);
+    assert_eq!(rr.key, b"q");
+    ctl2.status(rr.req_id, Status::Released, Code::NONE);
+    c.drain().await;
+    c.close().await;
+}
+
+#[tokio::test]
+async fn dropped_lease_is_released_in_the_background() {
+    let mut f = Fake::start(Mode::default()).await;
+    let c = client(&f).await;
+    let a = tokio::spawn({
+        let c = c.clone();
+        async move { c.acquire("d", S, S).await }
+    });
+    let (r, ctl) = f.next_req().await;
+    ctl.grant(r.req_id, 5, 0);
+    let l = a.await.unwrap().unwrap();
+    drop(l);
+    let (rr, ctl) = f.next_req().await;
+    assert_eq!((rr.op, rr.arg, rr.key.as_slice()), (b'R', 5, &b"d"[..]));
+    ctl.status(rr.req_id, Status::Released, Code::NONE);
+    c.drain().await;
+    c.close().await;
+}
+
+#[tokio::test]
+async fn release_is_retried_and_never_success_without_o() {
+    let mut f = Fake::start(Mode::default()).await;
+    let c = Client::connect(
+        cfg(&f.addr)
+            .release_window(Duration::from_millis(1500))
+            .backoff(Duration::from_millis(20), Duration::from_millis(40))
+            .build()
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    let t = tokio::spawn({
+        let c = c.clone();
+        async move { c.release("r", 7).await }
+    });
+    // Every attempt loses its connection: retried within the window, then Indeterminate.
+    let mut attempts = 0;
+    let started = std::time::Instant::now();
+    while !t.is_finished() {
+        if let Some(common::Event::Request(r, ctl)) = f.try_next(Duration::from_millis(100)).await {
+            assert_eq!((r.op, r.arg), (b'R', 7));
+            attempts += 1;
+            ctl.close();
+        }
+    }
+    assert_eq!(t.await.unwrap().unwrap_err(), Error::Indeterminate);
+    assert!(attempts >= 2, "attempts {attempts}");
+    assert!(started.elapsed() < Duration::from_secs(4));
+    // After a lost attempt, N is indeterminate (the lost one may have released it).
+    let t = tokio::spawn({
+        let c = c.clone();
+        async move { c.release("r", 8).await }
+    });
+    let (r, ctl) = f.next_req().await;
+    ctl.close();
+    let (r2, ctl) = f.next_req().await;
+    assert_eq!(r2.arg, r.arg);
+    ctl.status(r2.req_id, Status::NotHolder, Code::NONE);
+    assert_eq!(t.await.unwrap().unwrap_err(), Error::Indeterminate);
+    // A clean N is NotHolder.
+    let t = tokio::spawn({
+        let c = c.clone();
+        async move { c.release("r", 9).await }
+    });
+    let (r, ctl) = f.next_req().await;
+    ctl.status(r.req_id, Status::NotHolder, Code::NONE);
+    assert_eq!(t.await.unwrap().unwrap_err(), Error::NotHolder);
+    c.close().await;
+}
+
+#[tokio::test]
+async fn pipelining_out_of_order_answers() {
+    let mut f = Fake::start(Mode::default()).await;
+    let c = client(&f).await;
+    let mut tasks = Vec::new();
+    for i in 0..100 {
+        let c = c.clone();
+        tasks.push(tokio::spawn(
+            async move { c.acquire(format!("p/{i}"), S, S).await.map(|l| l.detach()) },
+        ));
+    }
+    let mut reqs = Vec::new();
+    for _ in 0..100 {
+        reqs.push(f.next_req().await);
+    }
+    // Answer in reverse order; each gets the token derived from its key.
+    for (r, ctl) in reqs.iter().rev() {
+        let i: u64 = std::str::from_utf8(&r.key[2..]).unwrap().parse().unwrap();
+        ctl.grant(r.req_id, 1000 + i, 0);
+    }
+    for (i, t) in tasks.into_iter().enumerate() {
+        assert_eq!(t.await.unwrap().unwrap(), 1000 + i as u64);
+    }
+    c.close().await;
+}
+
+#[tokio::test]
+async fn reconnects_after_loss_and_stays_usable() {
+    let mut f = Fake::start(Mode::default()).await;
+    let c = client(&f).await;
+    // Kill every connection once, then wait for both to be back.
+    let mut seen = 0;
+    while seen < 4 {
+        match f.try_next(Duration::from_secs(5)).await {
+            Some(common::Event::Connected(ctl)) => {
+                seen += 1;
+                if ctl.conn <= 2 {
+                    ctl.close();
+                }
+            }
+            Some(common::Event::Request(..)) => {}
+            None => panic!("no reconnect"),
+        }
+    }
+    // Wait for the client to notice the reconnection.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let a = tokio::spawn({
+        let c = c.clone();
+        async move { c.acquire("k", S, Duration::from_secs(3)).await }
+    });
+    let (r, ctl) = f.next_req().await;
+    ctl.grant(r.req_id, 3, 0);
+    assert_eq!(a.await.unwrap().unwrap().detach(), 3);
+    c.close().await;
+}
+
+#[tokio::test]
+async fn close_fails_pending_calls() {
+    let mut f = Fake::start(Mode::default()).await;
+    let c = client(&f).await;
+    let a = tokio::spawn({
+        let c = c.clone();
+        async move { c.acquire("k", S, Duration::from_secs(10)).await }
+    });
+    let _ = f.next_req().await;
+    c.close().await;
+    assert_eq!(a.await.unwrap().unwrap_err(), Error::Closed);
+    assert_eq!(c.acquire("k", S, S).await.unwrap_err(), Error::Closed);
+}
+
+#[tokio::test]
+async fn max_inflight_waits_for_a_slot_within_the_wait() {
+    let mut f = Fake::start(Mode {
+        max_inflight: Some(1),
+        ..Mode::default()
+    })
+    .await;
+    let c = client(&f).await;
+    // Two connections with one slot each: the third queued acquire waits client-side.
+    let mut tasks = Vec::new();
+    for i in 0..3 {
+        let c = c.clone();
+        tasks.push(tokio::spawn(async move {
+            c.acquire(format!("m{i}"), S, Duration::from_millis(400)).await
+        }));
+    }
+    let (r1, c1) = f.next_req().await;
+    let (r2, c2) = f.next_req().await;
+    assert!(
+        f.try_next(Duration::from_millis(100)).await.is_none(),
+        "third sent beyond max_inflight"
+    );
+    c1.grant(r1.req_id, 1, 0);
+    let (r3, c3) = f.next_req().await;
+    c3.grant(r3.req_id, 3, 0);
+    c2.status(r2.req_id, Status::Timeout, Code::NONE);
+    let mut timeouts = 0;
+    for t in tasks {
+        match t.await.unwrap() {
+            Ok(l) => {
+                let _ = l.detach();
+            }
+            Err(Error::Timeout) | Err(Error::Closed) => timeouts += 1,
+            Err(e) => panic!("{e:?}"),
+        }
+    }
+    assert_eq!(timeouts, 1);
+    c.close().await;
+}
