@@ -37,17 +37,17 @@ type conn struct {
 	inflight atomic.Int32 // queued acquires; incremented by the reader only
 
 	mu         sync.Mutex
-	writeArmed int64     // on mu: nanotime the write deadline was last set
-	flushBy    time.Time // on mu: Shutdown's final write deadline (zero: none)
-	drained  *sync.Cond // on mu: out drained below the limit, or broken
-	out      []byte     // answers not yet written
-	spare    []byte
-	flushing bool
-	broken   bool // write failed or connection torn down: discard output
-	pending  map[uint32]struct{}
-	wake     chan struct{}
-	done     chan struct{}
-	stopping atomic.Bool // server shutdown: discard further requests
+	writeArmed int64      // on mu: nanotime the write deadline was last set
+	flushBy    time.Time  // on mu: Shutdown's final write deadline (zero: none)
+	drained    *sync.Cond // on mu: out drained below the limit, or broken
+	out        []byte     // answers not yet written
+	spare      []byte
+	flushing   bool
+	broken     bool // write failed or connection torn down: discard output
+	pending    map[uint32]struct{}
+	wake       chan struct{}
+	done       chan struct{}
+	stopping   atomic.Bool // server shutdown: discard further requests
 }
 
 func newConn(s *Server, nc net.Conn) *conn {
