@@ -109,3 +109,33 @@ def tls_server() -> Iterator[Server]:
         s.ca = ca
         yield s
         s.stop()
+
+
+def free_ports(n: int) -> list[int]:
+    import socket
+
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+@pytest.fixture
+def cluster() -> Iterator[list[Server]]:
+    """A fresh 3-node cluster (client ports from the OS; peer ports from the OS, reserved just before)."""
+    peers = ",".join(f"n{i + 1}=127.0.0.1:{p}" for i, p in enumerate(free_ports(3)))
+    nodes: list[Server] = []
+    try:
+        for pp in peers.split(","):
+            nid, paddr = pp.split("=")
+            raft = ["--raft-heartbeat-timeout", "100ms", "--raft-election-timeout", "100ms"]
+            raft += ["--raft-leader-lease-timeout", "100ms"]
+            nodes.append(start_server("--node-id", nid, "--peer-listen", paddr, "--peers", peers, "--bootstrap", *raft))
+            nodes[-1].extra["id"] = nid
+        yield nodes
+    finally:
+        for s in nodes:
+            s.stop()

@@ -78,6 +78,7 @@ from .errors import (
 )
 
 log = logging.getLogger("ticketing")
+log.addHandler(logging.NullHandler())
 
 _DOWN = 0
 _UP = 1
