@@ -359,6 +359,7 @@ func (s *Server) ReloadTLS() error {
 		return nil
 	}
 	if err := s.certs.reload(); err != nil {
+		s.log.Warn("tls reload failed; keeping the current certificate", "err", err)
 		return err
 	}
 	s.tlsCfg.Store(s.certs.config())

@@ -34,8 +34,8 @@ func newCertStore(cfg Config, log *slog.Logger, now func() time.Time) (*certStor
 	return cs, nil
 }
 
-// reload reads the files; an expired certificate is refused, one expiring
-// within 14 days is warned about.
+// reload reads the files; an expired or not yet valid certificate is
+// refused, one expiring within 14 days is warned about.
 func (cs *certStore) reload() error {
 	cert, err := tls.LoadX509KeyPair(cs.certFile, cs.keyFile)
 	if err != nil {
@@ -48,6 +48,9 @@ func (cs *certStore) reload() error {
 	now := cs.now()
 	if now.After(leaf.NotAfter) {
 		return fmt.Errorf("%w: tls certificate %s expired at %s", ErrConfig, cs.certFile, leaf.NotAfter.UTC().Format(time.RFC3339))
+	}
+	if now.Before(leaf.NotBefore) {
+		return fmt.Errorf("%w: tls certificate %s is not valid before %s", ErrConfig, cs.certFile, leaf.NotBefore.UTC().Format(time.RFC3339))
 	}
 	if leaf.NotAfter.Sub(now) < certWarnBefore {
 		cs.log.Warn("tls certificate expires soon", "file", cs.certFile, "not_after", leaf.NotAfter.UTC().Format(time.RFC3339))

@@ -110,7 +110,13 @@ func newPKI(tb testing.TB) *pki {
 // writeServer writes a server certificate named cn to the server files.
 func (p *pki) writeServer(tb testing.TB, cn string, notAfter time.Time) {
 	tb.Helper()
-	sc := newCert(tb, cn, p.ca, false, false, p.notBefore, notAfter)
+	p.writeServerFrom(tb, cn, p.notBefore, notAfter)
+}
+
+// writeServerFrom is writeServer with a chosen start of validity.
+func (p *pki) writeServerFrom(tb testing.TB, cn string, notBefore, notAfter time.Time) {
+	tb.Helper()
+	sc := newCert(tb, cn, p.ca, false, false, notBefore, notAfter)
 	writeFile(tb, p.certFile, sc.certPEM)
 	writeFile(tb, p.keyFile, sc.keyPEM)
 }
@@ -268,6 +274,12 @@ func TestTLSCertificateExpiry(t *testing.T) {
 		_ = s
 		t.Fatalf("an expired certificate: New returned %v, want a config error", err)
 	}
+	// Not valid yet (issue #22 item 6): refused like an expired one, for
+	// the client listener and (the same certificate) the peer listener.
+	p.writeServerFrom(t, "future", time.Now().Add(time.Hour), time.Now().Add(48*time.Hour))
+	if _, err := server.New(cfg); err == nil || !errors.Is(err, server.ErrConfig) || !strings.Contains(err.Error(), "not valid before") {
+		t.Fatalf("a not yet valid certificate: New returned %v, want a config error", err)
+	}
 	// Expired by the server's clock.
 	p.writeServer(t, "valid today", time.Now().Add(48*time.Hour))
 	late := cfg
@@ -330,6 +342,10 @@ func TestReloadTLS(t *testing.T) {
 	p.writeServer(t, "expired", time.Now().Add(-time.Minute))
 	if err := s.ReloadTLS(); err == nil {
 		t.Fatal("reloading an expired certificate succeeded")
+	}
+	p.writeServerFrom(t, "future", time.Now().Add(time.Hour), p.notLate)
+	if err := s.ReloadTLS(); err == nil || !strings.Contains(err.Error(), "not valid before") {
+		t.Fatalf("reloading a not yet valid certificate: %v, want refused", err)
 	}
 	writeFile(t, p.keyFile, []byte("garbage"))
 	if err := s.ReloadTLS(); err == nil {
