@@ -18,6 +18,7 @@ import (
 	"debug/elf"
 	"encoding/hex"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -378,19 +379,16 @@ func depCleanEnv() []string {
 	return env
 }
 
-// depFreeRange finds n consecutive free ports on 127.0.0.1.
+// depFreeRange finds n consecutive free ports on 127.0.0.1 below Linux's
+// ephemeral range (32768-60999): the OS never hands out these ports to the
+// `:0` listeners and outgoing connections of the tests running beside this
+// one, so the range stays free between this check and the script binding it
+// (a base next to a `:0` port, as before, raced with them).
 func depFreeRange(t *testing.T, n int) int {
 	t.Helper()
+	const lo, hi = 20000, 32000
 	for range 200 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		base := l.Addr().(*net.TCPAddr).Port
-		l.Close()
-		if base+n > 65535 {
-			continue
-		}
+		base := lo + rand.IntN(hi-lo-n)
 		ok := true
 		var ls []net.Listener
 		for p := base; p < base+n; p++ {
