@@ -27,7 +27,7 @@ const (
 	defaultTimeout = 5 * time.Second
 
 	// envLeaseDeadline is set by `ticketing run` in its child's environment,
-	// together with TICKETING_KEY and TICKETING_TOKEN (the fencing token).
+	// together with TICKETING_KEY and TICKETING_FENCING_TOKEN.
 	envLeaseDeadline = "TICKETING_LEASE_DEADLINE"
 )
 
@@ -114,13 +114,15 @@ func connOptions(cmd *cobra.Command, v *viper.Viper) (ConnOptions, error) {
 }
 
 // insideRun reports whether the token came from TICKETING_TOKEN set by an
-// enclosing `ticketing run` (which also sets TICKETING_LEASE_DEADLINE).
+// enclosing `ticketing run` to the fencing token (the transition of
+// childEnv: then TICKETING_TOKEN equals TICKETING_FENCING_TOKEN).
 func insideRun(cmd *cobra.Command, v *viper.Viper) bool {
 	if cmd.Flags().Changed("token") || v.GetString("token-file") != "" {
 		return false
 	}
-	_, ok := lookupEnv(envLeaseDeadline)
-	return ok
+	tok, ok := lookupEnv(envToken)
+	fence, inRun := lookupEnv(envFencingToken)
+	return ok && inRun && tok == fence
 }
 
 func tlsConfig(v *viper.Viper) (*tls.Config, error) {

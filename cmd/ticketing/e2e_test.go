@@ -484,8 +484,9 @@ func TestE2ETokenFileAndAuth(t *testing.T) {
 	e.env = append(e.env, "TICKETING_TOKEN_FILE="+tf)
 	e.expect(0, "status", "-o", "json")
 	e.expect(0, "health")
-	// Inside run, TICKETING_TOKEN is the fencing token; the credential comes from the file.
-	e.expect(0, "run", "c", "--", "sh", "-c", `"$0" acquire nested -n && "$0" release c "$TICKETING_TOKEN"`, bin)
+	// Inside run without a TICKETING_TOKEN, TICKETING_TOKEN is the fencing
+	// token too (transition); the credential comes from the file.
+	e.expect(0, "run", "c", "--", "sh", "-c", `"$0" acquire nested -n && test "$TICKETING_TOKEN" = "$TICKETING_FENCING_TOKEN" && "$0" release c "$TICKETING_FENCING_TOKEN"`, bin)
 	e.expect(0, "release", "a", strconv.FormatUint(tok, 10))
 
 	srv.cmd.Process.Signal(syscall.SIGTERM)

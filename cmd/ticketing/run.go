@@ -21,8 +21,13 @@ import (
 
 // Environment of run's child.
 const (
-	envKey   = "TICKETING_KEY"
-	envToken = "TICKETING_TOKEN"
+	envKey          = "TICKETING_KEY"
+	envFencingToken = "TICKETING_FENCING_TOKEN"
+	// envToken is the client credential; run sets it to the fencing token
+	// only when it is not set (transition, see childEnv).
+	envToken          = "TICKETING_TOKEN"
+	envAdminToken     = "TICKETING_ADMIN_TOKEN"
+	envAdminTokenFile = "TICKETING_ADMIN_TOKEN_FILE"
 )
 
 // RunOptions is `ticketing run` after flags and environment are merged.
@@ -53,10 +58,13 @@ func newCmdRun(fac *Factory, runF func(context.Context, *IO, *RunOptions) error)
 group, release the lock when CMD exits, and exit with CMD's code (128+N when
 a signal N killed it).
 
-CMD's environment adds TICKETING_KEY, TICKETING_TOKEN (the fencing token:
-pass it to what the lock protects) and TICKETING_LEASE_DEADLINE (RFC 3339).
-Inside CMD, ticketing commands do not take TICKETING_TOKEN as a credential:
-give them one with --token-file or TICKETING_TOKEN_FILE.
+CMD's environment adds TICKETING_KEY, TICKETING_FENCING_TOKEN (pass it to
+what the lock protects) and TICKETING_LEASE_DEADLINE (RFC 3339), and loses
+TICKETING_ADMIN_TOKEN and TICKETING_ADMIN_TOKEN_FILE. A TICKETING_TOKEN
+(the client token) is passed on, so ticketing commands inside CMD
+authenticate; when none is set, TICKETING_TOKEN is the fencing token too
+(deprecated: read TICKETING_FENCING_TOKEN), which ticketing commands inside
+CMD do not take as a credential.
 
 SIGINT, SIGTERM and SIGHUP are forwarded to CMD's process group. If CMD is
 still running --lease-margin before the lease ends, its process group gets
@@ -69,7 +77,7 @@ starting CMD.
 
 ` + lockFlagsHelp + "\n\n" + exitCodesHelp,
 		Example: `  ticketing run backups/db --lease 1h --wait 0 -E 0 -- /usr/local/bin/backup.sh
-  ticketing run reports --lease 5m -- sh -c 'generate --fence "$TICKETING_TOKEN"'`,
+  ticketing run reports --lease 5m -- sh -c 'generate --fence "$TICKETING_FENCING_TOKEN"'`,
 		Args: cobra.MinimumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts, err := runOptions(fac, cmd, args)
@@ -121,19 +129,36 @@ func runOptions(fac *Factory, cmd *cobra.Command, args []string) (*RunOptions, e
 	return opts, nil
 }
 
-// childEnv is base without variables run sets, plus the lock's.
+// childEnv is base without the variables run sets and without the admin
+// credentials (the command gets no more authority than a client), plus the
+// lock's: TICKETING_KEY, TICKETING_FENCING_TOKEN, TICKETING_LEASE_DEADLINE.
+// A TICKETING_TOKEN of base is the client credential and stays, so that a
+// ticketing command inside CMD authenticates; only when base has none,
+// TICKETING_TOKEN is also set to the fencing token (the documented
+// transition for scripts written before TICKETING_FENCING_TOKEN).
 func childEnv(base []string, l heldLock) []string {
-	env := make([]string, 0, len(base)+3)
+	env := make([]string, 0, len(base)+4)
+	credential := false
 	for _, kv := range base {
-		k, _, _ := strings.Cut(kv, "=")
-		if k == envKey || k == envToken || k == envLeaseDeadline {
+		k, v, _ := strings.Cut(kv, "=")
+		switch k {
+		case envKey, envFencingToken, envLeaseDeadline, envAdminToken, envAdminTokenFile:
 			continue
+		case envToken:
+			if v == "" {
+				continue
+			}
+			credential = true
 		}
 		env = append(env, kv)
 	}
+	fence := strconv.FormatUint(l.Token(), 10)
+	if !credential {
+		env = append(env, envToken+"="+fence)
+	}
 	return append(env,
 		envKey+"="+l.Key(),
-		envToken+"="+strconv.FormatUint(l.Token(), 10),
+		envFencingToken+"="+fence,
 		// Rounded down: the lease cannot end before it.
 		envLeaseDeadline+"="+l.Deadline().UTC().Truncate(time.Second).Format(time.RFC3339),
 	)

@@ -74,12 +74,12 @@ func TestRunRun(t *testing.T) {
 	t.Run("environment and exit code passed through", func(t *testing.T) {
 		f := &fakeLocker{token: 77}
 		ios, out, _ := testIO("")
-		err := runRun(context.Background(), ios, base(f, "sh", "-c", `echo "$TICKETING_KEY $TICKETING_TOKEN $KEEP $TICKETING_LEASE_DEADLINE"; exit 7`))
+		err := runRun(context.Background(), ios, base(f, "sh", "-c", `echo "$TICKETING_KEY $TICKETING_FENCING_TOKEN $KEEP $TICKETING_LEASE_DEADLINE $TICKETING_TOKEN"; exit 7`))
 		if code, line := codeOf(err); code != 7 || line != "" {
 			t.Fatalf("code %d line %q, want 7 silently", code, line)
 		}
 		fields := strings.Fields(out.String())
-		if len(fields) != 4 || fields[0] != "jobs/a" || fields[1] != "77" || fields[2] != "1" {
+		if len(fields) != 5 || fields[0] != "jobs/a" || fields[1] != "77" || fields[2] != "1" || fields[4] != "parent-secret" {
 			t.Fatalf("child saw %q", out)
 		}
 		d, err := time.Parse(time.RFC3339, fields[3])
