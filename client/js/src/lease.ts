@@ -73,9 +73,10 @@ export class Lease implements AsyncDisposable {
       if (this.#releasing || this.#released || d <= 0) {
         ac.abort(new Error("lease ended"));
       } else {
+        // +1: timers may fire up to a millisecond early on performance.now()'s clock
         this.#timer = setTimeout(
           () => ac.abort(new Error("lease deadline passed")),
-          d,
+          Math.ceil(d) + 1,
         );
         this.#timer.unref();
       }

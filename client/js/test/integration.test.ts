@@ -1,0 +1,206 @@
+// Against the real server ($TICKETING_BIN serve).
+import assert from "node:assert/strict";
+import { after, before, test } from "node:test";
+
+import {
+  AuthError,
+  CancelledError,
+  Client,
+  LockTimeoutError,
+  NotHolderError,
+  type Lease,
+} from "../src/index.js";
+import { sleep, startServer, tokenFile, type Server } from "./helpers.js";
+
+let srv: Server;
+let cl: Client;
+
+before(async () => {
+  srv = await startServer();
+  cl = await Client.connect({ addrs: [srv.addr] });
+});
+
+after(async () => {
+  await cl?.close();
+  await srv?.stop();
+});
+
+test("acquire, release; tokens above 2^53 exact and increasing", async () => {
+  const a = await cl.acquire("it/basic", { leaseMs: 10000 });
+  assert.ok(a.token > 2n ** 53n);
+  assert.ok(a.remainingMs() > 9000 && a.remainingMs() <= 10000);
+  await a.release();
+  assert.ok(a.released);
+  await a.release(); // idempotent after O
+  const b = await cl.acquire("it/basic", { leaseMs: 10000 });
+  assert.ok(b.token > a.token);
+  await cl.release("it/basic", b.token);
+  await assert.rejects(cl.release("it/basic", b.token), NotHolderError);
+});
+
+test("wait 0 on a held key is TIMEOUT; a waiter gets the lock on release (FIFO, queued deadline)", async () => {
+  const a = await cl.acquire("it/fifo", { leaseMs: 10000 });
+  await assert.rejects(
+    cl.acquire("it/fifo", { leaseMs: 1000, waitMs: 0 }),
+    LockTimeoutError,
+  );
+  const order: number[] = [];
+  const waiters: Promise<Lease>[] = [];
+  const t0 = performance.now();
+  for (let i = 0; i < 5; i++) {
+    waiters.push(
+      cl.acquire("it/fifo", { leaseMs: 10000, waitMs: 10000 }).then((l) => {
+        order.push(i);
+        return l;
+      }),
+    );
+    await sleep(30); // arrival order
+  }
+  await sleep(300);
+  await a.release();
+  const tokens: bigint[] = [];
+  // Waiter 0 waited ≥ 300 ms in the queue: its deadline includes G's queued time.
+  assert.ok((await waiters[0]!).deadline >= t0 + 10000 + 250);
+  for (const w of waiters) {
+    const l = await w;
+    tokens.push(l.token);
+    await l.release();
+  }
+  assert.deepEqual(order, [0, 1, 2, 3, 4]);
+  for (let i = 1; i < tokens.length; i++)
+    assert.ok(tokens[i]! > tokens[i - 1]!);
+});
+
+test("lease expiry hands the lock to the waiter", async () => {
+  const a = await cl.acquire("it/expiry", { leaseMs: 300 });
+  const t0 = performance.now();
+  const b = await cl.acquire("it/expiry", { leaseMs: 1000, waitMs: 5000 });
+  assert.ok(performance.now() - t0 >= 100);
+  assert.ok(b.token > a.token);
+  await assert.rejects(a.release(), NotHolderError);
+  await b.release();
+});
+
+test("abort withdraws a queued acquire: the next waiter is not delayed", async () => {
+  const a = await cl.acquire("it/cancel", { leaseMs: 10000 });
+  const ac = new AbortController();
+  const p = cl.acquire("it/cancel", {
+    leaseMs: 10000,
+    waitMs: 10000,
+    signal: ac.signal,
+  });
+  await sleep(100);
+  ac.abort();
+  await assert.rejects(p, CancelledError);
+  await a.release();
+  // Were the cancelled waiter still queued, it would hold the key now.
+  const b = await cl.acquire("it/cancel", { leaseMs: 1000, waitMs: 0 });
+  await b.release();
+});
+
+test("await using and withLock release on normal and exceptional exit", async () => {
+  {
+    await using lease = await cl.acquire("it/using", { leaseMs: 10000 });
+    assert.ok(lease.token > 0n);
+  }
+  (await cl.acquire("it/using", { leaseMs: 1000, waitMs: 0 })).release();
+  await sleep(50);
+  await assert.rejects(
+    (async () => {
+      await using lease = await cl.acquire("it/using2", { leaseMs: 10000 });
+      void lease;
+      throw new Error("boom");
+    })(),
+    /boom/,
+  );
+  await (await cl.acquire("it/using2", { leaseMs: 1000, waitMs: 0 })).release();
+
+  const v = await cl.withLock(
+    "it/with",
+    { leaseMs: 10000 },
+    async (l) => l.token,
+  );
+  assert.ok(v > 0n);
+  await assert.rejects(
+    cl.withLock("it/with", { leaseMs: 10000 }, async () => {
+      throw new Error("inside");
+    }),
+    /inside/,
+  );
+  await (await cl.acquire("it/with", { leaseMs: 1000, waitMs: 0 })).release();
+});
+
+test("100 acquires in flight through one client", async () => {
+  const leases = await Promise.all(
+    Array.from({ length: 100 }, (_, i) =>
+      cl.acquire(`it/many/${i}`, { leaseMs: 10000, waitMs: 5000 }),
+    ),
+  );
+  assert.equal(new Set(leases.map((l) => l.token)).size, 100);
+  await Promise.all(leases.map((l) => l.release()));
+  // and 100 waiters on one key
+  const first = await cl.acquire("it/one", { leaseMs: 10000 });
+  const waiters = Array.from({ length: 100 }, () =>
+    cl.acquire("it/one", { leaseMs: 10000, waitMs: 20000 }),
+  );
+  await sleep(200);
+  await first.release();
+  // Each releases as soon as it is granted (grant order across the two
+  // connections need not be the array's order).
+  await Promise.all(waiters.map((w) => w.then((l) => l.release())));
+});
+
+test("the lease signal aborts at the deadline", async () => {
+  const l = await cl.acquire("it/signal", { leaseMs: 200 });
+  const t0 = performance.now();
+  await new Promise((r) =>
+    l.signal.addEventListener("abort", r, { once: true }),
+  );
+  assert.ok(performance.now() - t0 >= 100);
+  assert.ok(l.expired);
+});
+
+test("token auth: right token works, wrong or missing token is AUTH", async () => {
+  const tf = tokenFile("s3cret-js");
+  const s = await startServer(["--token-file", tf.path]);
+  try {
+    const good = await Client.connect({ addrs: [s.addr], token: "s3cret-js" });
+    await (await good.acquire("it/auth", { leaseMs: 1000 })).release();
+    await good.close();
+    await assert.rejects(
+      Client.connect({
+        addrs: [s.addr],
+        token: "wrong",
+        connectTimeoutMs: 2000,
+      }),
+      AuthError,
+    );
+    await assert.rejects(
+      Client.connect({ addrs: [s.addr], connectTimeoutMs: 2000 }),
+      AuthError,
+    );
+  } finally {
+    await s.stop();
+    tf.cleanup();
+  }
+});
+
+test("the client survives a server restart on the same port (reconnect)", async () => {
+  const s1 = await startServer();
+  const c = await Client.connect({ addrs: [s1.addr], connectTimeoutMs: 5000 });
+  try {
+    await (await c.acquire("it/restart", { leaseMs: 1000 })).release();
+    await s1.stop();
+    await sleep(100);
+    const s2 = await startServer([]).catch(() => undefined);
+    // A fresh port: the old client cannot reach it, but it stays usable (CONNECT, not broken).
+    await assert.rejects(
+      c.acquire("it/restart", { leaseMs: 1000, waitMs: 0 }),
+      (e: unknown) =>
+        ["CONNECT", "INDETERMINATE"].includes((e as { code: string }).code),
+    );
+    await s2?.stop();
+  } finally {
+    await c.close();
+  }
+});
