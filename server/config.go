@@ -46,7 +46,11 @@ type Config struct {
 	TokenBlock uint64
 
 	// MetricsListen, when set, serves Prometheus /metrics on that address.
+	// A non-loopback address needs MetricsToken, or Insecure.
 	MetricsListen string
+	// MetricsToken, when set, is the bearer token /metrics requires
+	// (Authorization: Bearer <token>; 401 otherwise).
+	MetricsToken string
 
 	// Shards is the number of lock-table shards (each one mutex and one timer
 	// goroutine). Default 16.
@@ -170,11 +174,38 @@ func (c *Config) Validate() error {
 		}
 	}
 	if c.MetricsListen != "" {
-		if _, _, err := net.SplitHostPort(c.MetricsListen); err != nil {
+		h, _, err := net.SplitHostPort(c.MetricsListen)
+		if err != nil {
 			return cfgErr("metrics listen address %q: %v", c.MetricsListen, err)
+		}
+		if c.MetricsToken == "" && !c.Insecure && !isLoopback(h) {
+			return cfgErr("refusing to serve metrics on non-loopback address %q without a metrics token (set a metrics token, or --insecure)", c.MetricsListen)
 		}
 	}
 	return nil
+}
+
+// insecureWarnings are the exposures Insecure allowed, one line each, logged
+// at start (issue #22 item 8).
+func (c *Config) insecureWarnings() []string {
+	var w []string
+	if !c.Insecure {
+		return nil
+	}
+	if h, _, _ := net.SplitHostPort(c.Listen); c.ClientToken == "" && !isLoopback(h) {
+		w = append(w, "listening without a token on non-loopback address "+c.Listen+" (--insecure): anyone who can reach it can take and release locks")
+	}
+	if c.Cluster != nil && c.ClientToken == "" {
+		if h, _, _ := net.SplitHostPort(c.Cluster.PeerListen); !isLoopback(h) {
+			w = append(w, "listening for peers without a token on non-loopback address "+c.Cluster.PeerListen+" (--insecure)")
+		}
+	}
+	if c.MetricsListen != "" && c.MetricsToken == "" {
+		if h, _, _ := net.SplitHostPort(c.MetricsListen); !isLoopback(h) {
+			w = append(w, "serving metrics without a token on non-loopback address "+c.MetricsListen+" (--insecure)")
+		}
+	}
+	return w
 }
 
 // isLoopback reports whether host names only loopback addresses: localhost,

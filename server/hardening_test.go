@@ -1,7 +1,11 @@
 package server_test
 
 import (
+	"errors"
+	"log/slog"
 	"net"
+	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -51,4 +55,51 @@ func TestNonReaderIsClosed(t *testing.T) {
 	c.Close()
 	// Its lock follows the closed-connection rule: still held until its lease ends.
 	is(t, admin.Acquire("nr2", 1000, 0), wire.StatusTimeout)
+}
+
+// TestMetricsExposure: a metrics listener on a non-loopback address
+// without a metrics token needs the explicit --insecure, which (like a
+// token-less non-loopback client listener) is logged at start; a metrics
+// token is required as a bearer token (issue #22 item 8).
+func TestMetricsExposure(t *testing.T) {
+	t.Parallel()
+	base := server.DefaultConfig()
+	base.Listen = "127.0.0.1:0"
+	base.MetricsListen = "0.0.0.0:0"
+	if _, err := server.New(base); !errors.Is(err, server.ErrConfig) || !strings.Contains(err.Error(), "metrics") {
+		t.Fatalf("non-loopback metrics without a token: %v, want refused", err)
+	}
+	// --insecure: starts, and says so in the log.
+	var logs lockedBuffer
+	s := startServer(t, func(c *server.Config) {
+		c.Listen, c.MetricsListen, c.Insecure = "0.0.0.0:0", "0.0.0.0:0", true
+		c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	})
+	if !strings.Contains(logs.String(), "serving metrics without a token") || !strings.Contains(logs.String(), "listening without a token") {
+		t.Fatalf("no warning in the log: %q", logs.String())
+	}
+	_ = s
+	// A metrics token: /metrics wants it.
+	tok := startServer(t, func(c *server.Config) { c.MetricsListen, c.MetricsToken = "0.0.0.0:0", "m3trics" })
+	_, port, _ := net.SplitHostPort(tok.MetricsAddr())
+	url := "http://127.0.0.1:" + port + "/metrics"
+	for _, tc := range []struct {
+		auth string
+		want int
+	}{{"", 401}, {"Bearer wrong", 401}, {"Bearer m3trics", 200}} {
+		req, _ := http.NewRequest("GET", url, nil)
+		if tc.auth != "" {
+			req.Header.Set("Authorization", tc.auth)
+		}
+		tr := &http.Transport{DisableKeepAlives: true}
+		resp, err := (&http.Client{Transport: tr, Timeout: long}).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		tr.CloseIdleConnections()
+		if resp.StatusCode != tc.want {
+			t.Errorf("Authorization %q: %d, want %d", tc.auth, resp.StatusCode, tc.want)
+		}
+	}
 }

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/subtle"
 	"fmt"
 	"net"
 	"net/http"
@@ -83,6 +84,20 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
+// bearer requires "Authorization: Bearer <token>" (compared in constant
+// time) before next; 401 otherwise.
+func bearer(token string, next http.Handler) http.Handler {
+	want := []byte("Bearer " + token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="ticketing metrics"`)
+			http.Error(w, "unauthorized", http.StatusUnauthorized)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
 func (s *Server) startMetrics(ctx context.Context) error {
 	if s.cfg.MetricsListen == "" {
 		return nil
@@ -90,7 +105,11 @@ func (s *Server) startMetrics(ctx context.Context) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(newCollector(s), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	var h http.Handler = promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
+	if tok := s.cfg.MetricsToken; tok != "" {
+		h = bearer(tok, h)
+	}
+	mux.Handle("/metrics", h)
 	var lc net.ListenConfig
 	ln, err := lc.Listen(ctx, "tcp", s.cfg.MetricsListen)
 	if err != nil {

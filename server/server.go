@@ -94,6 +94,9 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.setListener(ln)
+	for _, w := range s.cfg.insecureWarnings() {
+		s.log.Warn(w)
+	}
 	if cfg.Cluster != nil {
 		if err := s.startCluster(ctx); err != nil {
 			ln.Close()
