@@ -3,6 +3,24 @@
 //!
 //! Decoders never panic on any input and never allocate: payloads alias the
 //! input buffer. Every length a peer announces is bounded before it is used.
+//!
+//! ```
+//! use ticketing::wire::{self, Code, Status};
+//!
+//! let mut frame = Vec::new();
+//! wire::append_acquire(&mut frame, 1, b"orders/42", 30_000, 5_000);
+//! assert_eq!(frame.len(), 16 + 9);
+//!
+//! // A grant after 10 s in the queue (625 × 16 ms), token above 2^53.
+//! let bytes = [0x47, 0, 0x02, 0x71, 0, 0, 0, 1, 0x18, 0xbc, 0xfe, 0x56, 0x80, 0, 0, 0x07];
+//! let (r, used) = wire::parse_response(&bytes).unwrap().unwrap();
+//! assert_eq!((r.status, r.code, r.req_id, used), (Status::Granted, Code::NONE, 1, 16));
+//! assert_eq!(r.value, 0x18bcfe5680000007);
+//! assert_eq!(wire::queued_duration(r.queued), std::time::Duration::from_secs(10));
+//! // An incomplete frame asks for more bytes; garbage is an error, never a panic.
+//! assert_eq!(wire::parse_response(&bytes[..10]), Ok(None));
+//! assert!(wire::parse_response(&[0xff; 16]).is_err());
+//! ```
 
 use std::fmt;
 use std::time::Duration;
