@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -89,26 +88,36 @@ def token_server() -> Iterator[Server]:
 
 
 @pytest.fixture(scope="session")
-def tls_server() -> Iterator[Server]:
-    openssl = shutil.which("openssl")
-    if openssl is None:
-        pytest.skip("openssl not installed: no certificates for the TLS test")
+def tls_files() -> Iterator[dict[str, str]]:
+    """A private CA, a server certificate for 127.0.0.1 and a client
+    certificate, made by `ticketing deploy` (no openssl needed)."""
     with tempfile.TemporaryDirectory() as tmp:
-        ca_key, ca, key, csr, crt = (os.path.join(tmp, n) for n in ("ca.key", "ca.pem", "s.key", "s.csr", "s.pem"))
-        ext = os.path.join(tmp, "ext")
-        with open(ext, "w") as f:
-            f.write("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
-        run = lambda *a: subprocess.run(a, check=True, capture_output=True)  # noqa: E731
-        run(openssl, "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
-            "-keyout", ca_key, "-out", ca, "-days", "2", "-subj", "/CN=test-ca")  # fmt: skip
-        run(openssl, "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
-            "-keyout", key, "-out", csr, "-subj", "/CN=localhost")  # fmt: skip
-        run(openssl, "x509", "-req", "-in", csr, "-CA", ca, "-CAkey", ca_key, "-CAcreateserial",
-            "-out", crt, "-days", "2", "-extfile", ext)  # fmt: skip
-        s = start_server("--tls-cert", crt, "--tls-key", key)
-        s.ca = ca
-        yield s
-        s.stop()
+        tdir = os.path.join(tmp, "tls")
+        subprocess.run(
+            [server_bin(), "deploy", "--nodes", "127.0.0.1", "--tls-dir", tdir, "--out", tmp],
+            check=True,
+            capture_output=True,
+        )
+        yield {n: os.path.join(tdir, f) for n, f in [("ca", "ca.crt"), ("cert", "n1.crt"), ("key", "n1.key"),
+               ("client_cert", "client.crt"), ("client_key", "client.key")]}  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def tls_server(tls_files: dict[str, str]) -> Iterator[Server]:
+    s = start_server("--tls-cert", tls_files["cert"], "--tls-key", tls_files["key"])
+    s.ca = tls_files["ca"]
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="session")
+def mtls_server(tls_files: dict[str, str]) -> Iterator[Server]:
+    f = tls_files
+    s = start_server("--tls-cert", f["cert"], "--tls-key", f["key"], "--tls-client-ca", f["ca"])
+    s.ca = f["ca"]
+    s.extra.update(f)
+    yield s
+    s.stop()
 
 
 def free_ports(n: int) -> list[int]:

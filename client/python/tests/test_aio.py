@@ -279,7 +279,7 @@ def test_real_server_tls(tls_server: Server) -> None:
     ctx = ssl.create_default_context(cafile=tls_server.ca)
 
     async def main() -> None:
-        async with ticketing.AsyncClient(tls_server.addr, tls=ctx, server_name="localhost") as c:
+        async with ticketing.AsyncClient(tls_server.addr, tls=ctx) as c:
             lease = await c.acquire(f"py/aio-tls/{uuid.uuid4().hex[:8]}", lease=1)
             await lease.release()
         with pytest.raises(ticketing.TLSError):

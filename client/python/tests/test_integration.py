@@ -182,10 +182,21 @@ def test_token_auth(token_server: Server) -> None:
 def test_tls(tls_server: Server) -> None:
     assert tls_server.ca
     ctx = ssl.create_default_context(cafile=tls_server.ca)
-    with ticketing.Client(tls_server.addr, tls=ctx, server_name="localhost") as c:
+    with ticketing.Client(tls_server.addr, tls=ctx) as c:
         c.acquire(k("tls"), lease=1).release()
         assert c.ping()[0] > 0
     with pytest.raises(ticketing.TLSError):
         ticketing.Client(tls_server.addr, tls=ssl.create_default_context(), connect_timeout=2)
     with pytest.raises(ticketing.ConnectError):
         ticketing.Client(tls_server.addr, connect_timeout=1)  # plaintext to a TLS server
+
+
+def test_mutual_tls(mtls_server: Server) -> None:
+    f = mtls_server.extra
+    ctx = ssl.create_default_context(cafile=f["ca"])
+    ctx.load_cert_chain(f["client_cert"], f["client_key"])
+    with ticketing.Client(mtls_server.addr, tls=ctx) as c:
+        c.acquire(k("mtls"), lease=1).release()
+    no_cert = ssl.create_default_context(cafile=f["ca"])
+    with pytest.raises(ticketing.TLSError):
+        ticketing.Client(mtls_server.addr, tls=no_cert, connect_timeout=2)
