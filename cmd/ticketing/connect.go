@@ -43,6 +43,12 @@ type ConnOptions struct {
 // lookupEnv is os.LookupEnv; tests replace it.
 var lookupEnv = os.LookupEnv
 
+// envSet reports whether the variable is set and not empty (as viper sees it).
+func envSet(name string) bool {
+	v, ok := lookupEnv(name)
+	return ok && v != ""
+}
+
 // addConnFlags adds the connection flags to a client command.
 func addConnFlags(cmd *cobra.Command) {
 	f := cmd.Flags()

@@ -284,7 +284,7 @@ func TestE2ERunChildExitCode(t *testing.T) {
 func TestE2ERunLeaseLost(t *testing.T) {
 	e := newE2E(t, nil)
 	// The child ignores SIGTERM and leaves a grandchild in its process group.
-	p := e.expect(ExitLeaseLost, "run", "ll", "--lease", "2s", "--lease-margin", "0.5", "--kill-grace", "0.5s", "--",
+	p := e.expect(ExitLeaseLost, "run", "ll", "--lease", "2s", "--lease-margin", "1.2", "--kill-grace", "0.5s", "--",
 		"sh", "-c", `echo "$TICKETING_TOKEN" > tok; sleep 60 & echo $! > grandchild; trap "" TERM; while :; do sleep 0.1; done`)
 	if el := p.end.Sub(p.start); el < time.Second || el > 15*time.Second {
 		t.Errorf("run took %v (lease 2s)", el)
@@ -303,8 +303,8 @@ func TestE2ERunLeaseLost(t *testing.T) {
 func TestE2ERunWaitedLongerThanLease(t *testing.T) {
 	e := newE2E(t, nil)
 	holder := e.token(e.expect(0, "acquire", "wl", "--lease", "60s"))
-	const lease, margin = 2 * time.Second, 500 * time.Millisecond
-	r := e.start("", "run", "wl", "--lease", "2s", "--lease-margin", "500ms", "--kill-grace", "1s", "--wait", "30", "--",
+	const lease, margin = 3 * time.Second, 1500 * time.Millisecond
+	r := e.start("", "run", "wl", "--lease", "3s", "--lease-margin", "1500ms", "--kill-grace", "0.5s", "--wait", "30", "--",
 		"sh", "-c", `date +%s%N > started; exec sleep 60`)
 	e.waitQueue("wl", 1)
 	// locks shows the key with its queue.
@@ -328,7 +328,7 @@ func TestE2ERunWaitedLongerThanLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	lived := r.end.Sub(time.Unix(0, ns))
-	// The child gets the whole lease less the margin (1.5 s), counted from
+	// The child gets the whole lease less the margin, counted from
 	// the grant, not from when run asked.
 	if lived < lease-margin-500*time.Millisecond || lived > lease+3*time.Second {
 		t.Errorf("child lived %v, want about %v", lived, lease-margin)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/viper"
 
 	"github.com/ticketing/ticketing/admin"
 	"github.com/ticketing/ticketing/client"
@@ -69,8 +70,10 @@ CMD do not take as a credential.
 SIGINT, SIGTERM and SIGHUP are forwarded to CMD's process group. If CMD is
 still running --lease-margin before the lease ends, its process group gets
 SIGTERM, then SIGKILL after --kill-grace; the lock is released and run exits
-9. The default margin is --kill-grace + 1s (at most half the lease), so that
-even SIGKILL lands before the lease ends. Processes CMD leaves behind in its
+9. The whole schedule fits inside the lease: the margin must be at least
+--kill-grace + 500ms (a quarter of the lease when shorter) for reaping and
+the release, else run refuses (exit 2). Defaults: --kill-grace 5s (a quarter
+of a lease under 20s), margin --kill-grace + 1s (at most half the lease). Processes CMD leaves behind in its
 group get the same treatment before the lock is released. A signal while
 still waiting for the lock withdraws the wait and exits 128+N without
 starting CMD.
@@ -88,8 +91,8 @@ starting CMD.
 		},
 	}
 	addLockFlags(cmd)
-	durationFlag(cmd, "kill-grace", "", "5s", "after SIGTERM, wait this long before SIGKILL")
-	durationFlag(cmd, "lease-margin", "", "", "send SIGTERM this long before the lease deadline (default: --kill-grace + 1s, at most half the lease)")
+	durationFlag(cmd, "kill-grace", "", "", "after SIGTERM, wait this long before SIGKILL (default 5s; a quarter of a lease under 20s)")
+	durationFlag(cmd, "lease-margin", "", "", "send SIGTERM this long before the lease deadline (default: --kill-grace + 1s, at most half the lease; at least --kill-grace + 500ms)")
 	addConnFlags(cmd)
 	return cmd
 }
@@ -109,24 +112,53 @@ func runOptions(fac *Factory, cmd *cobra.Command, args []string) (*RunOptions, e
 		return nil, err
 	}
 	opts.Lease, opts.Wait, opts.ConflictExitCode = la.Lease, la.Wait, la.ConflictExitCode
-	if opts.KillGrace, err = getDuration(v, "kill-grace"); err != nil {
+	if opts.KillGrace, opts.LeaseMargin, err = stopSchedule(v, opts.Lease,
+		cmd.Flags().Changed("kill-grace") || envSet("TICKETING_KILL_GRACE"),
+		cmd.Flags().Changed("lease-margin") || envSet("TICKETING_LEASE_MARGIN")); err != nil {
 		return nil, err
-	}
-	if s := v.GetString("lease-margin"); s != "" {
-		if opts.LeaseMargin, err = getDuration(v, "lease-margin"); err != nil {
-			return nil, err
-		}
-		if opts.LeaseMargin >= opts.Lease {
-			return nil, usageError("--lease-margin %v must be less than --lease %v", opts.LeaseMargin, opts.Lease)
-		}
-	} else {
-		opts.LeaseMargin = min(opts.KillGrace+time.Second, opts.Lease/2)
 	}
 	if opts.Conn, err = fac.Conn(cmd, v); err != nil {
 		return nil, err
 	}
 	opts.Connect = fac.LockClient(opts.Conn)
 	return opts, nil
+}
+
+// defaultKillGrace is --kill-grace's default, for leases of 20 s and more
+// (a shorter lease gets a quarter of it).
+const defaultKillGrace = 5 * time.Second
+
+// stopSlack is what the stop schedule leaves after SIGKILL for reaping the
+// group and releasing the lock: 500 ms, a quarter of the lease when shorter.
+func stopSlack(lease time.Duration) time.Duration { return min(500*time.Millisecond, lease/4) }
+
+// stopSchedule reads --kill-grace and --lease-margin and checks that the
+// whole stop schedule fits inside the lease, counted from the client's
+// deadline: SIGTERM at deadline − margin, SIGKILL grace later, and the
+// stopSlack for reap and release before the deadline. Defaults: grace 5 s
+// (a quarter of a lease under 20 s), margin grace + 1 s (at most half the
+// lease). A combination that cannot fit is a usage error naming the numbers.
+func stopSchedule(v *viper.Viper, lease time.Duration, graceSet, marginSet bool) (grace, margin time.Duration, err error) {
+	grace = min(defaultKillGrace, lease/4)
+	if graceSet {
+		if grace, err = getDuration(v, "kill-grace"); err != nil {
+			return 0, 0, err
+		}
+	}
+	margin = min(grace+time.Second, lease/2)
+	if marginSet {
+		if margin, err = getDuration(v, "lease-margin"); err != nil {
+			return 0, 0, err
+		}
+		if margin >= lease {
+			return 0, 0, usageError("--lease-margin %v must be less than --lease %v", margin, lease)
+		}
+	}
+	if slack := stopSlack(lease); margin < grace+slack {
+		return 0, 0, usageError("--lease %v: the stop schedule does not fit: --lease-margin %v must be at least --kill-grace %v + %v (reap and release) before the lease ends",
+			lease, margin, grace, slack)
+	}
+	return grace, margin, nil
 }
 
 // childEnv is base without the variables run sets and without the admin

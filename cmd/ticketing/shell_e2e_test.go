@@ -6,9 +6,13 @@ package main
 // binary and fails without its fix.
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/ticketing/ticketing/server"
 )
@@ -33,5 +37,41 @@ t=$("$0" acquire nested -n) || exit 15
 "$0" release nested "$t" || exit 16`, e.bin)
 	if p.err.Len() != 0 {
 		t.Errorf("stderr %q", p.err.String())
+	}
+}
+
+// TestE2ERunStopScheduleFitsLease (#12 item 2): with a 4 s lease and a
+// command that ignores SIGTERM, the command's last sign of life comes
+// before the next holder's grant; a --kill-grace that cannot fit is exit 2
+// naming the numbers.
+func TestE2ERunStopScheduleFitsLease(t *testing.T) {
+	e := newE2E(t, nil)
+	p := e.expect(ExitUsage, "run", "sched", "--lease", "4s", "--kill-grace", "5s", "--", "true")
+	oneStderrLine(t, p)
+	if s := p.err.String(); !strings.Contains(s, "--lease 4s") || !strings.Contains(s, "--kill-grace 5s") {
+		t.Errorf("stderr %q does not name the numbers", s)
+	}
+
+	r := e.start("", "run", "sched", "--lease", "4s", "--", "sh", "-c",
+		`trap "" TERM; while :; do date +%s%N >> beat; sleep 0.05; done`)
+	waitFile(t, e.path("beat"))
+	next := e.expect(0, "acquire", "sched", "--wait", "30s", "--lease", "10s", "-o", "json")
+	var j struct {
+		Deadline time.Time `json:"deadline"`
+	}
+	if err := json.Unmarshal([]byte(next.out.String()), &j); err != nil {
+		t.Fatal(err)
+	}
+	granted := j.Deadline.Add(-10 * time.Second) // at or before the grant
+	if code := r.wait(t); code != ExitLeaseLost {
+		t.Fatalf("run exit %d, want 9: %s", code, r.err.String())
+	}
+	lines := strings.Fields(e.readFile("beat"))
+	ns, err := strconv.ParseInt(lines[len(lines)-1], 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if last := time.Unix(0, ns); !last.Before(granted) {
+		t.Errorf("the command ran until %v, %v after the next holder's grant", last.Format(time.StampMilli), last.Sub(granted))
 	}
 }
