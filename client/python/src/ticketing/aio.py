@@ -758,7 +758,7 @@ class AsyncClient:
         budget_end = start + wait_ms / 1000
         conn_give_up = max(start + self._connect_timeout, budget_end)
         moves = rounds = 0
-        st = ReleaseState(kb, 0)
+        st: ReleaseState | None = None  # for its once-per-call "woken" flag
         while True:
             c = _ACall(loop, _wire.OP_ACQUIRE, kb, lease_ms, wait_ms)
             c.counts = wait_ms > 0
@@ -795,6 +795,7 @@ class AsyncClient:
                     d = redirect_delay(rounds)
                     if wait_ms == 0 or budget_end - time.monotonic() <= d:
                         raise NoLeader(f"{moves} consecutive redirects (last to {addr!r})")
+                    st = st or ReleaseState(kb, 0)
                     await self._sleep_redirect(d, self._leader, st)
                     if self._closed:
                         raise ClientClosed("client closed")
@@ -863,12 +864,10 @@ class AsyncClient:
             except asyncio.CancelledError:
                 self._background_release(s)
                 raise
+            # the window ends at s.deadline: an unanswered attempt is dropped then
+            timer = loop.call_later(max(0.0, s.deadline - time.monotonic()), _expire, c)
             try:
-                await asyncio.wait_for(asyncio.shield(c.fut), max(0.0, s.deadline - time.monotonic()))
-            except asyncio.TimeoutError:
-                if c.pending:
-                    c.owner = OWNER_DROPPED
-                    raise s.give_up(cause) from None
+                await c.fut
             except asyncio.CancelledError:
                 if c.pending or c.fail != FAIL_NONE or c.status in (_wire.ST_MOVED, _wire.ST_UNKNOWN):
                     if c.pending:
@@ -876,6 +875,10 @@ class AsyncClient:
                         s.maybe = True
                     self._background_release(s)
                 raise
+            finally:
+                timer.cancel()
+            if c.owner == OWNER_DROPPED:
+                raise s.give_up(cause)
             if c.fail != FAIL_NONE:
                 cause = c.fail_err
             final, wait, err = s.outcome(c.fail, self._closed, c.status, c.code, c.payload, self._follow)
@@ -938,6 +941,14 @@ class AsyncClient:
                     raise NoLeader(f"{moves} consecutive redirects")
                 continue
             raise server_error(c.code, c.payload)
+
+
+def _expire(c: _ACall) -> None:
+    """The release window ended with c unanswered: give it up."""
+    if c.pending and c.owner == OWNER_CALLER:
+        c.owner = OWNER_DROPPED
+        if not c.fut.done():
+            c.fut.set_result(None)
 
 
 def _retrieve(bg: set[asyncio.Task[Any]]) -> Any:

@@ -938,7 +938,7 @@ class Client:
         budget_end = start + wait_ms / 1000
         conn_give_up = max(start + self._connect_timeout, budget_end)
         moves = rounds = 0
-        st = ReleaseState(kb, 0)  # only for its once-per-call "woken" flag
+        st: ReleaseState | None = None  # for its once-per-call "woken" flag
         while True:
             if cancel is not None and cancel.cancelled:
                 raise Cancelled("acquire cancelled")
@@ -984,6 +984,7 @@ class Client:
                     d = redirect_delay(rounds)
                     if wait_ms == 0 or budget_end - time.monotonic() <= d:
                         raise NoLeader(f"{moves} consecutive redirects (last to {addr!r})")
+                    st = st or ReleaseState(kb, 0)
                     self._sleep_redirect(d, self._leader, st)
                     if self._closed:
                         raise ClientClosed("client closed")
