@@ -33,6 +33,9 @@ var (
 	ErrNotCluster = errors.New("cluster: not a cluster")
 	// ErrMembership: a membership change failed or another is in progress.
 	ErrMembership = errors.New("cluster: membership change refused")
+	// ErrClockSkew: leadership was not handed to a node whose clock this
+	// leader has not verified within MaxClockSkew.
+	ErrClockSkew = errors.New("cluster: leadership transfer refused")
 )
 
 // Peer is an initial voter: id and peer (raft) address.
@@ -603,13 +606,72 @@ func (n *Node) Handover(id string) error {
 	return nil
 }
 
-// transfer hands leadership to id (any caught-up voter when empty), bounded
-// by TransferTimeout.
+// transferTarget picks the voter to hand leadership to: id itself when its
+// clock is verified within MaxClockSkew by this leader's latest sample (an
+// error naming the skew otherwise), or, for id "", the verified voter that
+// has applied the most. A leader whose clock is off would extend or cut
+// leases by its skew (issue #13): leadership never moves to a clock this
+// leader measured beyond the bound, nor to one it could not measure.
+func (n *Node) transferTarget(id string) (string, error) {
+	samples := map[string]ClockSample{}
+	for _, s := range n.clock.Samples() {
+		samples[s.ID] = s
+	}
+	cf := n.raft.GetConfiguration()
+	if err := cf.Error(); err != nil {
+		return "", err
+	}
+	best, bestApplied := "", uint64(0)
+	for _, sv := range cf.Configuration().Servers {
+		sid := string(sv.ID)
+		if sid == n.cfg.NodeID || sv.Suffrage != raft.Voter {
+			continue
+		}
+		s, ok := samples[sid]
+		verified := ok && s.Err == "" && n.now().Sub(s.At) < clockStale && s.Bound <= n.cfg.MaxClockSkew
+		if id != "" && sid == id {
+			if !verified {
+				return "", fmt.Errorf("%w: refusing to hand leadership to %s: %s", ErrClockSkew, id, clockVerdict(s, ok, n.cfg.MaxClockSkew))
+			}
+			return id, nil
+		}
+		if id == "" && verified && (best == "" || s.Applied > bestApplied) {
+			best, bestApplied = sid, s.Applied
+		}
+	}
+	if id != "" {
+		return "", fmt.Errorf("%w: no voter %q", ErrMembership, id)
+	}
+	if best == "" {
+		return "", fmt.Errorf("%w: no voter with a clock verified within %v to hand leadership to", ErrClockSkew, n.cfg.MaxClockSkew)
+	}
+	return best, nil
+}
+
+// clockVerdict says why a sample does not verify a clock.
+func clockVerdict(s ClockSample, ok bool, bound time.Duration) string {
+	switch {
+	case !ok:
+		return "its clock was never measured"
+	case s.Err != "":
+		return "its clock could not be measured: " + s.Err
+	case s.Bound > bound:
+		return fmt.Sprintf("its clock is %v ± %v from this leader's, above the %v bound", s.Offset.Round(time.Millisecond), (s.RTT / 2).Round(time.Microsecond), bound)
+	default:
+		return fmt.Sprintf("its last clock sample is older than %v", clockStale)
+	}
+}
+
+// transfer hands leadership to id (any caught-up voter with a verified
+// clock when empty), bounded by TransferTimeout.
 func (n *Node) transfer(id string) error {
 	var f raft.Future
-	if id == "" {
-		f = n.raft.LeadershipTransfer()
-	} else {
+	target, err := n.transferTarget(id)
+	if err != nil {
+		return err
+	}
+	id = target
+	{
 		var addr raft.ServerAddress
 		cf := n.raft.GetConfiguration()
 		if err := cf.Error(); err != nil {
