@@ -462,16 +462,24 @@ async fn connect(inner: &Inner, addr: &str) -> Result<(Box<dyn Stream>, u32), Co
             Error::Tls(m) => ConnErr::Tls(m),
             e => ConnErr::Other(e.to_string()),
         })?;
-        let mi = handshake(inner, &mut s).await?;
+        let mi = handshake(inner, &mut s, true).await?;
         return Ok((Box::new(s), mi));
     }
     let mut tcp = tcp;
-    let mi = handshake(inner, &mut tcp).await?;
+    let mi = handshake(inner, &mut tcp, false).await?;
     Ok((Box::new(tcp), mi))
 }
 
-async fn handshake<S: AsyncRead + AsyncWrite + Unpin>(inner: &Inner, s: &mut S) -> Result<u32, ConnErr> {
-    let io = |what: &str, e: std::io::Error| ConnErr::Other(format!("{what}: {e}"));
+async fn handshake<S: AsyncRead + AsyncWrite + Unpin>(inner: &Inner, s: &mut S, tls: bool) -> Result<u32, ConnErr> {
+    // A TLS alert after the handshake (e.g. the server refused our client
+    // certificate under TLS 1.3) surfaces on the first read: a TLS error.
+    let io = |what: &str, e: std::io::Error| {
+        if tls && is_tls_error(&e) {
+            ConnErr::Tls(format!("{what}: {e}"))
+        } else {
+            ConnErr::Other(format!("{what}: {e}"))
+        }
+    };
     let mut b = [0u8; wire::AUTH_LEN];
     s.read_exact(&mut b[..wire::HELLO_LEN]).await.map_err(|e| io("reading HELLO", e))?;
     let h = wire::parse_hello(&b[..wire::HELLO_LEN]).map_err(|e| ConnErr::Other(format!("not a ticketing v1 server: {e}")))?;
@@ -514,6 +522,16 @@ async fn handshake<S: AsyncRead + AsyncWrite + Unpin>(inner: &Inner, s: &mut S) 
         }
     }
     Ok(w.max_inflight.max(1))
+}
+
+#[cfg(feature = "rustls")]
+fn is_tls_error(e: &std::io::Error) -> bool {
+    e.get_ref().is_some_and(|i| i.is::<rustls::Error>())
+}
+
+#[cfg(not(feature = "rustls"))]
+fn is_tls_error(_: &std::io::Error) -> bool {
+    false
 }
 
 async fn serve(inner: &Inner, conn: &Arc<Conn>, epoch: u64, stream: Box<dyn Stream>) -> String {
