@@ -298,3 +298,31 @@ def test_real_server_token(token_server: Server) -> None:
                 pass
 
     run(main())
+
+
+def test_new_event_loop_and_fork_reconnect(fakes: list[FakeServer]) -> None:
+    import os
+
+    f = fake(fakes)
+    c = ticketing.AsyncClient(f.addr)
+
+    async def use() -> int:
+        lease = await c.acquire("k", lease=1, wait=1)
+        await lease.release()
+        return lease.token
+
+    assert run(use()) > 0
+    assert run(use()) > 0  # a second asyncio.run: a new loop, new connections
+    assert f.wait_for(lambda: len(f.conns) >= 4)
+    if hasattr(os, "fork"):
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                code = 0 if run(use()) > 0 else 1
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert status == 0
+    assert run(use()) > 0
+    asyncio.run(c.close())

@@ -312,12 +312,16 @@ class _AConn:
             cl._complete(c)
         cl._notify()
 
-    def abandon_after_fork(self) -> None:
+    def forget(self) -> None:
+        """Forget this connection without its event loop (after fork, or
+        when that loop is gone): close only this process's descriptor."""
         w = self.writer
+        self.writer = None
+        self.state = _DOWN
         if w is not None:
             sock = w.get_extra_info("socket")
             with contextlib.suppress(Exception):
-                os.close(sock.fileno())
+                getattr(sock, "_sock", sock).close()
 
     def enqueue(self, c: _ACall) -> int:
         w = self.writer
@@ -515,19 +519,22 @@ class AsyncClient:
         self._pid = os.getpid()
         self._conns: list[_AConn] = []
         self._bg: set[asyncio.Task[Any]] = set()
+        self._loop: asyncio.AbstractEventLoop  # set by _ensure_started
 
     def _ensure_started(self) -> None:
         if self._closed:
             raise ClientClosed("client closed")
-        if self._pid != os.getpid():
-            for cn in self._conns:
-                cn.abandon_after_fork()
-            self._pid = os.getpid()
-            self._started = False
-            log.info("ticketing: fork detected (pid %d); reconnecting", self._pid)
+        loop = asyncio.get_running_loop()
         if self._started:
-            return
-        self._loop = asyncio.get_running_loop()
+            if self._pid == os.getpid() and self._loop is loop:
+                return
+            # a child after fork, or a new event loop (the old one is gone):
+            # drop the old connections without touching their loop
+            for cn in self._conns:
+                cn.forget()
+            log.info("ticketing: %s; reconnecting", "fork detected" if self._pid != os.getpid() else "new event loop")
+        self._pid = os.getpid()
+        self._loop = loop
         self._started = True
         self._changed = asyncio.Event()
         self._leader: _AEndpoint | None = None
@@ -589,6 +596,10 @@ class AsyncClient:
             return
         self._closed = True
         if not self._started:
+            return
+        if self._pid != os.getpid() or self._loop is not asyncio.get_running_loop():
+            for cn in self._conns:
+                cn.forget()  # their loop is gone (or belongs to the parent)
             return
         for cn in self._conns:
             w = cn.writer
