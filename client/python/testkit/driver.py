@@ -36,11 +36,13 @@ def error_result(cid: Any, e: BaseException) -> dict[str, Any]:
         (ticketing.InvalidArgument, "invalid"),
         (ticketing.AuthError, "auth"),
         (ticketing.TLSError, "tls"),
-        (ticketing.NoLeader, "connect"),
         (ticketing.ConnectError, "connect"),
         (ticketing.Cancelled, "cancelled"),
         (ticketing.ProtocolError, "protocol"),
     ]
+    if isinstance(e, ticketing.NoLeader):
+        # as the Go driver: no leader within the hop limit and the wait = busy NO_QUORUM
+        return {"id": cid, "ok": False, "error": "busy", "code": 5, "message": str(e)}
     kind = "internal"
     for t, k in kinds:
         if isinstance(e, t):
