@@ -45,6 +45,8 @@ fn err_line(id: &Value, e: &Error) -> Value {
     m.insert("error".into(), kind.into());
     if let Some(c) = e.code() {
         m.insert("code".into(), c.0.into());
+    } else if *e == Error::NoLeader {
+        m.insert("code".into(), ticketing::Code::NO_QUORUM.0.into()); // no leader within the hop limit and the wait
     }
     m.insert("message".into(), e.to_string().into());
     Value::Object(m)
