@@ -1176,7 +1176,13 @@ export class Client {
     opts: AcquireOptions,
   ): Promise<Lease> {
     const kb = keyBytes(key);
-    const leaseMs = durationMs("leaseMs", opts?.leaseMs, 1, key);
+    if (typeof opts !== "object" || opts === null) {
+      throw new InvalidError(
+        "acquire: options { leaseMs, waitMs } are required",
+        { key },
+      );
+    }
+    const leaseMs = durationMs("leaseMs", opts.leaseMs, 1, key);
     let waitMs = durationMs("waitMs", opts.waitMs ?? 0, 0, key);
     const signal = opts.signal;
     const label = keyLabel(key);

@@ -84,6 +84,35 @@ export class Lease implements AsyncDisposable {
     return this.#ac.signal;
   }
 
+  /**
+   * An AbortSignal that aborts `marginMs` before the deadline (or at once
+   * when less time is left, or when release() is called): the cue to stop
+   * or hand over before the lease ends. Its timer is unref'ed.
+   */
+  expiringSignal(marginMs: number): AbortSignal {
+    const ac = new AbortController();
+    const d = this.remainingMs() - Math.max(0, marginMs);
+    if (this.#releasing || this.#released || d <= 0) {
+      ac.abort(new Error("lease about to end"));
+      return ac.signal;
+    }
+    const t = setTimeout(
+      () => ac.abort(new Error("lease about to end")),
+      Math.ceil(d) + 1,
+    );
+    t.unref();
+    const whole = this.signal;
+    whole.addEventListener(
+      "abort",
+      () => {
+        clearTimeout(t);
+        if (!ac.signal.aborted) ac.abort(whole.reason);
+      },
+      { once: true },
+    );
+    return ac.signal;
+  }
+
   #lost(reason: string): void {
     if (this.#timer) clearTimeout(this.#timer);
     if (this.#ac && !this.#ac.signal.aborted) this.#ac.abort(new Error(reason));

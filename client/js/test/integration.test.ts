@@ -158,6 +158,15 @@ test("the lease signal aborts at the deadline", async () => {
   );
   assert.ok(performance.now() - t0 >= 100);
   assert.ok(l.expired);
+  const l2 = await cl.acquire("it/signal2", { leaseMs: 5000 });
+  const t1 = performance.now();
+  const soon = l2.expiringSignal(4800);
+  await new Promise((r) => soon.addEventListener("abort", r, { once: true }));
+  assert.ok(performance.now() - t1 < 3000);
+  assert.ok(!l2.signal.aborted);
+  await l2.release();
+  assert.ok(l2.signal.aborted);
+  assert.ok(l2.expiringSignal(0).aborted);
 });
 
 test("token auth: right token works, wrong or missing token is AUTH", async () => {
