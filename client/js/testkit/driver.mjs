@@ -4,10 +4,19 @@ import { readFileSync } from "node:fs";
 import { createInterface } from "node:readline";
 import { setTimeout as sleep } from "node:timers/promises";
 
-import { Client, TicketingError, VERSION } from "../dist/esm/index.js";
+import {
+  CancelledError,
+  Client,
+  ClosedError,
+  InvalidError,
+  NoLeaderError,
+  TicketingError,
+  VERSION,
+} from "../dist/esm/index.js";
 
 let client = null;
-const pendingAcquires = new Map(); // id -> AbortController
+const pendingOps = new Map(); // id -> AbortController of acquire, release, with_lock
+let barrier = Promise.resolve(); // a connect in progress: later commands wait for it
 const inflight = new Set();
 
 function emit(obj) {
@@ -28,6 +37,14 @@ const kinds = {
   CLOSED: "closed",
 };
 
+/** Whether e or one of its causes is an instance of cls. */
+function caused(e, cls) {
+  for (let x = e, i = 0; x && i < 8; x = x.cause, i++) {
+    if (x instanceof cls) return true;
+  }
+  return false;
+}
+
 function errorResult(id, e) {
   const r = {
     id,
@@ -38,13 +55,32 @@ function errorResult(id, e) {
   if (e instanceof TicketingError) {
     r.error = kinds[e.code] ?? "internal";
     if (e.protocolCode !== undefined) r.code = e.protocolCode;
+    // As the Go driver: closed and cancelled win over indeterminate.
+    if (caused(e, ClosedError)) r.error = "closed";
+    else if (caused(e, CancelledError)) r.error = "cancelled";
+    else if (e instanceof NoLeaderError) {
+      r.error = "busy";
+      r.code = 5; // NO_QUORUM: no leader within the hop limit and the wait
+    }
   }
   return r;
 }
 
 function keyOf(cmd) {
-  if (typeof cmd.key_hex === "string") return Buffer.from(cmd.key_hex, "hex");
+  if (typeof cmd.key_hex === "string") {
+    if (!/^([0-9a-fA-F]{2})*$/.test(cmd.key_hex)) {
+      throw new InvalidError("key_hex is not hex");
+    }
+    return Buffer.from(cmd.key_hex, "hex");
+  }
   return cmd.key;
+}
+
+function tokenOf(cmd) {
+  if (typeof cmd.token !== "string" || !/^[0-9]{1,20}$/.test(cmd.token)) {
+    throw new InvalidError("token must be a decimal string");
+  }
+  return BigInt(cmd.token);
 }
 
 function needClient() {
@@ -53,6 +89,10 @@ function needClient() {
     throw e;
   }
   return client;
+}
+
+function signalOf(cmd) {
+  return pendingOps.get(cmd.id)?.signal;
 }
 
 async function run(cmd) {
@@ -87,25 +127,19 @@ async function run(cmd) {
     }
     case "acquire": {
       const cl = needClient();
-      const ac = new AbortController();
-      pendingAcquires.set(cmd.id, ac);
-      try {
-        const lease = await cl.acquire(keyOf(cmd), {
-          leaseMs: cmd.lease_ms,
-          waitMs: cmd.wait_ms ?? 0,
-          signal: ac.signal,
-        });
-        return {
-          token: lease.token.toString(),
-          deadline_in_ms: Math.floor(lease.remainingMs()),
-        };
-      } finally {
-        pendingAcquires.delete(cmd.id);
-      }
+      const lease = await cl.acquire(keyOf(cmd), {
+        leaseMs: cmd.lease_ms,
+        waitMs: cmd.wait_ms ?? 0,
+        signal: signalOf(cmd),
+      });
+      return {
+        token: lease.token.toString(),
+        deadline_in_ms: Math.floor(lease.remainingMs()),
+      };
     }
     case "release": {
       const cl = needClient();
-      await cl.release(keyOf(cmd), BigInt(cmd.token));
+      await cl.release(keyOf(cmd), tokenOf(cmd), { signal: signalOf(cmd) });
       return {};
     }
     case "with_lock": {
@@ -114,7 +148,11 @@ async function run(cmd) {
       try {
         await cl.withLock(
           keyOf(cmd),
-          { leaseMs: cmd.lease_ms, waitMs: cmd.wait_ms ?? 0 },
+          {
+            leaseMs: cmd.lease_ms,
+            waitMs: cmd.wait_ms ?? 0,
+            signal: signalOf(cmd),
+          },
           async (lease) => {
             token = lease.token.toString();
             if (cmd.hold_ms) await sleep(cmd.hold_ms);
@@ -128,7 +166,7 @@ async function run(cmd) {
       return { token };
     }
     case "cancel": {
-      const ac = pendingAcquires.get(cmd.target);
+      const ac = pendingOps.get(cmd.target);
       if (ac) ac.abort(new Error("cancelled by the runner"));
       return {};
     }
@@ -161,7 +199,21 @@ rl.on("line", (line) => {
     process.stderr.write(`driver: bad line: ${e.message}\n`);
     return;
   }
-  const p = run(cmd).then(
+  let p;
+  if (cmd.cmd === "connect") {
+    p = barrier.then(() => run(cmd));
+    barrier = p.catch(() => {});
+  } else {
+    if (["acquire", "release", "with_lock"].includes(cmd.cmd)) {
+      pendingOps.set(cmd.id, new AbortController());
+    }
+    p =
+      cmd.cmd === "cancel" || cmd.cmd === "info"
+        ? run(cmd)
+        : barrier.then(() => run(cmd));
+    p = p.finally(() => pendingOps.delete(cmd.id));
+  }
+  p = p.then(
     (res) => emit({ id: cmd.id, ok: true, ...res }),
     (e) => emit(errorResult(cmd.id, e)),
   );
