@@ -184,7 +184,7 @@ func (s *Server) Status() wire.StatusReply {
 		st.CanGrant, st.Reason = false, "draining (shutting down)"
 	case st.Keys >= st.MaxKeys:
 		st.CanGrant, st.Reason = false, "at max_keys"
-	case s.nconns.Load() >= int64(s.cfg.MaxConnections):
+	case s.live.Load() >= int64(s.cfg.MaxConnections):
 		st.CanGrant, st.Reason = false, "at max_connections"
 	case s.node != nil && st.Leader == "":
 		st.CanGrant, st.Reason = false, "no leader"

@@ -34,9 +34,18 @@ type Config struct {
 	MaxKeys          int           // keys held or queued on; default 1,000,000 (B OVERLOADED)
 	MaxWaitersPerKey int           // default 10,000 (B QUEUE_FULL)
 	MaxWaiters       int           // queued acquires in all; default 1,000,000 (B OVERLOADED)
-	MaxConnections   int           // default 10,000 (REJECT OVERLOADED)
-	MaxInflight      int           // queued acquires per connection, sent in WELCOME; default 1,024
-	HandshakeTimeout time.Duration // TLS handshake + AUTH; default 5 s
+	MaxConnections   int           // authenticated client connections; default 10,000 (REJECT OVERLOADED)
+	// AdminReserve is how many admin and peer connections may exceed
+	// MaxConnections, so an operator can always get in. Default 16.
+	AdminReserve int
+	// MaxHandshakes bounds the connections still in the handshake (not
+	// counted in MaxConnections); MaxHandshakesPerAddr those from one source
+	// IP address. At a cap the oldest handshaking connection is closed.
+	// Defaults 1,024 and 128.
+	MaxHandshakes        int
+	MaxHandshakesPerAddr int
+	MaxInflight          int           // queued acquires per connection, sent in WELCOME; default 1,024
+	HandshakeTimeout     time.Duration // TLS handshake + AUTH; default 5 s
 
 	// DataDir, when set, persists the fencing-token high-water mark (§6) so
 	// tokens keep increasing across restarts even when the wall clock steps back.
@@ -85,22 +94,25 @@ type Config struct {
 // 127.0.0.1:7470 with no token.
 func DefaultConfig() Config {
 	return Config{
-		Listen:           "127.0.0.1:7470",
-		MaxLease:         time.Hour,
-		MaxWait:          15 * time.Minute,
-		MaxKeys:          1_000_000,
-		MaxWaitersPerKey: 10_000,
-		MaxWaiters:       1_000_000,
-		MaxConnections:   10_000,
-		MaxInflight:      1024,
-		HandshakeTimeout: 5 * time.Second,
-		TokenBlock:       1 << 16,
-		Shards:           16,
-		IdleKeyCache:     16384,
-		OutBufferLimit:   256 << 10,
-		WriteTimeout:     30 * time.Second,
-		SendBuffer:       256 << 10,
-		NodeID:           "single",
+		Listen:               "127.0.0.1:7470",
+		MaxLease:             time.Hour,
+		MaxWait:              15 * time.Minute,
+		MaxKeys:              1_000_000,
+		MaxWaitersPerKey:     10_000,
+		MaxWaiters:           1_000_000,
+		MaxConnections:       10_000,
+		AdminReserve:         16,
+		MaxHandshakes:        1024,
+		MaxHandshakesPerAddr: 128,
+		MaxInflight:          1024,
+		HandshakeTimeout:     5 * time.Second,
+		TokenBlock:           1 << 16,
+		Shards:               16,
+		IdleKeyCache:         16384,
+		OutBufferLimit:       256 << 10,
+		WriteTimeout:         30 * time.Second,
+		SendBuffer:           256 << 10,
+		NodeID:               "single",
 	}
 }
 
@@ -145,6 +157,7 @@ func (c *Config) Validate() error {
 		{"max keys", c.MaxKeys}, {"max waiters per key", c.MaxWaitersPerKey},
 		{"max waiters", c.MaxWaiters}, {"max connections", c.MaxConnections},
 		{"max inflight", c.MaxInflight}, {"shards", c.Shards},
+		{"max handshakes", c.MaxHandshakes}, {"max handshakes per address", c.MaxHandshakesPerAddr},
 	} {
 		if l.v < 1 {
 			return cfgErr("%s must be at least 1 (got %d)", l.name, l.v)
@@ -155,6 +168,9 @@ func (c *Config) Validate() error {
 	}
 	if c.HandshakeTimeout <= 0 {
 		return cfgErr("handshake timeout must be positive")
+	}
+	if c.AdminReserve < 0 {
+		return cfgErr("admin reserve must not be negative")
 	}
 	if c.WriteTimeout <= 0 {
 		return cfgErr("write timeout must be positive")

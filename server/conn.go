@@ -1,6 +1,7 @@
 package server
 
 import (
+	"container/list"
 	"crypto/rand"
 	"crypto/tls"
 	"encoding/binary"
@@ -24,9 +25,12 @@ const (
 type conn struct {
 	s           *Server
 	nc          net.Conn
+	raw         net.Conn // as accepted (nc may wrap it in TLS)
 	id          uint64
 	role        wire.Role
-	peerPort    bool // accepted on the cluster peer port: role 3 only
+	peerPort    bool          // accepted on the cluster peer port: role 3 only
+	hsElem      *list.Element // on Server.hs.mu: in the handshaking list
+	hsAddr      string        // source address (handshake caps)
 	maxInflight int32
 
 	// reader-owned
@@ -54,6 +58,7 @@ func newConn(s *Server, nc net.Conn) *conn {
 	c := &conn{
 		s:           s,
 		nc:          nc,
+		raw:         nc,
 		id:          s.newConnID(),
 		maxInflight: int32(s.cfg.MaxInflight),
 		pending:     make(map[uint32]struct{}),
@@ -66,16 +71,18 @@ func newConn(s *Server, nc net.Conn) *conn {
 
 func (c *conn) serve() {
 	defer c.s.wg.Done()
-	defer c.s.nconns.Add(-1)
 	if tcp, ok := c.nc.(*net.TCPConn); ok {
 		setUserTimeout(tcp, userTimeout)
 		if c.s.cfg.SendBuffer > 0 && !c.peerPort {
 			_ = tcp.SetWriteBuffer(c.s.cfg.SendBuffer)
 		}
 	}
-	if !c.handshake() {
+	ok := c.handshake()
+	c.s.hsDone(c)
+	if !ok {
 		return
 	}
+	defer c.s.live.Add(-1) // taken by the handshake
 	if c.peerPort && c.handOffIfRaft() {
 		return
 	}
@@ -143,10 +150,19 @@ func (c *conn) handshake() bool {
 		c.reject(wire.CodeShuttingDown)
 		return false
 	}
-	if s.nconns.Load() > int64(s.cfg.MaxConnections) {
+	// Authenticated connections only count against max_connections; admin
+	// and peer connections have AdminReserve more, so an operator can always
+	// get in (issue #22 item 1). The slot is taken before WELCOME.
+	limit := int64(s.cfg.MaxConnections)
+	if auth.Role != wire.RoleClient {
+		limit += int64(s.cfg.AdminReserve)
+	}
+	if s.live.Add(1) > limit {
+		s.live.Add(-1)
 		c.reject(wire.CodeOverloaded)
 		return false
 	}
+	s.hsDone(c) // authenticated: no longer evictable
 	c.role = auth.Role
 	w := wire.Welcome{
 		Status:      wire.WelcomeAccepted,
@@ -154,6 +170,7 @@ func (c *conn) handshake() bool {
 		Proof:       wire.ServerProof(s.tokenBytes(auth.Role), auth.Role, &auth.Nonce, &hello.Nonce),
 	}
 	if _, err := c.nc.Write(wire.AppendWelcome(buf[:0], &w)); err != nil {
+		s.live.Add(-1)
 		c.nc.Close()
 		return false
 	}

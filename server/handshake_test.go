@@ -363,11 +363,11 @@ func TestHandshakeTimeout(t *testing.T) {
 func TestMaxConnections(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, func(c *server.Config) { c.MaxConnections = 2 })
-	c1 := dial(t, s)
-	c2 := dial(t, s)
+	c1 := dialRole(t, s, wire.RoleClient, "")
+	c2 := dialRole(t, s, wire.RoleClient, "")
 	c3 := st.DialRaw(t, s.Addr(), nil)
 	h := c3.ReadHello()
-	a := st.NewAuth(wire.RoleAdmin, "", &h)
+	a := st.NewAuth(wire.RoleClient, "", &h)
 	c3.Write(wire.AppendAuth(nil, &a))
 	expectReject(t, c3, wire.CodeOverloaded)
 	c2.Ping()
@@ -379,7 +379,7 @@ func TestMaxConnections(t *testing.T) {
 			return false
 		}
 		defer c.Close()
-		return c.Handshake(st.Options{Role: wire.RoleAdmin}) == nil
+		return c.Handshake(st.Options{Role: wire.RoleClient}) == nil
 	})
 }
 

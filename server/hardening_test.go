@@ -11,6 +11,7 @@ import (
 
 	"github.com/ticketing/ticketing/client/wire"
 	"github.com/ticketing/ticketing/server"
+	st "github.com/ticketing/ticketing/server/servertest"
 )
 
 // eventually polls cond every 20 ms until it holds or d passed.
@@ -102,4 +103,72 @@ func TestMetricsExposure(t *testing.T) {
 			t.Errorf("Authorization %q: %d, want %d", tc.auth, resp.StatusCode, tc.want)
 		}
 	}
+}
+
+// dialErr connects and handshakes, returning the error of either step.
+func dialErr(addr string, opts st.Options) (*st.Conn, error) {
+	c, err := st.DialRawErr(addr, nil)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.Handshake(opts); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// TestSilentConnectionsLockNoOneOut: connections that never authenticate
+// neither take the slots of authenticated ones nor keep a client with the
+// right token, or an operator, out (issue #22 item 1). Before, with the
+// limit at 5, 5 silent connections made every handshake REJECT OVERLOADED
+// until they timed out.
+func TestSilentConnectionsLockNoOneOut(t *testing.T) {
+	t.Parallel()
+	const token = "t0ken"
+	s := startServer(t, func(c *server.Config) {
+		c.ClientToken = token
+		c.MaxConnections = 5
+		c.AdminReserve = 2
+		c.MaxHandshakes = 8
+		c.MaxHandshakesPerAddr = 6
+		c.HandshakeTimeout = time.Minute // the silent ones do not time out during the test
+	})
+	var silent []net.Conn
+	defer func() {
+		for _, c := range silent {
+			c.Close()
+		}
+	}()
+	for range 40 { // silent: read nothing, send nothing
+		nc, err := net.Dial("tcp", s.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		silent = append(silent, nc)
+	}
+	var clients []*st.Conn
+	for i := range 5 { // every authenticated slot is available
+		c, err := dialErr(s.Addr(), st.Options{Role: wire.RoleClient, Token: token})
+		if err != nil {
+			t.Fatalf("client %d with the right token, beside 40 silent connections: %v", i, err)
+		}
+		clients = append(clients, c)
+	}
+	defer func() {
+		for _, c := range clients {
+			c.Close()
+		}
+	}()
+	// The client slots are full: a sixth client is refused, an operator is not.
+	if _, err := dialErr(s.Addr(), st.Options{Role: wire.RoleClient, Token: token}); err == nil || !strings.Contains(err.Error(), "OVERLOADED") {
+		t.Fatalf("a sixth client: %v, want REJECT OVERLOADED", err)
+	}
+	admin, err := dialErr(s.Addr(), st.Options{Role: wire.RoleAdmin, Token: token})
+	if err != nil {
+		t.Fatalf("an operator beside full client slots: %v", err)
+	}
+	defer admin.Close()
+	admin.TB = t
+	admin.Ping()
 }

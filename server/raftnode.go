@@ -233,7 +233,7 @@ func (s *Server) servePeers(ln net.Listener) {
 		}
 		c := newConn(s, nc)
 		c.peerPort = true
-		s.nconns.Add(1)
+		s.hsAdmit(c)
 		s.wg.Add(1)
 		go c.serve()
 	}

@@ -55,8 +55,10 @@ type Server struct {
 	connsMu  sync.RWMutex
 	conns    map[uint64]*conn
 	nextConn atomic.Uint64
-	nconns   atomic.Int64 // accepted, including handshaking
-	live     atomic.Int64 // past the handshake
+	hs       handshakes   // connections in the handshake (their own cap)
+	live     atomic.Int64 // past the handshake (slot taken before WELCOME)
+
+	handshakeEvictions atomic.Uint64 // handshaking connections closed to admit newer ones
 
 	// cluster mode (nil node: single node); the node is also s.lock
 	node        *cluster.Node
@@ -241,14 +243,8 @@ func (s *Server) Serve(ln net.Listener) error {
 			return fmt.Errorf("server: accept: %w", err)
 		}
 		delay = 0
-		n := s.nconns.Add(1)
-		if n > 2*int64(s.cfg.MaxConnections) {
-			// Far above the limit: don't even spend a handshake on it.
-			s.nconns.Add(-1)
-			nc.Close()
-			continue
-		}
 		c := newConn(s, nc)
+		s.hsAdmit(c)
 		s.wg.Add(1)
 		go c.serve()
 	}
@@ -344,14 +340,12 @@ func (s *Server) register(c *conn) {
 	s.connsMu.Lock()
 	s.conns[c.id] = c
 	s.connsMu.Unlock()
-	s.live.Add(1)
 }
 
 func (s *Server) unregister(c *conn) {
 	s.connsMu.Lock()
 	delete(s.conns, c.id)
 	s.connsMu.Unlock()
-	s.live.Add(-1)
 }
 
 // ReloadTLS re-reads the certificate files (on SIGHUP); existing connections
