@@ -34,6 +34,8 @@ pub(crate) enum ConnErr {
     Auth(String),
     #[cfg_attr(not(feature = "rustls"), allow(dead_code))]
     Tls(String),
+    /// REJECT OVERLOADED or SHUTTING_DOWN.
+    Busy(Code),
     Other(String),
 }
 
@@ -41,6 +43,7 @@ impl std::fmt::Display for ConnErr {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             ConnErr::Auth(m) | ConnErr::Tls(m) | ConnErr::Other(m) => f.write_str(m),
+            ConnErr::Busy(c) => write!(f, "handshake rejected ({c})"),
         }
     }
 }
@@ -510,6 +513,7 @@ async fn handshake<S: AsyncRead + AsyncWrite + Unpin>(inner: &Inner, s: &mut S, 
                 };
                 ConnErr::Auth(format!("handshake rejected ({}){hint}", w.code))
             }
+            c @ (Code::OVERLOADED | Code::SHUTTING_DOWN) => ConnErr::Busy(c),
             c => ConnErr::Other(format!("handshake rejected ({c})")),
         });
     }
@@ -616,6 +620,7 @@ impl From<&ConnErr> for Error {
         match e {
             ConnErr::Auth(_) => Error::Auth,
             ConnErr::Tls(m) => Error::Tls(m.clone()),
+            ConnErr::Busy(c) => Error::Busy(*c),
             ConnErr::Other(m) => Error::Connect(m.clone()),
         }
     }

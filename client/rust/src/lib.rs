@@ -60,3 +60,34 @@ pub use wire::Code;
 
 /// The crate version.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+#[cfg(test)]
+mod tests {
+    fn send_sync<T: Send + Sync>() {}
+
+    #[test]
+    fn public_types_are_send_and_sync() {
+        send_sync::<crate::Client>();
+        send_sync::<crate::Lease>();
+        send_sync::<crate::blocking::Client>();
+        send_sync::<crate::blocking::Lease>();
+        send_sync::<crate::Error>();
+        send_sync::<crate::Config>();
+    }
+
+    #[test]
+    fn addresses() {
+        use crate::config::split_host_port;
+        assert_eq!(split_host_port("127.0.0.1:7470"), Some(("127.0.0.1", 7470)));
+        assert_eq!(split_host_port("[::1]:7470"), Some(("::1", 7470)));
+        assert_eq!(split_host_port("host.example:1"), Some(("host.example", 1)));
+        for bad in ["", "host", ":1", "::1:7470", "h:99999", "h:x"] {
+            assert_eq!(split_host_port(bad), None, "{bad}");
+        }
+        let cfg = crate::Config::builder().addr("a:1").addr("a:1").addr("b:2").build().unwrap();
+        assert_eq!(cfg.addrs(), ["a:1", "b:2"]);
+        // The token never shows in Debug output.
+        let dbg = format!("{:?}", crate::Config::builder().addr("a:1").token("s3cret").build().unwrap());
+        assert!(!dbg.contains("s3cret"), "{dbg}");
+    }
+}

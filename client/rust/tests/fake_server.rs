@@ -84,6 +84,25 @@ async fn impostor_and_reject_are_auth_errors() {
 }
 
 #[tokio::test]
+async fn reject_overloaded_is_busy() {
+    let f = Fake::start(Mode {
+        reject: Some(Code::OVERLOADED),
+        ..Mode::default()
+    })
+    .await;
+    let e = Client::connect(
+        Config::builder()
+            .addr(&f.addr)
+            .connect_timeout(Duration::from_millis(400))
+            .build()
+            .unwrap(),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(e, Error::Busy(Code::OVERLOADED));
+}
+
+#[tokio::test]
 async fn connect_timeout_names_the_cause() {
     // A port nobody listens on.
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
