@@ -417,3 +417,31 @@ def test_fork_child_reconnects(fakes: list[FakeServer]) -> None:
         # the child made connections of its own; the parent's still work
         assert len(f.conns) >= 3
         assert c.acquire("parent", lease=1).token > 0
+
+
+def test_reject_overloaded_is_busy_and_garbage_hello_is_connect(fakes: list[FakeServer]) -> None:
+    f = fake(fakes, reject=w.CODE_OVERLOADED)
+    with pytest.raises(ticketing.LockBusy) as ei:
+        ticketing.Client(f.addr, connect_timeout=0.5)
+    assert ei.value.code == w.CODE_OVERLOADED
+    import socket
+
+    ls = socket.create_server(("127.0.0.1", 0))
+    port = ls.getsockname()[1]
+
+    def garbage() -> None:
+        while True:
+            try:
+                s, _ = ls.accept()
+            except OSError:
+                return
+            s.sendall(b"HTTP/1.1 400 Bad Request\r\n\r\n" + bytes(20))
+            s.close()
+
+    threading.Thread(target=garbage, daemon=True).start()
+    try:
+        with pytest.raises(ticketing.ConnectError) as ce:
+            ticketing.Client(f"127.0.0.1:{port}", connect_timeout=0.5)
+        assert "not a ticketing" in str(ce.value)
+    finally:
+        ls.close()

@@ -565,9 +565,8 @@ class AsyncClient:
                 if cn.state == _UP:
                     return
                 all_failed = all_failed and cn.failures > 0
-            err = self._last_err
-            if all_failed and isinstance(err, (AuthError, TLSError)):
-                raise err
+            if all_failed and isinstance(self._last_err, (AuthError, TLSError)):
+                raise self._connect_error()
             d = deadline - time.monotonic()
             if d <= 0:
                 raise self._connect_error()
@@ -612,8 +611,15 @@ class AsyncClient:
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
 
-    def _connect_error(self) -> ConnectError:
+    def _connect_error(self) -> TicketingError:
+        """No connection in time: the last connection error when it says why
+        (AuthError, TLSError, LockBusy for a REJECT OVERLOADED/SHUTTING_DOWN,
+        as the Go client's errors do), else ConnectError."""
         err = self._last_err
+        if isinstance(err, LockBusy):
+            return LockBusy(err.code, f"no connection to any server: {err}")
+        if isinstance(err, (AuthError, TLSError)):
+            return type(err)(f"no connection to any server: {err}", err.code)
         if err is not None:
             return ConnectError(f"no connection to any server: {err}")
         return ConnectError(f"no connection to any server within {self._connect_timeout:g} s")
@@ -870,7 +876,7 @@ class AsyncClient:
                 await self._send(c, s.deadline, s.deadline)
             except ClientClosed:
                 raise ClosedIndeterminate("release not confirmed: the client closed") from None
-            except (ConnectError, _NoSlot) as e:
+            except (ConnectError, AuthError, TLSError, LockBusy, _NoSlot) as e:
                 raise s.give_up(e) from None
             except asyncio.CancelledError:
                 self._background_release(s)
