@@ -111,16 +111,7 @@ async fn run_cmd(st: Shared, out: Out, cmd: Value) {
             ok_line(&id, m)
         }
         "close" => {
-            let (c, g) = {
-                let mut s = st.lock().unwrap();
-                (s.client.take(), s.gen.take())
-            };
-            if let Some(g) = g {
-                let _ = g.send(true);
-            }
-            if let Some(c) = c {
-                c.close().await;
-            }
+            close_client(&st).await;
             ok_line(&id, Map::new())
         }
         "cancel" => {
@@ -135,20 +126,21 @@ async fn run_cmd(st: Shared, out: Out, cmd: Value) {
                 let _ = out.send(simple_err(&id, "closed", "no client (connect first)"));
                 return;
             };
-            let cancel_rx = if name == "acquire" {
+            // Any pending operation can be cancelled: its future is dropped.
+            let cancel_rx = {
                 let (tx, rx) = oneshot::channel();
                 if let Some(n) = id.as_i64() {
                     st.lock().unwrap().cancels.insert(n, tx);
                 }
-                Some(rx)
-            } else {
-                None
+                rx
             };
             let work = op(&client, &id, &name, &cmd);
             let line = tokio::select! {
                 l = work => l,
-                _ = async { match cancel_rx { Some(rx) => { let _ = rx.await; } None => std::future::pending().await } } => {
-                    // The acquire future was dropped: the client withdrew it.
+                Ok(()) = cancel_rx => {
+                    // The operation's future was dropped: the client withdraws a
+                    // queued acquire (and compensates a grant that won the race),
+                    // and carries on a release in the background.
                     err_line(&id, &Error::Cancelled)
                 }
                 _ = gen.wait_for(|c| *c) => err_line(&id, &Error::Closed),
@@ -224,18 +216,21 @@ async fn op(client: &Client, id: &Value, name: &str, cmd: &Value) -> Value {
     }
 }
 
-async fn connect(st: &Shared, id: &Value, cmd: &Value) -> Value {
-    let old = {
+async fn close_client(st: &Shared) {
+    let (c, g) = {
         let mut s = st.lock().unwrap();
-        let g = s.gen.take();
-        if let Some(g) = g {
-            let _ = g.send(true);
-        }
-        s.client.take()
+        (s.client.take(), s.gen.take())
     };
-    if let Some(c) = old {
+    if let Some(g) = g {
+        let _ = g.send(true);
+    }
+    if let Some(c) = c {
         c.close().await;
     }
+}
+
+async fn connect(st: &Shared, id: &Value, cmd: &Value) -> Value {
+    close_client(st).await;
     let mut b = Config::builder();
     if let Some(addrs) = cmd.get("addrs").and_then(Value::as_array) {
         b = b.addrs(addrs.iter().filter_map(Value::as_str).map(str::to_string));
@@ -300,6 +295,11 @@ async fn main() {
             continue;
         }
         match serde_json::from_str::<Value>(&line) {
+            // connect and close run before the next line is read: later
+            // commands use the client connect made (as the Go driver).
+            Ok(cmd) if matches!(cmd.get("cmd").and_then(Value::as_str), Some("connect" | "close")) => {
+                run_cmd(st.clone(), out_tx.clone(), cmd).await;
+            }
             Ok(cmd) => {
                 tasks.spawn(run_cmd(st.clone(), out_tx.clone(), cmd));
             }
@@ -308,18 +308,9 @@ async fn main() {
             }
         }
     }
-    // EOF: close the client; pending commands answer closed.
-    let (c, g) = {
-        let mut s = st.lock().unwrap();
-        (s.client.take(), s.gen.take())
-    };
-    if let Some(g) = g {
-        let _ = g.send(true);
-    }
-    if let Some(c) = c {
-        c.close().await;
-    }
+    // EOF: let pending commands finish (as the Go driver), then close the client.
     while tasks.join_next().await.is_some() {}
+    close_client(&st).await;
     drop(out_tx);
     let _ = writer.await;
 }
