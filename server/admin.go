@@ -168,6 +168,7 @@ func (s *Server) Status() wire.StatusReply {
 			Grants: ctr.Grants, Handoffs: ctr.Handoffs, Timeouts: ctr.Timeouts,
 			Releases: ctr.Releases, NotHolder: ctr.NotHolder, Expiries: ctr.Expiries,
 			Busy: ctr.Busy + s.busyExtra.Load(), Errors: s.errorsCount.Load(), Cancels: ctr.Cancels,
+			AuthFailures: s.authFailCount.Load(),
 		},
 		Version:        s.cfg.Version,
 		Draining:       s.draining.Load(),

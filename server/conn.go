@@ -142,9 +142,13 @@ func (c *conn) handshake() bool {
 	if s.cfg.tokensConfigured() {
 		want := wire.ClientProof(s.tokenBytes(auth.Role), auth.Role, &hello.Nonce, &auth.Nonce)
 		if !wire.ProofEqual(&want, &auth.Proof) {
+			if d := s.authFailed(c.hsAddr); d > 0 {
+				time.Sleep(d) // within the handshake deadline's budget and its caps
+			}
 			c.reject(wire.CodeAuthFailed)
 			return false
 		}
+		s.authSucceeded(c.hsAddr)
 	}
 	if s.draining.Load() {
 		c.reject(wire.CodeShuttingDown)

@@ -172,3 +172,51 @@ func TestSilentConnectionsLockNoOneOut(t *testing.T) {
 	admin.TB = t
 	admin.Ping()
 }
+
+// TestTokenGuessing: failed handshakes are counted in status and /metrics,
+// logged without the token, and repeated failures from one address are
+// answered more and more slowly, within a bound (issue #22 item 4).
+func TestTokenGuessing(t *testing.T) {
+	t.Parallel()
+	const token = "the-real-token"
+	var logs lockedBuffer
+	s := startServer(t, func(c *server.Config) {
+		c.ClientToken = token
+		c.MetricsListen = "127.0.0.1:0"
+		c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	})
+	var last time.Duration
+	for i := range 6 {
+		start := time.Now()
+		_, err := dialErr(s.Addr(), st.Options{Role: wire.RoleClient, Token: "guess-" + string(rune('a'+i))})
+		last = time.Since(start)
+		if err == nil || !strings.Contains(err.Error(), "AUTH_FAILED") {
+			t.Fatalf("guess %d: %v, want REJECT AUTH_FAILED", i, err)
+		}
+	}
+	if last < 300*time.Millisecond {
+		t.Errorf("the 6th failure from one address was answered after %v; want it slowed (≥ 300 ms)", last)
+	}
+	admin, err := dialErr(s.Addr(), st.Options{Role: wire.RoleAdmin, Token: token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	admin.TB = t
+	if n := status(t, admin).Counters.AuthFailures; n != 6 {
+		t.Errorf("status counters.auth_failures = %d, want 6", n)
+	}
+	if body := scrape(t, s.MetricsAddr()); !strings.Contains(body, "ticketing_auth_failures_total 6") {
+		t.Errorf("no ticketing_auth_failures_total 6 in /metrics")
+	}
+	l := logs.String()
+	if !strings.Contains(l, "handshake failed") || !strings.Contains(l, "127.0.0.1") {
+		t.Errorf("no log line about the failed handshake: %q", l)
+	}
+	if strings.Contains(l, "guess-") || strings.Contains(l, token) {
+		t.Errorf("a token in the log: %q", l)
+	}
+	if strings.Count(l, "handshake failed") > 2 {
+		t.Errorf("failures are not rate-limited in the log: %q", l)
+	}
+}

@@ -34,6 +34,7 @@ var metricHelp = []struct{ name, help string }{
 	{"expiries_total", "Leases that ran out."},
 	{"busy_total", "Acquires answered B."},
 	{"errors_total", "Requests answered E."},
+	{"auth_failures_total", "Handshakes answered REJECT AUTH_FAILED (wrong token)."},
 	{"draining", "1 while shutting down."},
 	{"uptime_seconds", "Seconds since start."},
 	{"tls_cert_expiry_seconds", "Seconds until the TLS certificate expires (absent without TLS)."},
@@ -73,6 +74,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	k("expiries_total", st.Counters.Expiries)
 	k("busy_total", st.Counters.Busy)
 	k("errors_total", st.Counters.Errors)
+	k("auth_failures_total", st.Counters.AuthFailures)
 	d := 0.0
 	if st.Draining {
 		d = 1

@@ -59,6 +59,8 @@ type Server struct {
 	live     atomic.Int64 // past the handshake (slot taken before WELCOME)
 
 	handshakeEvictions atomic.Uint64 // handshaking connections closed to admit newer ones
+	authFail           authFailures
+	authFailCount      atomic.Uint64 // handshakes answered REJECT AUTH_FAILED
 
 	// cluster mode (nil node: single node); the node is also s.lock
 	node        *cluster.Node

@@ -42,6 +42,9 @@ type AdminCounters struct {
 	Busy      uint64 `json:"busy"`
 	Errors    uint64 `json:"errors"`
 	Cancels   uint64 `json:"cancels"`
+	// AuthFailures counts handshakes answered REJECT AUTH_FAILED (a wrong
+	// token): token guessing shows here.
+	AuthFailures uint64 `json:"auth_failures"`
 }
 
 // StatusReply is the reply to `status`.
