@@ -1140,6 +1140,7 @@ export class Client {
     c: Call,
     signal: AbortSignal | undefined,
     ms?: number,
+    ref = true,
   ): Promise<"done" | "abort" | "timeout"> {
     return new Promise((resolve) => {
       let timer: NodeJS.Timeout | undefined;
@@ -1151,8 +1152,10 @@ export class Client {
       };
       const onAbort = (): void => finish("abort");
       c.onDone = () => finish("done");
-      if (ms !== undefined)
+      if (ms !== undefined) {
         timer = setTimeout(() => finish("timeout"), Math.max(0, ms));
+        if (!ref) timer.unref();
+      }
       if (signal) signal.addEventListener("abort", onAbort, { once: true });
     });
   }
@@ -1249,7 +1252,6 @@ export class Client {
             return new Lease(
               this,
               key,
-              kb,
               c.value,
               c.sent + c.queued * QUEUED_UNIT_MS + leaseMs,
             );
@@ -1492,6 +1494,7 @@ export class Client {
         c,
         undefined,
         st.deadline - performance.now(),
+        st.ref,
       );
       if (w === "timeout") {
         if (c.pending) {

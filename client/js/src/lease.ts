@@ -25,7 +25,6 @@ export class Lease implements AsyncDisposable {
   readonly deadline: number;
 
   #client: Client;
-  #keyBytes: Uint8Array;
   #released = false;
   #releasing: Promise<void> | undefined;
   #ac: AbortController | undefined;
@@ -35,13 +34,11 @@ export class Lease implements AsyncDisposable {
   constructor(
     client: Client,
     key: string | Uint8Array,
-    keyBytes: Uint8Array,
     token: bigint,
     deadline: number,
   ) {
     this.#client = client;
     this.key = typeof key === "string" ? key : Uint8Array.from(key);
-    this.#keyBytes = keyBytes;
     this.token = token;
     this.deadline = deadline;
   }
@@ -128,7 +125,7 @@ export class Lease implements AsyncDisposable {
     if (this.#released) return;
     if (this.#releasing) return this.#releasing;
     this.#lost("lease released");
-    const p = this.#client.release(this.#keyBytes, this.token, opts);
+    const p = this.#client.release(this.key, this.token, opts);
     this.#releasing = p;
     try {
       await p;
