@@ -34,6 +34,11 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == guardCmdName {
+		// run's guard, started by in-process tests of run (os.Executable
+		// is the test binary).
+		os.Exit(Main(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+	}
 	code := m.Run()
 	if binDir != "" {
 		os.RemoveAll(binDir)

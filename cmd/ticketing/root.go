@@ -70,6 +70,7 @@ func newRootCmd(fac *Factory) *cobra.Command {
 		newCmdCompletion(fac),
 		newCmdMan(fac),
 		newCmdVersion(fac),
+		newCmdRunGuard(fac),
 	)
 	markUsageErrors(root)
 	return root

@@ -67,7 +67,9 @@ authenticate; when none is set, TICKETING_TOKEN is the fencing token too
 (deprecated: read TICKETING_FENCING_TOKEN), which ticketing commands inside
 CMD do not take as a credential.
 
-SIGINT, SIGTERM and SIGHUP are forwarded to CMD's process group. If CMD is
+SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to CMD's process group.
+If run itself is killed (even with SIGKILL), CMD's process group is killed
+too: by the kernel (Linux) and by a guard process of run's. If CMD is
 still running --lease-margin before the lease ends, its process group gets
 SIGTERM, then SIGKILL after --kill-grace; the lock is released and run exits
 9. The whole schedule fits inside the lease: the margin must be at least
@@ -235,7 +237,9 @@ func runRun(ctx context.Context, ios *IO, opts *RunOptions) error {
 	c.Stdin, c.Stdout, c.Stderr = ios.In, ios.Out, ios.ErrOut
 	c.WaitDelay = time.Second // stdio copies, when not files: do not wait on grandchildren
 	tty := setProcAttr(c, ios.In)
+	guard := startGuard(ios.ErrOut)
 	if err := c.Start(); err != nil {
+		guard.done()
 		release()
 		code := ExitError
 		switch {
@@ -247,6 +251,7 @@ func runRun(ctx context.Context, ios *IO, opts *RunOptions) error {
 		return withExit(code, fmt.Errorf("run %s: %w", opts.Command[0], err))
 	}
 	pgid := c.Process.Pid
+	guard.watch(pgid)
 	waited := make(chan error, 1)
 	go func() { waited <- c.Wait() }()
 
@@ -283,6 +288,7 @@ loop:
 	// Nothing of CMD's may go on outside the lock: stop what it left in its
 	// group, with SIGKILL no later than the lease-lost schedule would send it.
 	stopGroup(pgid, max(0, min(opts.KillGrace, time.Until(killAt.Add(opts.KillGrace)))))
+	guard.done()
 	release()
 
 	if leaseLost {

@@ -232,15 +232,20 @@ func waitFile(t *testing.T, path string) {
 }
 
 // assertGone checks that the process whose pid is in pidFile has ended
-// (no such process, or a zombie awaiting its reaper).
+// (no such process, or a zombie awaiting its reaper) within 3 s.
 func assertGone(t *testing.T, pidFile string) {
+	t.Helper()
+	assertGoneWithin(t, pidFile, 3*time.Second)
+}
+
+func assertGoneWithin(t *testing.T, pidFile string, d time.Duration) {
 	t.Helper()
 	b, err := os.ReadFile(pidFile)
 	if err != nil {
 		t.Fatalf("pid file: %v", err)
 	}
 	pid := strings.TrimSpace(string(b))
-	deadline := time.Now().Add(3 * time.Second)
+	deadline := time.Now().Add(d)
 	for {
 		st, err := os.ReadFile("/proc/" + pid + "/stat")
 		if err != nil {

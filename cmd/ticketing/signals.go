@@ -7,14 +7,16 @@ import (
 	"syscall"
 )
 
-// signalSource starts delivering SIGINT, SIGTERM and SIGHUP on the returned
+// signalSource starts delivering SIGINT, SIGTERM, SIGHUP and SIGQUIT (which
+// would otherwise make the Go runtime dump and exit, leaving a child
+// running) on the returned
 // channel until stop is called. Commands take it from their options so
 // that tests deliver signals without signalling the test process.
 type signalSource func() (sigs <-chan os.Signal, stop func())
 
 func osSignals() (<-chan os.Signal, func()) {
 	ch := make(chan os.Signal, 8)
-	signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
 	return ch, func() { signal.Stop(ch) }
 }
 
@@ -35,6 +37,8 @@ func signalName(s os.Signal) string {
 		return "SIGTERM"
 	case syscall.SIGHUP:
 		return "SIGHUP"
+	case syscall.SIGQUIT:
+		return "SIGQUIT"
 	}
 	return fmt.Sprint(s)
 }
@@ -65,3 +69,6 @@ func (w *sigWatch) stop() os.Signal {
 	close(w.done)
 	return <-w.got
 }
+
+// ignoreSignal ignores s for the rest of the process.
+func ignoreSignal(s os.Signal) { signal.Ignore(s) }
