@@ -53,6 +53,14 @@ case "${1:-}" in
     rm -rf ticketing-*/target/surefire-reports
     rc=0
     "${MVN[@]}" verify || rc=$?
+    if (( rc == 0 )); then
+      # Packaging: the Java module's jar, sources and javadoc jars, a named module.
+      for f in ticketing-client/target/ticketing-client-0.1.0{,-sources,-javadoc}.jar ticketing-kotlin/target/ticketing-kotlin-0.1.0{,-sources}.jar; do
+        [[ -s "$f" ]] || { echo "packaging: $f missing" >&2; rc=1; }
+      done
+      jar --describe-module --file ticketing-client/target/ticketing-client-0.1.0.jar | grep -q '^io.ticketing.client' \
+        || { echo "packaging: ticketing-client is not a named module" >&2; rc=1; }
+    fi
     # The surefire totals (Maven's own summary format), then the verdict.
     python3 - "$rc" <<'PY' || awk 'BEGIN{}' /dev/null
 import glob, sys, xml.etree.ElementTree as ET

@@ -1,0 +1,134 @@
+package io.ticketing.kotlin
+
+import io.ticketing.client.AcquireTimeoutException
+import io.ticketing.client.InvalidArgumentException
+import io.ticketing.client.TicketingClient
+import kotlinx.coroutines.CompletableDeferred
+import kotlinx.coroutines.Dispatchers
+import kotlinx.coroutines.async
+import kotlinx.coroutines.delay
+import kotlinx.coroutines.launch
+import kotlinx.coroutines.test.runTest
+import kotlinx.coroutines.withContext
+import kotlinx.coroutines.withTimeout
+import org.junit.jupiter.api.AfterAll
+import org.junit.jupiter.api.Assertions.assertEquals
+import org.junit.jupiter.api.Assertions.assertNotNull
+import org.junit.jupiter.api.Assertions.assertNull
+import org.junit.jupiter.api.Assertions.assertThrows
+import org.junit.jupiter.api.Assertions.assertTrue
+import org.junit.jupiter.api.BeforeAll
+import org.junit.jupiter.api.Test
+import org.junit.jupiter.api.TestInstance
+import java.io.BufferedReader
+import java.io.InputStreamReader
+import java.nio.file.Files
+import java.nio.file.Path
+import java.util.concurrent.CompletableFuture
+import java.util.concurrent.TimeUnit
+import kotlin.time.Duration.Companion.milliseconds
+import kotlin.time.Duration.Companion.seconds
+
+/** The coroutine API against the real server ($TICKETING_BIN serve). */
+@TestInstance(TestInstance.Lifecycle.PER_CLASS)
+class CoroutinesTest {
+    private lateinit var proc: Process
+    private lateinit var client: TicketingClient
+
+    @BeforeAll
+    fun start() {
+        val bin = System.getenv("TICKETING_BIN")?.takeIf { it.isNotEmpty() } ?: "../../../bin/ticketing"
+        check(Files.isExecutable(Path.of(bin))) { "server binary $bin not found: set TICKETING_BIN" }
+        proc = ProcessBuilder(bin, "serve", "--listen", "127.0.0.1:0").redirectOutput(ProcessBuilder.Redirect.DISCARD).start()
+        val found = CompletableFuture<String>()
+        Thread {
+            runCatching {
+                BufferedReader(InputStreamReader(proc.errorStream)).useLines { lines ->
+                    lines.forEach { l -> Regex("msg=serving addr=(\\S+)").find(l)?.let { found.complete(it.groupValues[1]) } }
+                }
+            }
+        }.apply { isDaemon = true }.start()
+        client = TicketingClient.builder().addresses(found.get(15, TimeUnit.SECONDS)).build()
+    }
+
+    @AfterAll
+    fun stop() {
+        client.close()
+        proc.destroy()
+        if (!proc.waitFor(5, TimeUnit.SECONDS)) proc.destroyForcibly().waitFor()
+    }
+
+    @Test
+    fun acquireAndRelease() = runTest {
+        val l = client.acquire("kt/basic", 10.seconds, 5.seconds)
+        assertTrue(l.remaining().toMillis() > 9000)
+        assertNull(client.tryAcquire("kt/basic", 10.seconds))
+        l.releaseSuspending()
+        l.releaseSuspending() // idempotent
+        val again = client.tryAcquire("kt/basic", 10.seconds)
+        assertNotNull(again)
+        client.releaseSuspending("kt/basic", again!!.token())
+    }
+
+    @Test
+    fun withLockReleasesOnNormalAndFailingExit() = runTest {
+        val token = client.withLock("kt/with", 10.seconds, 5.seconds) { it.tokenString() }
+        assertTrue(token.isNotEmpty())
+        assertNotNull(client.tryAcquire("kt/with", 10.seconds)?.also { it.releaseSuspending() })
+        val e = runCatching {
+            client.withLock("kt/with", 10.seconds, 5.seconds) { throw IllegalStateException("boom") }
+        }.exceptionOrNull()
+        assertTrue(e is IllegalStateException)
+        assertNotNull(client.tryAcquire("kt/with", 10.seconds)?.also { it.releaseSuspending() })
+    }
+
+    @Test
+    fun cancellingTheCoroutineWithdrawsTheQueuedAcquire() = runTest {
+        withContext(Dispatchers.Default) {
+            val held = client.acquire("kt/cancel", 10.seconds, 5.seconds)
+            val waiter = async { client.acquire("kt/cancel", 10.seconds, 30.seconds) }
+            delay(200)
+            waiter.cancel()
+            assertTrue(runCatching { waiter.await() }.isFailure)
+            delay(100)
+            held.releaseSuspending()
+            // The withdrawn waiter was not granted: the key is free.
+            val l = client.tryAcquire("kt/cancel", 10.seconds)
+            assertNotNull(l)
+            l!!.releaseSuspending()
+        }
+    }
+
+    @Test
+    fun cancellationInsideWithLockStillReleases() = runTest {
+        withContext(Dispatchers.Default) {
+            val inside = CompletableDeferred<Unit>()
+            val job = launch {
+                client.withLock("kt/cancel-inside", 10.seconds, 5.seconds) {
+                    inside.complete(Unit)
+                    delay(60_000)
+                }
+            }
+            withTimeout(5000) { inside.await() }
+            job.cancel()
+            job.join()
+            val l = client.tryAcquire("kt/cancel-inside", 10.seconds)
+            assertNotNull(l)
+            l!!.releaseSuspending()
+        }
+    }
+
+    @Test
+    fun timeoutAndBadInput() = runTest {
+        withContext(Dispatchers.Default) {
+            val held = client.acquire("kt/timeout", 10.seconds, 5.seconds)
+            assertThrows(AcquireTimeoutException::class.java) {
+                kotlinx.coroutines.runBlocking { client.acquire("kt/timeout", 10.seconds, 100.milliseconds) }
+            }
+            held.releaseSuspending()
+        }
+        val e = runCatching { client.acquire("", 10.seconds, 1.seconds) }.exceptionOrNull()
+        assertTrue(e is InvalidArgumentException, e.toString())
+        assertEquals(21, (e as InvalidArgumentException).code())
+    }
+}
