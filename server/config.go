@@ -67,6 +67,10 @@ type Config struct {
 	// IdleKeyCache is how many free keys are kept (in all) for reuse without
 	// allocating. Default 16,384.
 	IdleKeyCache int
+	// FrameTimeout bounds how long a started request frame may take to
+	// complete: a connection holding an incomplete frame longer is closed.
+	// An idle connection (no partial frame) has no deadline. Default 10 s.
+	FrameTimeout time.Duration
 	// WriteTimeout bounds how long a connection's output may stay blocked
 	// (a client that does not read): a write that does not complete within
 	// it closes the connection, whose locks then follow the
@@ -111,6 +115,7 @@ func DefaultConfig() Config {
 		IdleKeyCache:         16384,
 		OutBufferLimit:       256 << 10,
 		WriteTimeout:         30 * time.Second,
+		FrameTimeout:         10 * time.Second,
 		SendBuffer:           256 << 10,
 		NodeID:               "single",
 	}
@@ -171,6 +176,9 @@ func (c *Config) Validate() error {
 	}
 	if c.AdminReserve < 0 {
 		return cfgErr("admin reserve must not be negative")
+	}
+	if c.FrameTimeout <= 0 {
+		return cfgErr("frame timeout must be positive")
 	}
 	if c.WriteTimeout <= 0 {
 		return cfgErr("write timeout must be positive")

@@ -213,8 +213,17 @@ func (c *conn) lingerClose() {
 // error (E BAD_OP, or an admin body above the limit).
 func (c *conn) readLoop() (fatal bool) {
 	r := 0
+	discard := 0        // body bytes still to skip of an admin frame refused from its header
+	partial := false    // the frame deadline is armed: a started frame is incomplete
+	var partialAt int64 // nanotime it was armed
 	for {
 		n, err := c.nc.Read(c.rbuf[r:])
+		if discard > 0 && n > 0 {
+			k := min(discard, n)
+			copy(c.rbuf[r:], c.rbuf[r+k:r+n])
+			n -= k
+			discard -= k
+		}
 		r += n
 		if n > 0 && !c.stopping.Load() {
 			now := c.s.nanotime()
@@ -225,6 +234,13 @@ func (c *conn) readLoop() (fatal bool) {
 				if ferr != nil {
 					c.frameError(c.rbuf[off:r], ferr)
 					return true
+				}
+				if r-off < flen && c.refuseEarly(c.rbuf[off:r]) {
+					// Answered from the header (issue #22 item 3): skip the
+					// body as it arrives instead of buffering it.
+					discard = flen - (r - off)
+					r = off
+					break
 				}
 				if r-off < flen {
 					want = flen
@@ -256,6 +272,7 @@ func (c *conn) readLoop() (fatal bool) {
 					now = c.s.nanotime() // the flush may have waited
 				}
 			}
+			progressed := off > 0 // a frame completed: a partial one now is a new one
 			if off > 0 {
 				r = copy(c.rbuf, c.rbuf[off:r])
 			}
@@ -265,6 +282,16 @@ func (c *conn) readLoop() (fatal bool) {
 				c.rbuf = nb
 			}
 			c.flushBatch()
+			// A started frame must complete within FrameTimeout (issue #22
+			// item 3); an idle connection (no partial frame) has no deadline.
+			// (Re-armed at most 16 times a timeout while frames keep completing.)
+			if r > 0 && (!partial || progressed && now-partialAt > int64(c.s.cfg.FrameTimeout/16)) {
+				partial, partialAt = true, now
+				_ = c.nc.SetReadDeadline(time.Now().Add(c.s.cfg.FrameTimeout))
+			} else if r == 0 && partial && !c.stopping.Load() {
+				partial = false
+				_ = c.nc.SetReadDeadline(time.Time{})
+			}
 		} else if n > 0 {
 			r = 0 // stopping: discard
 		}
@@ -272,6 +299,25 @@ func (c *conn) readLoop() (fatal bool) {
 			return false
 		}
 	}
+}
+
+// refuseEarly answers an admin frame from a client-role connection from its
+// header alone (checks 2, 3, 4 of §2.1: E BAD_FLAGS, DUPLICATE_REQ_ID or
+// NOT_PERMITTED), so its body is never buffered. It reports whether it did.
+func (c *conn) refuseEarly(b []byte) bool {
+	if b[0] != byte(wire.OpQuery) || c.role != wire.RoleClient {
+		return false
+	}
+	h, _ := wire.ParseRequestHeader(b)
+	switch {
+	case h.Flags != 0:
+		c.replyError(h.ReqID, wire.CodeBadFlags)
+	case c.outstanding(h.ReqID):
+		c.replyError(h.ReqID, wire.CodeDuplicateReqID)
+	default:
+		c.replyError(h.ReqID, wire.CodeNotPermitted)
+	}
+	return true
 }
 
 // frameError answers a frame that cannot be framed (§2.1 check 1, or a Q

@@ -220,3 +220,63 @@ func TestTokenGuessing(t *testing.T) {
 		t.Errorf("failures are not rate-limited in the log: %q", l)
 	}
 }
+
+// TestPartialFrames: a started frame must complete within the frame
+// timeout, or the connection is closed; an idle connection is kept; and a
+// client-role admin frame is answered from its header, before its body is
+// buffered (issue #22 item 3).
+func TestPartialFrames(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, func(c *server.Config) { c.FrameTimeout = 300 * time.Millisecond })
+	t.Run("one byte short is closed", func(t *testing.T) {
+		c := dialRole(t, s, wire.RoleClient, "")
+		f := wire.AppendAcquire(nil, 1, "partial", 1000, 0)
+		c.Write(f[:len(f)-1])
+		start := time.Now()
+		if err := c.WaitEOF(); err != nil {
+			t.Fatalf("a frame one byte short for %v: %v, want closed", time.Since(start), err)
+		}
+	})
+	t.Run("idle is kept", func(t *testing.T) {
+		c := dialRole(t, s, wire.RoleClient, "")
+		c.Ping()
+		time.Sleep(time.Second)
+		c.Ping()
+	})
+	t.Run("slow but steady frames are kept", func(t *testing.T) {
+		c := dialRole(t, s, wire.RoleClient, "")
+		var f []byte
+		for i := range 12 {
+			f = wire.AppendPing(f, uint32(i+1))
+		}
+		// 12 pings over ~1.2 s, each write ending mid-frame.
+		for i := 0; i < len(f); i += 16 {
+			end := min(i+16+8, len(f))
+			if i == 0 {
+				end = 8
+			}
+			c.Write(f[i:end])
+			time.Sleep(100 * time.Millisecond)
+			if end == len(f) {
+				break
+			}
+			i = end - 16
+		}
+		for range 12 {
+			is(t, c.Read(), wire.StatusPong)
+		}
+	})
+	t.Run("client admin frame refused from its header", func(t *testing.T) {
+		c := dialRole(t, s, wire.RoleClient, "")
+		body := make([]byte, 60000)
+		q := wire.AppendQuery(nil, 7, body)
+		c.Write(q[:wire.HeaderLen+10]) // the header and 10 bytes of a 60,000-byte body
+		r, err := c.ReadResponseErr(250 * time.Millisecond)
+		if err != nil {
+			t.Fatalf("no answer before the body: %v", err)
+		}
+		expect(t, r, wire.StatusError, wire.CodeNotPermitted, 7)
+		c.Write(q[wire.HeaderLen+10:]) // the rest is skipped; the stream stays in sync
+		c.Ping()
+	})
+}
