@@ -7,7 +7,8 @@ DATE    ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
 LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.date=$(DATE)
 FUZZTIME ?= 60s
 
-.PHONY: build run demo test test-short lint fuzz bench bench-smoke e2e clean image release man completions
+.PHONY: build run demo test test-short lint fuzz bench bench-smoke e2e clean image release man completions \
+	drivers test-clients test-client test-lang-suites bench-clients
 
 # Deployment artifacts (docs/operations.md).
 DIST      ?= dist
@@ -26,10 +27,68 @@ run: build
 demo:
 	scripts/demo.sh
 
-# The README's test command: vet, then every test under the race detector.
+# The README's test command: vet, every Go test under the race detector,
+# then each present client's own suite and the cross-language matrix.
 test:
 	$(GO) vet $(PKGS)
 	$(GO) test -race -count=1 -timeout 20m $(PKGS)
+	$(MAKE) test-lang-suites
+	$(MAKE) test-clients
+
+# ---------------------------------------------------------------------------
+# Official clients (docs/clients.md). LANGS=go,python selects languages
+# (default: all); a language whose client/<lang>/ci.sh is absent or whose
+# `ci.sh toolchain` fails is skipped with the install command.
+CLIENT_LANGS := go python js rust java kotlin c cpp ruby csharp
+comma := ,
+SEL_LANGS = $(if $(LANGS),$(subst $(comma), ,$(LANGS)),$(CLIENT_LANGS))
+# ci_script LANG: the ci.sh that provides LANG (kotlin/cpp fall back to java/c).
+define ci_for
+ci=client/$$l/ci.sh; [ -f $$ci ] || case $$l in kotlin) ci=client/java/ci.sh;; cpp) ci=client/c/ci.sh;; esac
+endef
+
+# Builds the driver of every selected language whose toolchain is present.
+drivers:
+	@failed=""; built=" "; for l in $(SEL_LANGS); do \
+	  if [ $$l = go ]; then echo "== drivers: go"; \
+	    CGO_ENABLED=0 $(GO) build -o client/testkit/bin/godriver ./client/testkit/godriver || failed="$$failed go"; continue; fi; \
+	  $(ci_for); \
+	  if [ ! -f $$ci ]; then echo "== drivers: $$l skipped: no $$ci yet"; continue; fi; \
+	  if ! bash $$ci toolchain; then echo "== drivers: $$l skipped: toolchain missing (install command above)"; continue; fi; \
+	  case "$$built" in *" $$ci "*) echo "== drivers: $$l (built by $$ci)"; continue;; esac; \
+	  echo "== drivers: $$l ($$ci build)"; \
+	  if bash $$ci build; then built="$$built$$ci "; else failed="$$failed $$l"; fi; \
+	done; \
+	if [ -n "$$failed" ]; then echo "drivers: build failed for:$$failed"; exit 1; fi
+
+TESTKIT_FLAGS ?=
+# The matrix for every selected language (default all; absent ones are shown
+# as skipped with why), in every mode; non-zero on any FAIL.
+test-clients: build
+	@$(MAKE) --no-print-directory drivers LANGS='$(LANGS)' || echo "(a driver failed to build; its cells show it)"
+	$(GO) run ./client/testkit/cmd/runner -bin bin/ticketing $(if $(LANGS),-langs $(LANGS)) $(TESTKIT_FLAGS)
+
+# One language: make test-client LANG=python
+test-client: build
+	@[ -n "$(filter $(CLIENT_LANGS),$(LANG))" ] || { echo "usage: make test-client LANG=<one of: $(CLIENT_LANGS)>"; exit 2; }
+	@$(MAKE) --no-print-directory drivers LANGS='$(LANG)'
+	$(GO) run ./client/testkit/cmd/runner -bin bin/ticketing -langs $(LANG) $(TESTKIT_FLAGS)
+
+# Each present client's own suite (client/<lang>/ci.sh test).
+test-lang-suites: build
+	@failed=""; done_=" "; for l in $(filter-out go,$(SEL_LANGS)); do \
+	  $(ci_for); \
+	  if [ ! -f $$ci ]; then echo "== test-lang-suites: $$l skipped: no $$ci yet"; continue; fi; \
+	  case "$$done_" in *" $$ci "*) continue;; esac; done_="$$done_$$ci "; \
+	  if ! bash $$ci toolchain; then echo "== test-lang-suites: $$l skipped: toolchain missing (install command above)"; continue; fi; \
+	  echo "== test-lang-suites: $$l ($$ci test)"; \
+	  TICKETING_BIN=$(CURDIR)/bin/ticketing bash $$ci test || failed="$$failed $$l"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "test-lang-suites: FAILED:$$failed"; exit 1; fi; echo "test-lang-suites: ok"
+
+# Client throughput beside the Go client (scripts/bench-clients.sh).
+bench-clients: build
+	scripts/bench-clients.sh
 
 test-short:
 	$(GO) test -short -count=1 $(PKGS)
