@@ -7,10 +7,13 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/viper"
 
 	"github.com/ticketing/ticketing/server"
 	"github.com/ticketing/ticketing/server/cluster"
@@ -73,8 +76,16 @@ SIGHUP reloads the TLS certificate files.`,
 	f.Int("max-connections", def.MaxConnections, "client connections (REJECT OVERLOADED beyond)")
 	f.Int("max-inflight", def.MaxInflight, "queued acquires per connection (B OVERLOADED beyond)")
 	f.Duration("handshake-timeout", def.HandshakeTimeout, "time allowed for TLS and the AUTH frame")
+	f.Int("admin-reserve", def.AdminReserve, "admin and peer connections allowed beyond --max-connections")
+	f.Int("max-handshakes", def.MaxHandshakes, "connections in the handshake at once (the oldest is closed beyond)")
+	f.Int("max-handshakes-per-addr", def.MaxHandshakesPerAddr, "connections in the handshake from one IP address")
+	f.Duration("frame-timeout", def.FrameTimeout, "time a started request frame may take to complete")
+	f.Duration("write-timeout", def.WriteTimeout, "time a connection's output may stay blocked before it is closed")
+	f.Int("send-buffer", def.SendBuffer, "kernel send buffer per client connection, bytes (0: the kernel's autotuning)")
 	f.String("data-dir", "", "directory for the fencing-token high-water mark (tokens then survive restarts)")
 	f.String("metrics-listen", "", "Prometheus /metrics listen address (off when empty)")
+	f.String("metrics-token", "", "bearer token /metrics requires (prefer --metrics-token-file)")
+	f.String("metrics-token-file", "", "file holding the metrics token")
 	f.String("log-level", "info", "debug, info, warn or error")
 	f.String("node-id", def.NodeID, "node id (a cluster member's raft id)")
 	// cluster (protocol.md §7; docs/operations.md)
@@ -102,6 +113,7 @@ func serveOptions(fac *Factory, cmd *cobra.Command) (*ServeOptions, error) {
 		return nil, err
 	}
 	cfg := server.DefaultConfig()
+	st := &strictSettings{v: v}
 	cfg.Listen = v.GetString("listen")
 	if cfg.ClientToken, err = readSecret(v, "token", "token-file"); err != nil {
 		return nil, err
@@ -109,25 +121,37 @@ func serveOptions(fac *Factory, cmd *cobra.Command) (*ServeOptions, error) {
 	if cfg.AdminToken, err = readSecret(v, "admin-token", "admin-token-file"); err != nil {
 		return nil, err
 	}
-	cfg.Insecure = v.GetBool("insecure")
+	cfg.Insecure = st.bool("insecure")
 	cfg.TLSCertFile = v.GetString("tls-cert")
 	cfg.TLSKeyFile = v.GetString("tls-key")
 	cfg.TLSClientCAFile = v.GetString("tls-client-ca")
-	cfg.MaxLease = v.GetDuration("max-lease")
-	cfg.MaxWait = v.GetDuration("max-wait")
-	cfg.MaxKeys = v.GetInt("max-keys")
-	cfg.MaxWaitersPerKey = v.GetInt("max-waiters-per-key")
-	cfg.MaxWaiters = v.GetInt("max-waiters")
-	cfg.MaxConnections = v.GetInt("max-connections")
-	cfg.MaxInflight = v.GetInt("max-inflight")
-	cfg.HandshakeTimeout = v.GetDuration("handshake-timeout")
+	cfg.MaxLease = st.duration("max-lease")
+	cfg.MaxWait = st.duration("max-wait")
+	cfg.MaxKeys = st.int("max-keys")
+	cfg.MaxWaitersPerKey = st.int("max-waiters-per-key")
+	cfg.MaxWaiters = st.int("max-waiters")
+	cfg.MaxConnections = st.int("max-connections")
+	cfg.MaxInflight = st.int("max-inflight")
+	cfg.HandshakeTimeout = st.duration("handshake-timeout")
+	cfg.AdminReserve = st.int("admin-reserve")
+	cfg.MaxHandshakes = st.int("max-handshakes")
+	cfg.MaxHandshakesPerAddr = st.int("max-handshakes-per-addr")
+	cfg.FrameTimeout = st.duration("frame-timeout")
+	cfg.WriteTimeout = st.duration("write-timeout")
+	cfg.SendBuffer = st.int("send-buffer")
 	cfg.DataDir = v.GetString("data-dir")
 	cfg.MetricsListen = v.GetString("metrics-listen")
+	if cfg.MetricsToken, err = readSecret(v, "metrics-token", "metrics-token-file"); err != nil {
+		return nil, err
+	}
 	cfg.NodeID = v.GetString("node-id")
+	if st.err != nil {
+		return nil, st.err
+	}
 	if cfg.PeerToken, err = readSecret(v, "peer-token", "peer-token-file"); err != nil {
 		return nil, err
 	}
-	if peers := v.GetString("peers"); peers != "" || v.GetBool("join") || v.GetBool("bootstrap") {
+	if peers := v.GetString("peers"); peers != "" || st.bool("join") || st.bool("bootstrap") {
 		ps, err := server.ParsePeers(peers)
 		if err != nil {
 			return nil, withExit(ExitUsage, err)
@@ -139,16 +163,19 @@ func serveOptions(fac *Factory, cmd *cobra.Command) (*ServeOptions, error) {
 			PeerListen:    v.GetString("peer-listen"),
 			PeerAdvertise: v.GetString("peer-advertise"),
 			Advertise:     v.GetString("advertise"),
-			ClockOffset:   v.GetDuration("test-clock-offset"),
+			ClockOffset:   st.duration("test-clock-offset"),
 			Settings: cluster.Settings{
 				Peers:              ps,
-				Bootstrap:          v.GetBool("bootstrap"),
-				MaxClockSkew:       v.GetDuration("max-clock-skew"),
-				HeartbeatTimeout:   v.GetDuration("raft-heartbeat-timeout"),
-				ElectionTimeout:    v.GetDuration("raft-election-timeout"),
-				LeaderLeaseTimeout: v.GetDuration("raft-leader-lease-timeout"),
-				TransferTimeout:    v.GetDuration("transfer-timeout"),
+				Bootstrap:          st.bool("bootstrap"),
+				MaxClockSkew:       st.duration("max-clock-skew"),
+				HeartbeatTimeout:   st.duration("raft-heartbeat-timeout"),
+				ElectionTimeout:    st.duration("raft-election-timeout"),
+				LeaderLeaseTimeout: st.duration("raft-leader-lease-timeout"),
+				TransferTimeout:    st.duration("transfer-timeout"),
 			},
+		}
+		if st.err != nil {
+			return nil, st.err
 		}
 		if cc := cfg.Cluster; min(cc.LeaderLeaseTimeout, cc.HeartbeatTimeout, cc.ElectionTimeout) < minRaftTimeout {
 			return nil, usageError("raft timings: --raft-heartbeat-timeout, --raft-election-timeout and --raft-leader-lease-timeout must each be at least %v", minRaftTimeout)
@@ -170,6 +197,53 @@ func serveOptions(fac *Factory, cmd *cobra.Command) (*ServeOptions, error) {
 		return nil, withExit(ExitUsage, err)
 	}
 	return &ServeOptions{Config: cfg, LogLevel: lvl}, nil
+}
+
+// strictSettings reads typed settings from the merged flags, environment
+// and config file (issue #22 item 5): a value that does not parse is an
+// invalid configuration naming the setting and the value (exit 2), never 0
+// as viper's GetDuration/GetInt/GetBool would make it. The first error is
+// kept in err.
+type strictSettings struct {
+	v   *viper.Viper
+	err error
+}
+
+func (st *strictSettings) fail(key, val string, err error) {
+	if st.err == nil {
+		env := "TICKETING_" + strings.ToUpper(strings.ReplaceAll(key, "-", "_"))
+		st.err = usageError("invalid configuration: --%s (%s, config key %s) %q: %v", key, env, key, val, err)
+	}
+}
+
+func (st *strictSettings) duration(key string) time.Duration {
+	val := st.v.GetString(key)
+	d, err := time.ParseDuration(val)
+	if err != nil {
+		if n, nerr := strconv.ParseInt(val, 10, 64); nerr == nil && n == 0 {
+			return 0 // a bare 0 needs no unit
+		}
+		st.fail(key, val, errors.New("want a duration such as 500ms, 30s or 15m"))
+	}
+	return d
+}
+
+func (st *strictSettings) int(key string) int {
+	val := st.v.GetString(key)
+	n, err := strconv.Atoi(val)
+	if err != nil {
+		st.fail(key, val, errors.New("want a whole number"))
+	}
+	return n
+}
+
+func (st *strictSettings) bool(key string) bool {
+	val := st.v.GetString(key)
+	b, err := strconv.ParseBool(val)
+	if err != nil {
+		st.fail(key, val, errors.New("want true or false"))
+	}
+	return b
 }
 
 func runServe(ctx context.Context, ios *IO, opts *ServeOptions) error {

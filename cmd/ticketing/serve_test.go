@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -53,6 +55,60 @@ func TestServeRaftTimings(t *testing.T) {
 			cc := got.Config.Cluster
 			if cc.HeartbeatTimeout != tc.hb || cc.ElectionTimeout != tc.el || cc.LeaderLeaseTimeout != tc.lease {
 				t.Errorf("timings %v/%v/%v, want %v/%v/%v", cc.HeartbeatTimeout, cc.ElectionTimeout, cc.LeaderLeaseTimeout, tc.hb, tc.el, tc.lease)
+			}
+		})
+	}
+}
+
+// Every setting that does not parse, from a flag, the environment or the
+// config file, is an invalid configuration: one line naming the setting and
+// the value, exit 2 — never 0 (issue #22 item 5: TICKETING_MAX_WAIT=abc
+// started a server answering every acquire BAD_WAIT).
+func TestServeUnparseableSettings(t *testing.T) {
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "ticketing.yaml")
+	if err := os.WriteFile(conf, []byte("max-keys: lots\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name    string
+		env     map[string]string
+		args    []string
+		wantErr string // "" = accepted
+	}{
+		{name: "env duration", env: map[string]string{"TICKETING_MAX_WAIT": "abc"}, wantErr: `max-wait (TICKETING_MAX_WAIT, config key max-wait) "abc"`},
+		{name: "env int", env: map[string]string{"TICKETING_MAX_CONNECTIONS": "10k"}, wantErr: `"10k"`},
+		{name: "env bool", env: map[string]string{"TICKETING_INSECURE": "maybe"}, wantErr: `insecure`},
+		{name: "env new bound", env: map[string]string{"TICKETING_WRITE_TIMEOUT": "soon"}, wantErr: `write-timeout`},
+		{name: "config file", args: []string{"--config", conf}, wantErr: `max-keys (TICKETING_MAX_KEYS, config key max-keys) "lots"`},
+		{name: "flag", args: []string{"--max-lease", "abc"}, wantErr: "max-lease"},
+		{name: "env valid", env: map[string]string{"TICKETING_MAX_WAIT": "2m", "TICKETING_FRAME_TIMEOUT": "3s"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			clearEnv(t)
+			for k, v := range tc.env {
+				t.Setenv(k, v)
+			}
+			var got *ServeOptions
+			ios, _, _ := testIO("")
+			cmd := newCmdServe(newFactory(ios), func(_ context.Context, _ *IO, o *ServeOptions) error { got = o; return nil })
+			err := execCmd(t, cmd, tc.args...)
+			if tc.wantErr == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got.Config.MaxWait != 2*time.Minute || got.Config.FrameTimeout != 3*time.Second {
+					t.Fatalf("max wait %v, frame timeout %v", got.Config.MaxWait, got.Config.FrameTimeout)
+				}
+				return
+			}
+			code, line := codeOf(err)
+			if code != ExitUsage || !strings.Contains(line, tc.wantErr) || strings.Count(line, "\n") != 0 {
+				t.Fatalf("exit %d %q, want %d and one line with %q", code, line, ExitUsage, tc.wantErr)
+			}
+			if got != nil {
+				t.Fatal("serve ran with an unreadable setting")
 			}
 		})
 	}
