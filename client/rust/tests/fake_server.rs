@@ -531,3 +531,25 @@ async fn max_inflight_waits_for_a_slot_within_the_wait() {
     assert_eq!(timeouts, 1);
     c.close().await;
 }
+
+#[tokio::test]
+async fn lease_expiring_and_detach() {
+    let mut f = Fake::start(Mode::default()).await;
+    let c = client(&f).await;
+    let a = tokio::spawn({
+        let c = c.clone();
+        async move { c.acquire("e", Duration::from_millis(300), S).await }
+    });
+    let (r, ctl) = f.next_req().await;
+    ctl.grant(r.req_id, 11, 0);
+    let l = a.await.unwrap().unwrap();
+    assert!(l.remaining() <= Duration::from_millis(300));
+    let t = std::time::Instant::now();
+    l.expiring(Duration::from_millis(100)).await;
+    assert!(t.elapsed() <= Duration::from_millis(300));
+    assert!(std::time::Instant::now() + Duration::from_millis(100) >= l.deadline());
+    // Detached: dropping it sends nothing.
+    assert_eq!(l.detach(), 11);
+    assert!(f.try_next(Duration::from_millis(150)).await.is_none());
+    c.close().await;
+}
