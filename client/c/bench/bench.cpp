@@ -1,0 +1,66 @@
+// Acquire+release pairs through ONE client: 64 threads and 1 thread, for the
+// C API (blocking) and the C++ API. Env: TICKETING_ADDR, TICKETING_TOKEN, BENCH_SECONDS.
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ticketing.hpp"
+
+static void run(const char *lang, const char *api, tk_client *c, ticketing::Client *cpp, int callers, double secs) {
+    std::atomic<bool> stop{false};
+    std::atomic<long long> pairs{0};
+    std::vector<std::thread> ts;
+    auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < callers; i++) {
+        ts.emplace_back([&, i] {
+            std::string key = std::string("bench/") + lang + "/" + std::to_string(i);
+            long long n = 0;
+            while (!stop.load(std::memory_order_relaxed)) {
+                if (cpp) {
+                    try {
+                        auto l = cpp->acquire(key, std::chrono::milliseconds(10000), std::chrono::milliseconds(5000));
+                        l.release();
+                        n++;
+                    } catch (const ticketing::Error &e) {
+                        fprintf(stderr, "bench: %s\n", e.what());
+                    }
+                } else {
+                    tk_lease l;
+                    tk_status s = tk_acquire(c, key.data(), key.size(), 10000, 5000, &l);
+                    if (s == TK_OK) s = tk_release(c, &l);
+                    if (s == TK_OK) n++;
+                    else fprintf(stderr, "bench: %s\n", tk_strerror(s));
+                }
+            }
+            pairs += n;
+        });
+    }
+    std::this_thread::sleep_for(std::chrono::duration<double>(secs));
+    stop = true;
+    for (auto &t : ts) t.join();
+    double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    printf("BENCH {\"lang\":\"%s\",\"api\":\"%s\",\"callers\":%d,\"pairs\":%lld,\"seconds\":%.1f,\"pairs_per_sec\":%.1f}\n",
+           lang, api, callers, pairs.load(), el, pairs.load() / el);
+    fflush(stdout);
+}
+
+int main() {
+    const char *addr = getenv("TICKETING_ADDR");
+    if (!addr) {
+        fprintf(stderr, "set TICKETING_ADDR\n");
+        return 2;
+    }
+    const char *tok = getenv("TICKETING_TOKEN");
+    double secs = getenv("BENCH_SECONDS") ? atof(getenv("BENCH_SECONDS")) : 5.0;
+    ticketing::Options o;
+    o.addrs = {addr};
+    o.token = tok ? tok : "";
+    ticketing::Client cl(o);
+    for (int callers : {64, 1}) run("c", "blocking", cl.native(), nullptr, callers, secs);
+    for (int callers : {64, 1}) run("cpp", "blocking", nullptr, &cl, callers, secs);
+    return 0;
+}

@@ -1,0 +1,3 @@
+module ticketing.invalid/client-c
+
+go 1.26

@@ -1,0 +1,156 @@
+/* libticketing: the official C client of the Ticketing lock server (protocol v1).
+ *
+ * Threading: a tk_client is safe to share between any number of threads.
+ * Each connection has one background I/O thread (connect, handshake, TLS,
+ * reads and writes, reconnect with backoff 0.1 s doubling to 3.2 s, forever);
+ * callers only append frames to a connection's write buffer under that
+ * connection's mutex and wait for their answer. Lock order inside the
+ * library: op mutex -> client mutex -> connection mutex; completions are
+ * delivered after the connection mutex is released, so a slow caller never
+ * stalls the I/O thread.
+ *
+ * Ownership of a lock lives in its token (tk_lease.token), never in a thread:
+ * any thread, or another process that knows the token, may release it.
+ *
+ * Fork: a client used in a child process after fork() answers TK_E_FORKED
+ * and never touches the inherited sockets; create a new client in the child.
+ */
+#ifndef TICKETING_H
+#define TICKETING_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TK_VERSION "0.1.0"
+#define TK_MAX_KEY 250
+
+typedef enum tk_status {
+    TK_OK = 0,
+    TK_TIMEOUT,       /* T: not acquired within the wait (or wait 0 on a held key) */
+    TK_BUSY,          /* B: refused at once, not queued; the §4 code says why */
+    TK_INDETERMINATE, /* sent, no definite answer (connection lost, U): do NOT enter */
+    TK_NOT_HOLDER,    /* N on release: the key is free or held under another token */
+    TK_E_AUTH,        /* REJECT AUTH_FAILED, or the server failed its mutual proof */
+    TK_E_TLS,         /* TLS handshake or certificate verification failed */
+    TK_E_CONNECT,     /* no connection within the connect budget */
+    TK_E_INVALID,     /* bad argument (checked before sending) or E from the server */
+    TK_E_PROTOCOL,    /* the peer broke the protocol */
+    TK_E_CANCELLED,   /* tk_op_cancel */
+    TK_E_CLOSED,      /* the client was closed */
+    TK_E_NO_LEADER,   /* M answers exceeded the hop limit within the wait */
+    TK_E_FORKED,      /* used in a child process after fork() */
+    TK_E_NOMEM,
+    TK_E_INTERNAL,
+    TK_PENDING        /* tk_op_drive: not finished yet */
+} tk_status;
+
+/* Server codes (protocol §4), as found in tk_lease.code. */
+enum {
+    TK_CODE_NONE = 0,
+    TK_CODE_QUEUE_FULL = 1,
+    TK_CODE_OVERLOADED = 2,
+    TK_CODE_CLOCK_UNHEALTHY = 3,
+    TK_CODE_SHUTTING_DOWN = 4,
+    TK_CODE_NO_QUORUM = 5,
+    TK_CODE_BAD_HANDSHAKE = 10,
+    TK_CODE_AUTH_FAILED = 11,
+    TK_CODE_BAD_OP = 20,
+    TK_CODE_BAD_KEY = 21,
+    TK_CODE_BAD_LEASE = 22,
+    TK_CODE_BAD_WAIT = 23,
+    TK_CODE_BAD_FLAGS = 24,
+    TK_CODE_DUPLICATE_REQ_ID = 25,
+    TK_CODE_BAD_ADMIN = 26,
+    TK_CODE_NOT_PERMITTED = 27,
+    TK_CODE_INTERNAL = 28
+};
+
+const char *tk_strerror(tk_status s);
+
+typedef struct tk_tls_config {
+    const char *ca_file;     /* PEM roots; NULL = system default paths */
+    const char *cert_file;   /* client certificate for mutual TLS, or NULL */
+    const char *key_file;    /* its key, or NULL */
+    const char *server_name; /* SNI + name to verify; NULL = the host of each address */
+} tk_tls_config;
+
+typedef struct tk_config {
+    const char *const *addrs; /* "host:port", one or more nodes of a cluster */
+    size_t n_addrs;
+    const char *token;          /* client token, NULL or "" = none */
+    const tk_tls_config *tls;   /* NULL = plaintext TCP */
+    uint32_t connect_timeout_ms; /* 0 = 5000: bounds each dial+handshake and the wait for a first connection */
+    /* Optional log sink (never receives a token). level: 0 debug, 1 info, 2 warn, 3 error. */
+    void (*log)(void *ud, int level, const char *msg);
+    void *log_ud;
+} tk_config;
+
+typedef struct tk_lease {
+    uint8_t key[TK_MAX_KEY];
+    size_t key_len;
+    uint64_t token;       /* fencing token: check it against the high-water mark in the same transaction as the write */
+    uint64_t deadline_ns; /* CLOCK_MONOTONIC: send time + queued (from G) + lease; stop before it */
+    uint8_t code;         /* on failure: the server's §4 code (TK_BUSY, TK_E_INVALID, TK_INDETERMINATE), else 0 */
+    char message[128];    /* on failure: a human-readable reason (never a token) */
+} tk_lease;
+
+typedef struct tk_client tk_client;
+typedef struct tk_op tk_op;
+
+/* Creates a client and starts its connections in the background. Returns NULL
+ * (errno EINVAL or ENOMEM) for an invalid configuration. Never blocks. */
+tk_client *tk_client_new(const tk_config *cfg);
+/* Waits until a connection is up: TK_OK, TK_E_AUTH / TK_E_TLS (every address
+ * failed so), TK_E_CONNECT after timeout_ms (0 = connect_timeout_ms). */
+tk_status tk_client_wait_connected(tk_client *c, uint32_t timeout_ms);
+/* Closes every connection; pending calls answer TK_E_CLOSED. Idempotent. */
+void tk_client_close(tk_client *c);
+/* Closes and frees. Every tk_op must be freed before. */
+void tk_client_free(tk_client *c);
+
+/* Monotonic clock (ns) in the same base as tk_lease.deadline_ns. */
+uint64_t tk_now_ns(void);
+/* Milliseconds left until the lease's conservative local deadline (negative once passed). */
+int64_t tk_lease_remaining_ms(const tk_lease *l);
+
+/* Blocking acquire: waits up to wait_ms (0 = try once) for key, with a lease of
+ * lease_ms (>= 1). Retried internally only while its bytes were never sent or
+ * it was answered M, and only within the remaining wait. */
+tk_status tk_acquire(tk_client *c, const void *key, size_t key_len, uint32_t lease_ms,
+                     uint32_t wait_ms, tk_lease *out);
+/* Blocking release; TK_OK only when the server answered O. Retried for at most 5 s. */
+tk_status tk_release(tk_client *c, const tk_lease *l);
+tk_status tk_release_token(tk_client *c, const void *key, size_t key_len, uint64_t token,
+                           uint8_t *code_out);
+
+/* Non-blocking form for event loops.
+ *   tk_acquire_start   starts an acquire (TK_OK), or fails at once (argument check).
+ *   tk_op_fd           becomes readable when the op should be driven.
+ *   tk_op_timeout_ms   drive again after this many ms even if the fd is quiet (-1: only on fd).
+ *   tk_op_drive        TK_PENDING, or the final status (fills *out once).
+ *   tk_op_cancel       withdraws the acquire (sends C when it is queued; a grant that
+ *                      won the race is released by the client). Any thread. Then the op
+ *                      finishes with TK_E_CANCELLED.
+ *   tk_op_wait         blocks until the final status (may be called from another thread
+ *                      than the canceller).
+ *   tk_op_free         frees (cancelling first when unfinished). */
+tk_status tk_acquire_start(tk_client *c, const void *key, size_t key_len, uint32_t lease_ms,
+                           uint32_t wait_ms, tk_op **op_out);
+int tk_op_fd(tk_op *op);
+int tk_op_timeout_ms(tk_op *op);
+tk_status tk_op_drive(tk_op *op, tk_lease *out);
+tk_status tk_op_wait(tk_op *op, tk_lease *out);
+void tk_op_cancel(tk_op *op);
+void tk_op_free(tk_op *op);
+
+/* Validates a key as the server does (1..250 bytes of UTF-8, no control characters). */
+int tk_key_valid(const void *key, size_t len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,282 @@
+// ticketing.hpp: C++17 RAII wrapper over libticketing (ticketing.h).
+//
+// ticketing::Client is movable and thread-safe (it shares one tk_client).
+// ticketing::Lease is move-only; its destructor releases the lock (noexcept:
+// a failed release goes to Options::on_release_error, never an exception).
+// Ownership lives in the lease's token, not in a thread: a Lease may be moved
+// to and released from any thread.
+#ifndef TICKETING_HPP
+#define TICKETING_HPP
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "ticketing.h"
+
+namespace ticketing {
+
+class Error : public std::runtime_error {
+public:
+    Error(tk_status st, int code, const std::string &msg) : std::runtime_error(msg), status_(st), code_(code) {}
+    tk_status status() const noexcept { return status_; }
+    int code() const noexcept { return code_; } // protocol §4 code, 0 when none
+private:
+    tk_status status_;
+    int code_;
+};
+#define TICKETING_ERR_(Name)                                                                    \
+    class Name : public Error {                                                                 \
+    public:                                                                                     \
+        using Error::Error;                                                                     \
+    };
+TICKETING_ERR_(TimeoutError)
+TICKETING_ERR_(BusyError)
+TICKETING_ERR_(IndeterminateError)
+TICKETING_ERR_(NotHolderError)
+TICKETING_ERR_(AuthError)
+TICKETING_ERR_(TlsError)
+TICKETING_ERR_(ConnectError)
+TICKETING_ERR_(InvalidArgument)
+TICKETING_ERR_(ProtocolError)
+TICKETING_ERR_(CancelledError)
+TICKETING_ERR_(ClosedError)
+TICKETING_ERR_(NoLeaderError)
+#undef TICKETING_ERR_
+
+[[noreturn]] inline void throw_status(tk_status st, int code = 0, const char *msg = nullptr) {
+    std::string m = msg && *msg ? std::string(msg) : std::string(tk_strerror(st));
+    switch (st) {
+    case TK_TIMEOUT: throw TimeoutError(st, code, m);
+    case TK_BUSY: throw BusyError(st, code, m);
+    case TK_INDETERMINATE: throw IndeterminateError(st, code, m);
+    case TK_NOT_HOLDER: throw NotHolderError(st, code, m);
+    case TK_E_AUTH: throw AuthError(st, code, m);
+    case TK_E_TLS: throw TlsError(st, code, m);
+    case TK_E_CONNECT: throw ConnectError(st, code, m);
+    case TK_E_INVALID: throw InvalidArgument(st, code, m);
+    case TK_E_PROTOCOL: throw ProtocolError(st, code, m);
+    case TK_E_CANCELLED: throw CancelledError(st, code, m);
+    case TK_E_CLOSED: throw ClosedError(st, code, m);
+    case TK_E_NO_LEADER: throw NoLeaderError(st, code, m);
+    default: throw Error(st, code, m);
+    }
+}
+
+struct TlsOptions {
+    std::string ca_file, cert_file, key_file, server_name;
+};
+
+struct Options {
+    std::vector<std::string> addrs;
+    std::string token;
+    std::optional<TlsOptions> tls;
+    std::chrono::milliseconds connect_timeout{5000};
+    bool wait_connected = true; // the constructor waits for a first connection (throws ConnectError/AuthError/TlsError)
+    std::function<void(const Error &)> on_release_error; // failures of Lease's destructor
+};
+
+namespace detail {
+struct State {
+    tk_client *c = nullptr;
+    std::function<void(const Error &)> on_release_error;
+    ~State() { tk_client_free(c); }
+};
+inline std::uint32_t to_ms(std::chrono::milliseconds d, const char *what) {
+    if (d.count() < 0 || static_cast<unsigned long long>(d.count()) > 0xffffffffull)
+        throw InvalidArgument(TK_E_INVALID, 0, std::string(what) + " must be 0..4294967295 ms");
+    return static_cast<std::uint32_t>(d.count());
+}
+} // namespace detail
+
+class PendingAcquire;
+class Client;
+
+class Lease {
+public:
+    Lease() = default;
+    Lease(const Lease &) = delete;
+    Lease &operator=(const Lease &) = delete;
+    Lease(Lease &&o) noexcept : st_(std::move(o.st_)), l_(o.l_), held_(std::exchange(o.held_, false)) {}
+    Lease &operator=(Lease &&o) noexcept {
+        if (this != &o) {
+            release_noexcept();
+            st_ = std::move(o.st_);
+            l_ = o.l_;
+            held_ = std::exchange(o.held_, false);
+        }
+        return *this;
+    }
+    ~Lease() { release_noexcept(); }
+
+    std::uint64_t token() const noexcept { return l_.token; }
+    std::string_view key() const noexcept { return {reinterpret_cast<const char *>(l_.key), l_.key_len}; }
+    std::chrono::steady_clock::time_point deadline() const noexcept {
+        return std::chrono::steady_clock::time_point(std::chrono::nanoseconds(l_.deadline_ns));
+    }
+    std::chrono::milliseconds remaining() const noexcept {
+        return std::chrono::milliseconds(tk_lease_remaining_ms(&l_));
+    }
+    bool held() const noexcept { return held_; }
+    explicit operator bool() const noexcept { return held_; }
+    const tk_lease &native() const noexcept { return l_; }
+    // Gives up the duty to release: the lock stays held until someone
+    // releases its token or the lease ends.
+    tk_lease detach() noexcept {
+        held_ = false;
+        return l_;
+    }
+
+    // Releases; throws on failure. The lease stays held (and its destructor
+    // tries again) unless the server confirmed with O or said it is not the
+    // holder.
+    void release() {
+        if (!held_) return;
+        std::uint8_t code = 0;
+        tk_status s = tk_release_token(st_->c, l_.key, l_.key_len, l_.token, &code);
+        if (s == TK_OK || s == TK_NOT_HOLDER || s == TK_E_INVALID || s == TK_E_CLOSED) held_ = false;
+        if (s != TK_OK) throw_status(s, code);
+    }
+
+private:
+    friend class Client;
+    friend class PendingAcquire;
+    Lease(std::shared_ptr<detail::State> st, const tk_lease &l) : st_(std::move(st)), l_(l), held_(true) {}
+    void release_noexcept() noexcept {
+        if (!held_) return;
+        try {
+            release();
+        } catch (const Error &e) {
+            held_ = false;
+            if (st_ && st_->on_release_error) {
+                try {
+                    st_->on_release_error(e);
+                } catch (...) {
+                }
+            }
+        } catch (...) {
+            held_ = false;
+        }
+    }
+    std::shared_ptr<detail::State> st_;
+    tk_lease l_{};
+    bool held_ = false;
+};
+
+// An acquire in progress: wait() for it from one thread, cancel() from any
+// other; or poll fd() / timeout() from an event loop and drive().
+class PendingAcquire {
+public:
+    PendingAcquire(const PendingAcquire &) = delete;
+    PendingAcquire &operator=(const PendingAcquire &) = delete;
+    PendingAcquire(PendingAcquire &&o) noexcept : st_(std::move(o.st_)), op_(std::exchange(o.op_, nullptr)) {}
+    ~PendingAcquire() { tk_op_free(op_); }
+
+    void cancel() noexcept { tk_op_cancel(op_); }
+    int fd() const noexcept { return tk_op_fd(op_); }
+    std::optional<std::chrono::milliseconds> timeout() const noexcept {
+        int t = tk_op_timeout_ms(op_);
+        if (t < 0) return std::nullopt;
+        return std::chrono::milliseconds(t);
+    }
+    // nullopt while pending; the lease, or throws.
+    std::optional<Lease> drive() {
+        tk_lease l{};
+        tk_status s = tk_op_drive(op_, &l);
+        if (s == TK_PENDING) return std::nullopt;
+        return finish(s, l);
+    }
+    Lease wait() {
+        tk_lease l{};
+        return finish(tk_op_wait(op_, &l), l);
+    }
+
+private:
+    friend class Client;
+    PendingAcquire(std::shared_ptr<detail::State> st, tk_op *op) : st_(std::move(st)), op_(op) {}
+    Lease finish(tk_status s, const tk_lease &l) {
+        if (s != TK_OK) throw_status(s, l.code, l.message);
+        return Lease(st_, l);
+    }
+    std::shared_ptr<detail::State> st_;
+    tk_op *op_;
+};
+
+class Client {
+public:
+    explicit Client(const Options &o) : st_(std::make_shared<detail::State>()) {
+        std::vector<const char *> a;
+        for (auto &s : o.addrs) a.push_back(s.c_str());
+        tk_tls_config t{};
+        if (o.tls) {
+            t.ca_file = o.tls->ca_file.empty() ? nullptr : o.tls->ca_file.c_str();
+            t.cert_file = o.tls->cert_file.empty() ? nullptr : o.tls->cert_file.c_str();
+            t.key_file = o.tls->key_file.empty() ? nullptr : o.tls->key_file.c_str();
+            t.server_name = o.tls->server_name.empty() ? nullptr : o.tls->server_name.c_str();
+        }
+        tk_config cfg{};
+        cfg.addrs = a.data();
+        cfg.n_addrs = a.size();
+        cfg.token = o.token.c_str();
+        cfg.tls = o.tls ? &t : nullptr;
+        cfg.connect_timeout_ms = detail::to_ms(o.connect_timeout, "connect_timeout");
+        st_->c = tk_client_new(&cfg);
+        if (!st_->c) throw InvalidArgument(TK_E_INVALID, 0, "invalid client options (addresses, token or TLS files)");
+        st_->on_release_error = o.on_release_error;
+        if (o.wait_connected) {
+            tk_status s = tk_client_wait_connected(st_->c, 0);
+            if (s != TK_OK) throw_status(s);
+        }
+    }
+    Client(Client &&) noexcept = default;
+    Client &operator=(Client &&) noexcept = default;
+    Client(const Client &) = delete;
+    Client &operator=(const Client &) = delete;
+
+    Lease acquire(std::string_view key, std::chrono::milliseconds lease, std::chrono::milliseconds wait) {
+        tk_lease l{};
+        tk_status s = tk_acquire(st_->c, key.data(), key.size(), detail::to_ms(lease, "lease"),
+                                 detail::to_ms(wait, "wait"), &l);
+        if (s != TK_OK) throw_status(s, l.code, l.message);
+        return Lease(st_, l);
+    }
+    // nullopt when not acquired within wait (default: try once); other failures throw.
+    std::optional<Lease> try_acquire(std::string_view key, std::chrono::milliseconds lease,
+                                     std::chrono::milliseconds wait = std::chrono::milliseconds(0)) {
+        try {
+            return acquire(key, lease, wait);
+        } catch (const TimeoutError &) {
+            return std::nullopt;
+        }
+    }
+    PendingAcquire start_acquire(std::string_view key, std::chrono::milliseconds lease, std::chrono::milliseconds wait) {
+        tk_op *op = nullptr;
+        tk_status s = tk_acquire_start(st_->c, key.data(), key.size(), detail::to_ms(lease, "lease"),
+                                       detail::to_ms(wait, "wait"), &op);
+        if (s != TK_OK) throw_status(s);
+        return PendingAcquire(st_, op);
+    }
+    // Releases a lock known by its token (from any process); throws on failure.
+    void release(std::string_view key, std::uint64_t token) {
+        std::uint8_t code = 0;
+        tk_status s = tk_release_token(st_->c, key.data(), key.size(), token, &code);
+        if (s != TK_OK) throw_status(s, code);
+    }
+    void close() noexcept {
+        if (st_) tk_client_close(st_->c);
+    }
+    tk_client *native() const noexcept { return st_ ? st_->c : nullptr; }
+
+private:
+    std::shared_ptr<detail::State> st_;
+};
+
+} // namespace ticketing
+#endif

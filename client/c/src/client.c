@@ -1,0 +1,1474 @@
+/* libticketing client: connection actors (one I/O thread per connection),
+ * picker, ops (acquire / release state machines), background releaser. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <openssl/crypto.h>
+#include <openssl/err.h>
+#include <openssl/rand.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
+
+#include "ticketing.h"
+#include "tk_wire.h"
+
+#define MS 1000000ull
+#define MAX_MOVES 3
+#define MAX_EXTRA 8
+#define MAX_CONNS 64
+#define NBUCKET 1024
+#define REL_WINDOW_NS (5000 * MS)
+#define REL_QUEUE 1024
+#define MAX_WBUF (4u << 20)
+
+enum { F_NONE, F_UNSENT, F_LOST };
+enum { OWN_OP, OWN_ABANDONED, OWN_DROPPED };
+enum { K_ACQUIRE, K_RELEASE };
+
+typedef struct conn conn;
+
+typedef struct call {
+    uint8_t op;
+    uint8_t key[TK_MAX_KEY];
+    size_t klen;
+    uint32_t lease, wait;
+    uint64_t arg;
+    int counts;
+    conn *cn;
+    uint32_t req_id;
+    uint64_t seq, sent_ns;
+    int pending, owner;
+    tk_op *opref;
+    uint8_t status, code;
+    uint16_t queued;
+    uint64_t value;
+    char payload[TK_MAX_ERROR + 1];
+    uint32_t plen;
+    int fail;
+    tk_status fail_st;
+    struct call *hnext;
+} call;
+
+struct conn {
+    tk_client *cl;
+    char host[256], port[16], addr[300];
+    pthread_t th;
+    int started;
+    int efd;
+    pthread_mutex_t mu;
+    int up, ever_up, failures;
+    uint32_t max_inflight, inflight;
+    call *buckets[NBUCKET];
+    uint32_t next_id;
+    uint8_t *wbuf;
+    size_t wlen, wcap;
+    uint64_t seq, taken;
+    int kicked;
+    /* I/O thread only */
+    int fd;
+    SSL *ssl;
+};
+
+typedef struct endpoint {
+    char addr[300];
+    int first, n;
+} endpoint;
+
+typedef struct rel_job {
+    uint8_t key[TK_MAX_KEY];
+    size_t klen;
+    uint64_t token, deadline;
+} rel_job;
+
+struct tk_client {
+    pid_t pid;
+    uint8_t token[256];
+    size_t tlen;
+    SSL_CTX *ssl_ctx;
+    char server_name[256];
+    uint32_t connect_timeout_ms;
+    void (*log)(void *, int, const char *);
+    void *log_ud;
+
+    pthread_mutex_t mu; /* pool changes, close, backoff sleeps, last error */
+    pthread_cond_t cv;
+    int closed;
+    endpoint eps[MAX_CONNS];
+    int neps, extra;
+    conn *conns[MAX_CONNS];
+    int nconns; /* atomic reads */
+    int leader; /* endpoint index, -1 unknown (atomic) */
+    unsigned rr;
+    tk_status last_err;
+
+    /* releaser */
+    pthread_t rel_th;
+    pthread_mutex_t rmu;
+    pthread_cond_t rcv;
+    rel_job *jobs;
+    size_t jhead, jcount;
+};
+
+struct tk_op {
+    tk_client *cl;
+    int kind;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int efd;
+    uint8_t key[TK_MAX_KEY];
+    size_t klen;
+    uint32_t lease, wait;
+    uint64_t token;
+    uint64_t budget_end, conn_giveup, deadline, next_try;
+    int moves, rounds, retries, maybe, ever_sent;
+    call *c;
+    int completed, cancel_req, done;
+    tk_status result;
+    tk_lease lease_out;
+    uint8_t code;
+    char msg[128];
+    int reported;
+};
+
+/* ------------------------------------------------------------------ utils */
+
+uint64_t tk_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+int64_t tk_lease_remaining_ms(const tk_lease *l) {
+    return ((int64_t)l->deadline_ns - (int64_t)tk_now_ns()) / (int64_t)MS;
+}
+
+int tk_key_valid(const void *key, size_t len) { return key && tk_key_ok((const uint8_t *)key, len); }
+
+const char *tk_strerror(tk_status s) {
+    switch (s) {
+    case TK_OK: return "ok";
+    case TK_TIMEOUT: return "timeout: not acquired within the wait";
+    case TK_BUSY: return "busy: refused at once, not queued";
+    case TK_INDETERMINATE: return "indeterminate: sent without a definite answer; do not assume the lock is held";
+    case TK_NOT_HOLDER: return "not holder: the key is free or held under another token";
+    case TK_E_AUTH: return "authentication failed";
+    case TK_E_TLS: return "TLS handshake or certificate verification failed";
+    case TK_E_CONNECT: return "no connection to any server";
+    case TK_E_INVALID: return "invalid argument";
+    case TK_E_PROTOCOL: return "protocol violation by the server";
+    case TK_E_CANCELLED: return "cancelled";
+    case TK_E_CLOSED: return "client closed";
+    case TK_E_NO_LEADER: return "no cluster leader within the hop limit";
+    case TK_E_FORKED: return "client used after fork(); create a new client in the child";
+    case TK_E_NOMEM: return "out of memory";
+    case TK_E_INTERNAL: return "internal error";
+    case TK_PENDING: return "pending";
+    }
+    return "unknown status";
+}
+
+static void logf_(tk_client *cl, int level, const char *fmt, ...) {
+    if (!cl->log) return;
+    char buf[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    cl->log(cl->log_ud, level, buf);
+}
+
+static void abs_deadline(struct timespec *ts, uint64_t ns_from_now) {
+    clock_gettime(CLOCK_MONOTONIC, ts);
+    uint64_t t = (uint64_t)ts->tv_nsec + ns_from_now;
+    ts->tv_sec += (time_t)(t / 1000000000ull);
+    ts->tv_nsec = (long)(t % 1000000000ull);
+}
+
+static void cond_init_mono(pthread_cond_t *cv) {
+    pthread_condattr_t a;
+    pthread_condattr_init(&a);
+    pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+    pthread_cond_init(cv, &a);
+    pthread_condattr_destroy(&a);
+}
+
+static uint64_t rand_u64(void) {
+    uint64_t v = 0;
+    if (RAND_bytes((unsigned char *)&v, sizeof v) != 1) v = tk_now_ns();
+    return v;
+}
+
+static uint64_t jitter(uint64_t step) {
+    if (step <= 1) return step;
+    uint64_t half = step / 2;
+    return half + rand_u64() % (step - half + 1);
+}
+
+static uint64_t step_delay(uint64_t base, uint64_t cap, int n) {
+    uint64_t d = base;
+    for (int i = 1; i < n && d < cap; i++) d *= 2;
+    return d < cap ? d : cap;
+}
+
+static int forked(tk_client *cl) { return cl->pid != getpid(); }
+
+static int is_closed(tk_client *cl) { return __atomic_load_n(&cl->closed, __ATOMIC_ACQUIRE); }
+
+/* ------------------------------------------------------------ connections */
+
+static void wake_fd(int fd) {
+    uint64_t one = 1;
+    ssize_t r = write(fd, &one, sizeof one);
+    (void)r;
+}
+
+static void drain_fd(int fd) {
+    uint64_t v;
+    ssize_t r = read(fd, &v, sizeof v);
+    (void)r;
+}
+
+static void complete(tk_client *cl, call *c);
+static void compensate(tk_client *cl, const uint8_t *key, size_t klen, uint64_t token);
+
+static int wbuf_reserve(conn *cn, size_t n) {
+    if (cn->wlen + n <= cn->wcap) return 0;
+    size_t nc = cn->wcap ? cn->wcap * 2 : 4096;
+    while (nc < cn->wlen + n) nc *= 2;
+    uint8_t *nb = realloc(cn->wbuf, nc);
+    if (!nb) return -1;
+    cn->wbuf = nb;
+    cn->wcap = nc;
+    return 0;
+}
+
+static uint32_t alloc_id(conn *cn) {
+    for (;;) {
+        uint32_t id = ++cn->next_id;
+        if (id == 0) continue;
+        call *p = cn->buckets[id % NBUCKET];
+        while (p && p->req_id != id) p = p->hnext;
+        if (!p) return id;
+    }
+}
+
+/* Appends c's frame; cn->mu held, connection up. */
+static void enqueue_locked(conn *cn, call *c) {
+    uint32_t id = alloc_id(cn);
+    c->cn = cn;
+    c->req_id = id;
+    c->seq = cn->seq++;
+    c->pending = 1;
+    c->hnext = cn->buckets[id % NBUCKET];
+    cn->buckets[id % NBUCKET] = c;
+    if (c->counts) cn->inflight++;
+    uint8_t *p = cn->wbuf + cn->wlen;
+    switch (c->op) {
+    case 'A':
+        c->sent_ns = tk_now_ns();
+        cn->wlen += tk_enc_acquire(p, id, c->key, c->klen, c->lease, c->wait);
+        break;
+    case 'R': cn->wlen += tk_enc_release(p, id, c->key, c->klen, c->arg); break;
+    case 'C': cn->wlen += tk_enc_cancel(p, id, c->key, c->klen, (uint32_t)c->arg); break;
+    default: cn->wlen += tk_enc_ping(p, id); break;
+    }
+}
+
+enum { ENQ_OK, ENQ_DOWN, ENQ_FULL };
+
+static int conn_enqueue(conn *cn, call *c) {
+    pthread_mutex_lock(&cn->mu);
+    if (!cn->up || cn->wlen > MAX_WBUF || wbuf_reserve(cn, TK_HDR + TK_MAX_KEY) != 0) {
+        pthread_mutex_unlock(&cn->mu);
+        return ENQ_DOWN;
+    }
+    if (c->counts && cn->inflight >= cn->max_inflight) {
+        pthread_mutex_unlock(&cn->mu);
+        return ENQ_FULL;
+    }
+    enqueue_locked(cn, c);
+    int kick = !cn->kicked;
+    cn->kicked = 1;
+    pthread_mutex_unlock(&cn->mu);
+    if (kick) wake_fd(cn->efd);
+    return ENQ_OK;
+}
+
+static call *unlink_pending(conn *cn, uint32_t id) {
+    call **pp = &cn->buckets[id % NBUCKET];
+    while (*pp && (*pp)->req_id != id) pp = &(*pp)->hnext;
+    call *c = *pp;
+    if (c) {
+        *pp = c->hnext;
+        c->hnext = NULL;
+        c->pending = 0;
+        if (c->counts) cn->inflight--;
+    }
+    return c;
+}
+
+/* The caller gave up on c. Returns 1 when c now belongs to the I/O thread (a
+ * queued acquire is withdrawn with C), 0 when it was answered already. */
+static int conn_abandon(call *c) {
+    conn *cn = c->cn;
+    pthread_mutex_lock(&cn->mu);
+    if (!c->pending) {
+        pthread_mutex_unlock(&cn->mu);
+        return 0;
+    }
+    c->owner = OWN_ABANDONED;
+    c->opref = NULL;
+    int kick = 0;
+    if (c->op == 'A' && c->counts && cn->up) {
+        call *cc = calloc(1, sizeof *cc);
+        if (cc && wbuf_reserve(cn, TK_HDR + TK_MAX_KEY) == 0) {
+            cc->op = 'C';
+            memcpy(cc->key, c->key, c->klen);
+            cc->klen = c->klen;
+            cc->arg = c->req_id;
+            cc->owner = OWN_DROPPED;
+            enqueue_locked(cn, cc);
+            kick = !cn->kicked;
+            cn->kicked = 1;
+        } else {
+            free(cc);
+        }
+    }
+    pthread_mutex_unlock(&cn->mu);
+    if (kick) wake_fd(cn->efd);
+    return 1;
+}
+
+static int conn_drop(call *c) {
+    conn *cn = c->cn;
+    pthread_mutex_lock(&cn->mu);
+    int p = c->pending;
+    if (p) {
+        c->owner = OWN_DROPPED;
+        c->opref = NULL;
+    }
+    pthread_mutex_unlock(&cn->mu);
+    return p;
+}
+
+static void conn_kill(conn *cn, tk_status why) {
+    call *list = NULL;
+    pthread_mutex_lock(&cn->mu);
+    if (!cn->up) {
+        pthread_mutex_unlock(&cn->mu);
+        return;
+    }
+    cn->up = 0;
+    for (int b = 0; b < NBUCKET; b++) {
+        call *c = cn->buckets[b];
+        cn->buckets[b] = NULL;
+        while (c) {
+            call *n = c->hnext;
+            c->pending = 0;
+            c->fail = c->seq < cn->taken ? F_LOST : F_UNSENT;
+            c->fail_st = why;
+            c->hnext = list;
+            list = c;
+            c = n;
+        }
+    }
+    cn->inflight = 0;
+    cn->wlen = 0;
+    pthread_mutex_unlock(&cn->mu);
+    while (list) {
+        call *n = list->hnext;
+        complete(cn->cl, list);
+        list = n;
+    }
+}
+
+static int fits(uint8_t op, uint8_t st) {
+    if (st == 'E') return 1;
+    switch (op) {
+    case 'A': return st == 'G' || st == 'T' || st == 'B' || st == 'M' || st == 'U';
+    case 'R':
+    case 'C': return st == 'O' || st == 'N' || st == 'M' || st == 'U';
+    case 'P': return st == 'P';
+    }
+    return 0;
+}
+
+/* Decodes every complete response; returns bytes consumed or -1. */
+static long dispatch(conn *cn, const uint8_t *buf, size_t len) {
+    size_t off = 0;
+    call *done = NULL, **tail = &done;
+    int bad = 0;
+    pthread_mutex_lock(&cn->mu);
+    for (;;) {
+        tk_resp r;
+        size_t used;
+        int d = tk_dec_resp(buf + off, len - off, &r, &used);
+        if (d < 0) {
+            bad = 1;
+            break;
+        }
+        if (d == 0) break;
+        off += used;
+        if (r.status == 'E' && r.code == TK_CODE_DUPLICATE_REQ_ID) continue; /* §2.1: never completes */
+        call *c = cn->buckets[r.req_id % NBUCKET];
+        while (c && c->req_id != r.req_id) c = c->hnext;
+        if (!c) continue; /* unknown req_id: ignored */
+        if (!fits(c->op, r.status)) {
+            bad = 1;
+            break;
+        }
+        unlink_pending(cn, r.req_id);
+        c->status = r.status;
+        c->code = r.code;
+        c->queued = r.queued;
+        c->value = r.value;
+        c->plen = 0;
+        if (r.payload_len && r.status != 'J') {
+            c->plen = r.payload_len > TK_MAX_ERROR ? TK_MAX_ERROR : r.payload_len;
+            memcpy(c->payload, r.payload, c->plen);
+        }
+        c->payload[c->plen] = 0;
+        c->fail = F_NONE;
+        *tail = c;
+        tail = &c->hnext;
+    }
+    pthread_mutex_unlock(&cn->mu);
+    while (done) {
+        call *n = done->hnext;
+        done->hnext = NULL;
+        complete(cn->cl, done);
+        done = n;
+    }
+    return bad ? -1 : (long)off;
+}
+
+/* ---- socket I/O (plain or TLS), non-blocking */
+
+/* >0 bytes, 0 would block, -1 error/EOF */
+static ssize_t io_read(conn *cn, void *b, size_t n, int *want_write) {
+    *want_write = 0;
+    if (cn->ssl) {
+        int r = SSL_read(cn->ssl, b, (int)n);
+        if (r > 0) return r;
+        int e = SSL_get_error(cn->ssl, r);
+        if (e == SSL_ERROR_WANT_READ) return 0;
+        if (e == SSL_ERROR_WANT_WRITE) {
+            *want_write = 1;
+            return 0;
+        }
+        return -1;
+    }
+    ssize_t r = recv(cn->fd, b, n, 0);
+    if (r > 0) return r;
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return 0;
+    return -1;
+}
+
+static ssize_t io_write(conn *cn, const void *b, size_t n) {
+    if (cn->ssl) {
+        int r = SSL_write(cn->ssl, b, (int)n);
+        if (r > 0) return r;
+        int e = SSL_get_error(cn->ssl, r);
+        if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) return 0;
+        return -1;
+    }
+    ssize_t r = send(cn->fd, b, n, MSG_NOSIGNAL);
+    if (r >= 0) return r;
+    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return 0;
+    return -1;
+}
+
+/* Waits for ev on the socket until deadline; 1 ready, 0 timeout, -1 closed. */
+static int wait_sock(conn *cn, short ev, uint64_t deadline) {
+    for (;;) {
+        if (is_closed(cn->cl)) return -1;
+        uint64_t now = tk_now_ns();
+        if (now >= deadline) return 0;
+        struct pollfd p[2] = {{cn->fd, ev, 0}, {cn->efd, POLLIN, 0}};
+        int ms = (int)((deadline - now) / MS) + 1;
+        int r = poll(p, 2, ms);
+        if (r < 0 && errno != EINTR) return -1;
+        if (r > 0 && (p[1].revents & POLLIN)) drain_fd(cn->efd);
+        if (r > 0 && p[0].revents) return 1;
+    }
+}
+
+static int read_full(conn *cn, uint8_t *b, size_t n, uint64_t deadline) {
+    size_t got = 0;
+    while (got < n) {
+        int ww;
+        ssize_t r = io_read(cn, b + got, n - got, &ww);
+        if (r < 0) return -1;
+        if (r > 0) {
+            got += (size_t)r;
+            continue;
+        }
+        if (wait_sock(cn, ww ? POLLOUT : POLLIN, deadline) != 1) return -1;
+    }
+    return 0;
+}
+
+static int write_full(conn *cn, const uint8_t *b, size_t n, uint64_t deadline) {
+    size_t put = 0;
+    while (put < n) {
+        ssize_t r = io_write(cn, b + put, n - put);
+        if (r < 0) return -1;
+        if (r > 0) {
+            put += (size_t)r;
+            continue;
+        }
+        if (wait_sock(cn, POLLOUT | POLLIN, deadline) != 1) return -1;
+    }
+    return 0;
+}
+
+static void close_sock(conn *cn) {
+    if (cn->ssl) {
+        SSL_free(cn->ssl);
+        cn->ssl = NULL;
+    }
+    if (cn->fd >= 0) {
+        close(cn->fd);
+        cn->fd = -1;
+    }
+}
+
+/* Dial + TLS + handshake. Returns TK_OK and max_inflight. */
+static tk_status conn_connect(conn *cn, uint32_t *max_inflight, uint8_t *rej_code) {
+    tk_client *cl = cn->cl;
+    uint64_t deadline = tk_now_ns() + (uint64_t)cl->connect_timeout_ms * MS;
+    struct addrinfo hints, *res = NULL;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    if (getaddrinfo(cn->host, cn->port, &hints, &res) != 0 || !res) return TK_E_CONNECT;
+    tk_status st = TK_E_CONNECT;
+    for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
+        cn->fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
+        if (cn->fd < 0) continue;
+        int r = connect(cn->fd, ai->ai_addr, ai->ai_addrlen);
+        if (r == 0 || errno == EINPROGRESS) {
+            if (r == 0 || wait_sock(cn, POLLOUT, deadline) == 1) {
+                int err = 0;
+                socklen_t el = sizeof err;
+                getsockopt(cn->fd, SOL_SOCKET, SO_ERROR, &err, &el);
+                if (err == 0) break;
+            }
+        }
+        close(cn->fd);
+        cn->fd = -1;
+    }
+    freeaddrinfo(res);
+    if (cn->fd < 0) return is_closed(cl) ? TK_E_CLOSED : TK_E_CONNECT;
+    int one = 1, idle = 15, intvl = 5, cnt = 3;
+    setsockopt(cn->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    setsockopt(cn->fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+    setsockopt(cn->fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+    setsockopt(cn->fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
+    setsockopt(cn->fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
+
+    if (cl->ssl_ctx) {
+        cn->ssl = SSL_new(cl->ssl_ctx);
+        if (!cn->ssl) return TK_E_TLS;
+        SSL_set_fd(cn->ssl, cn->fd);
+        const char *name = cl->server_name[0] ? cl->server_name : cn->host;
+        struct in6_addr a6;
+        struct in_addr a4;
+        int is_ip = inet_pton(AF_INET, name, &a4) == 1 || inet_pton(AF_INET6, name, &a6) == 1;
+        X509_VERIFY_PARAM *vp = SSL_get0_param(cn->ssl);
+        if (is_ip) {
+            X509_VERIFY_PARAM_set1_ip_asc(vp, name);
+        } else {
+            SSL_set_tlsext_host_name(cn->ssl, name);
+            X509_VERIFY_PARAM_set1_host(vp, name, 0);
+        }
+        for (;;) {
+            ERR_clear_error();
+            int r = SSL_connect(cn->ssl);
+            if (r == 1) break;
+            int e = SSL_get_error(cn->ssl, r);
+            short ev = e == SSL_ERROR_WANT_READ ? POLLIN : e == SSL_ERROR_WANT_WRITE ? POLLOUT : 0;
+            if (!ev) {
+                long vr = SSL_get_verify_result(cn->ssl);
+                logf_(cl, 2, "ticketing: TLS handshake with %s failed: %s", cn->addr,
+                      vr != X509_V_OK ? X509_verify_cert_error_string(vr) : "handshake error");
+                return TK_E_TLS;
+            }
+            int w = wait_sock(cn, ev, deadline);
+            if (w != 1) return w < 0 ? TK_E_CLOSED : TK_E_CONNECT;
+        }
+    }
+
+    uint8_t hb[TK_HELLO_LEN], wb[TK_WELCOME_LEN], ab[TK_AUTH_LEN], cnonce[32], proof[32];
+    tk_hello h;
+    tk_welcome w;
+    if (read_full(cn, hb, sizeof hb, deadline) != 0) return is_closed(cl) ? TK_E_CLOSED : st;
+    if (tk_dec_hello(hb, &h) != 0) return TK_E_PROTOCOL;
+    if (RAND_bytes(cnonce, 32) != 1) return TK_E_INTERNAL;
+    tk_proof('c', cl->token, cl->tlen, 1, h.nonce, cnonce, proof);
+    tk_enc_auth(ab, 1, cnonce, proof);
+    if (write_full(cn, ab, sizeof ab, deadline) != 0) return st;
+    if (read_full(cn, wb, sizeof wb, deadline) != 0) return is_closed(cl) ? TK_E_CLOSED : st;
+    if (tk_dec_welcome(wb, &w) != 0) return TK_E_PROTOCOL;
+    if (w.status == 'E') {
+        *rej_code = w.code;
+        if (w.code == TK_CODE_AUTH_FAILED) {
+            logf_(cl, 3, "ticketing: %s rejected the credentials%s", cn->addr,
+                  cl->tlen == 0 && (h.flags & 1) ? " (the server requires a token and none is configured)" : "");
+            return TK_E_AUTH;
+        }
+        return TK_E_CONNECT;
+    }
+    if (cl->tlen > 0) {
+        uint8_t want[32];
+        tk_proof('s', cl->token, cl->tlen, 1, h.nonce, cnonce, want);
+        if (CRYPTO_memcmp(want, w.proof, 32) != 0) {
+            logf_(cl, 3, "ticketing: %s did not prove the token (an impostor?)", cn->addr);
+            return TK_E_AUTH;
+        }
+    }
+    *max_inflight = w.max_inflight ? w.max_inflight : 1;
+    return TK_OK;
+}
+
+static void set_last_err(tk_client *cl, tk_status st) {
+    pthread_mutex_lock(&cl->mu);
+    cl->last_err = st;
+    pthread_cond_broadcast(&cl->cv);
+    pthread_mutex_unlock(&cl->mu);
+}
+
+static tk_status conn_serve(conn *cn) {
+    uint8_t *out = NULL;
+    size_t olen = 0, ooff = 0, ocap = 0;
+    size_t rcap = 64 * 1024, rlen = 0;
+    uint8_t *rbuf = malloc(rcap);
+    tk_status why = TK_E_CONNECT;
+    if (!rbuf) return TK_E_NOMEM;
+    for (;;) {
+        if (is_closed(cn->cl)) {
+            why = TK_E_CLOSED;
+            break;
+        }
+        if (ooff == olen) {
+            pthread_mutex_lock(&cn->mu);
+            if (cn->wlen) {
+                uint8_t *tb = out;
+                size_t tc = ocap;
+                out = cn->wbuf;
+                ocap = cn->wcap;
+                olen = cn->wlen;
+                ooff = 0;
+                cn->wbuf = tb;
+                cn->wcap = tc;
+                cn->wlen = 0;
+                cn->taken = cn->seq;
+            }
+            cn->kicked = 0;
+            pthread_mutex_unlock(&cn->mu);
+        }
+        while (ooff < olen) {
+            ssize_t w = io_write(cn, out + ooff, olen - ooff);
+            if (w < 0) goto dead;
+            if (w == 0) break;
+            ooff += (size_t)w;
+        }
+        if (ooff == olen) ooff = olen = 0;
+        /* read everything available */
+        int want_write = 0;
+        for (;;) {
+            if (rcap - rlen < 4096) {
+                size_t nc = rcap * 2;
+                uint8_t *nb = realloc(rbuf, nc);
+                if (!nb) {
+                    why = TK_E_NOMEM;
+                    goto dead;
+                }
+                rbuf = nb;
+                rcap = nc;
+            }
+            ssize_t r = io_read(cn, rbuf + rlen, rcap - rlen, &want_write);
+            if (r < 0) goto dead;
+            if (r == 0) break;
+            rlen += (size_t)r;
+            long used = dispatch(cn, rbuf, rlen);
+            if (used < 0) {
+                logf_(cn->cl, 3, "ticketing: protocol violation by %s; reconnecting", cn->addr);
+                why = TK_E_PROTOCOL;
+                goto dead;
+            }
+            memmove(rbuf, rbuf + used, rlen - (size_t)used);
+            rlen -= (size_t)used;
+            if (rlen == 0 && rcap > 1024 * 1024) {
+                uint8_t *nb = realloc(rbuf, 64 * 1024);
+                if (nb) {
+                    rbuf = nb;
+                    rcap = 64 * 1024;
+                }
+            }
+        }
+        if (cn->ssl && SSL_pending(cn->ssl) > 0) continue;
+        short ev = POLLIN | ((olen > ooff || want_write) ? POLLOUT : 0);
+        struct pollfd p[2] = {{cn->fd, ev, 0}, {cn->efd, POLLIN, 0}};
+        int pr = poll(p, 2, -1);
+        if (pr < 0 && errno != EINTR) goto dead;
+        if (pr > 0 && (p[1].revents & POLLIN)) {
+            drain_fd(cn->efd);
+            sched_yield(); /* let runnable senders append: one write carries many frames */
+        }
+    }
+dead:
+    free(out);
+    free(rbuf);
+    return why;
+}
+
+static void *conn_main(void *arg) {
+    conn *cn = arg;
+    tk_client *cl = cn->cl;
+    int attempt = 0;
+    while (!is_closed(cl)) {
+        if (attempt > 0) {
+            uint64_t d = jitter(step_delay(100 * MS, 3200 * MS, attempt));
+            struct timespec ts;
+            abs_deadline(&ts, d);
+            pthread_mutex_lock(&cl->mu);
+            while (!cl->closed) {
+                if (pthread_cond_timedwait(&cl->cv, &cl->mu, &ts) == ETIMEDOUT) break;
+            }
+            pthread_mutex_unlock(&cl->mu);
+            if (is_closed(cl)) break;
+        }
+        uint32_t mi = 1;
+        uint8_t rej = 0;
+        tk_status st = conn_connect(cn, &mi, &rej);
+        if (st != TK_OK) {
+            close_sock(cn);
+            if (is_closed(cl)) break;
+            pthread_mutex_lock(&cn->mu);
+            cn->failures++;
+            int n = cn->failures;
+            pthread_mutex_unlock(&cn->mu);
+            if (n == 1 || st == TK_E_AUTH) logf_(cl, 2, "ticketing: connect to %s failed: %s", cn->addr, tk_strerror(st));
+            set_last_err(cl, st);
+            attempt++;
+            continue;
+        }
+        pthread_mutex_lock(&cn->mu);
+        cn->up = 1;
+        cn->ever_up = 1;
+        cn->failures = 0;
+        cn->max_inflight = mi > (1u << 30) ? (1u << 30) : mi;
+        cn->inflight = 0;
+        cn->next_id = 0;
+        cn->seq = cn->taken = 0;
+        cn->wlen = 0;
+        cn->kicked = 0;
+        pthread_mutex_unlock(&cn->mu);
+        logf_(cl, 1, "ticketing: connected to %s (max_inflight %u)", cn->addr, mi);
+        set_last_err(cl, TK_OK);
+        tk_status why = conn_serve(cn);
+        conn_kill(cn, why);
+        close_sock(cn);
+        if (!is_closed(cl)) logf_(cl, 2, "ticketing: connection to %s lost", cn->addr);
+        attempt = 1;
+    }
+    conn_kill(cn, TK_E_CLOSED);
+    return NULL;
+}
+
+static int split_addr(const char *a, char *host, size_t hl, char *port, size_t pl) {
+    const char *colon = strrchr(a, ':');
+    if (!colon || colon == a || !colon[1]) return -1;
+    const char *h = a, *he = colon;
+    if (*h == '[') {
+        if (he[-1] != ']') return -1;
+        h++;
+        he--;
+    }
+    size_t n = (size_t)(he - h);
+    if (n == 0 || n >= hl || strlen(colon + 1) >= pl) return -1;
+    memcpy(host, h, n);
+    host[n] = 0;
+    strcpy(port, colon + 1);
+    for (const char *p = port; *p; p++)
+        if (*p < '0' || *p > '9') return -1;
+    return 0;
+}
+
+/* cl->mu held. Adds an endpoint with n connections; returns its index or -1. */
+static int add_endpoint(tk_client *cl, const char *addr, int n) {
+    char host[256], port[16];
+    if (split_addr(addr, host, sizeof host, port, sizeof port) != 0) return -1;
+    if (cl->neps >= MAX_CONNS || cl->nconns + n > MAX_CONNS) return -1;
+    endpoint *ep = &cl->eps[cl->neps];
+    snprintf(ep->addr, sizeof ep->addr, "%s", addr);
+    ep->first = cl->nconns;
+    ep->n = n;
+    for (int i = 0; i < n; i++) {
+        conn *cn = calloc(1, sizeof *cn);
+        if (!cn) return -1;
+        cn->cl = cl;
+        snprintf(cn->host, sizeof cn->host, "%s", host);
+        snprintf(cn->port, sizeof cn->port, "%s", port);
+        snprintf(cn->addr, sizeof cn->addr, "%s", addr);
+        cn->fd = -1;
+        cn->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+        pthread_mutex_init(&cn->mu, NULL);
+        cl->conns[cl->nconns + i] = cn;
+        if (pthread_create(&cn->th, NULL, conn_main, cn) == 0) cn->started = 1;
+    }
+    __atomic_store_n(&cl->nconns, cl->nconns + n, __ATOMIC_RELEASE);
+    return cl->neps++;
+}
+
+static void follow(tk_client *cl, const char *addr) {
+    if (!addr[0]) {
+        __atomic_store_n(&cl->leader, -1, __ATOMIC_RELEASE);
+        return;
+    }
+    pthread_mutex_lock(&cl->mu);
+    int idx = -1;
+    for (int i = 0; i < cl->neps; i++)
+        if (strcmp(cl->eps[i].addr, addr) == 0) idx = i;
+    if (idx < 0 && !cl->closed && cl->extra < MAX_EXTRA) {
+        idx = add_endpoint(cl, addr, 1);
+        if (idx >= 0) {
+            cl->extra++;
+            logf_(cl, 1, "ticketing: following the leader to %s", addr);
+        }
+    }
+    __atomic_store_n(&cl->leader, idx, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&cl->mu);
+}
+
+static int conn_is_connecting(conn *cn) {
+    pthread_mutex_lock(&cn->mu);
+    int r = !cn->up && !cn->ever_up && cn->failures == 0;
+    pthread_mutex_unlock(&cn->mu);
+    return r;
+}
+
+/* Leader first, then round robin. */
+static int try_enqueue(tk_client *cl, call *c) {
+    unsigned r = __atomic_add_fetch(&cl->rr, 1, __ATOMIC_RELAXED);
+    int res = ENQ_DOWN;
+    int li = __atomic_load_n(&cl->leader, __ATOMIC_ACQUIRE);
+    int nc = __atomic_load_n(&cl->nconns, __ATOMIC_ACQUIRE);
+    if (li >= 0) {
+        endpoint *ep = &cl->eps[li];
+        int connecting = 0;
+        for (int i = 0; i < ep->n; i++) {
+            conn *cn = cl->conns[ep->first + (int)((r + (unsigned)i) % (unsigned)ep->n)];
+            int e = conn_enqueue(cn, c);
+            if (e == ENQ_OK) return ENQ_OK;
+            if (e == ENQ_FULL) res = ENQ_FULL;
+            connecting |= conn_is_connecting(cn);
+        }
+        if (res == ENQ_FULL || connecting) return res;
+    }
+    for (int i = 0; i < nc; i++) {
+        int e = conn_enqueue(cl->conns[(r + (unsigned)i) % (unsigned)nc], c);
+        if (e == ENQ_OK) return ENQ_OK;
+        if (e == ENQ_FULL) res = ENQ_FULL;
+    }
+    return res;
+}
+
+/* ------------------------------------------------------------------- ops */
+
+static void op_notify(tk_op *op) {
+    pthread_mutex_lock(&op->mu);
+    op->completed = 1;
+    pthread_cond_broadcast(&op->cv);
+    if (op->efd >= 0) wake_fd(op->efd);
+    pthread_mutex_unlock(&op->mu);
+}
+
+static void complete(tk_client *cl, call *c) {
+    switch (c->owner) {
+    case OWN_OP: op_notify(c->opref); break;
+    case OWN_ABANDONED:
+        if (c->op == 'A' && c->fail == F_NONE && c->status == 'G') {
+            logf_(cl, 1, "ticketing: releasing a grant that arrived after its acquire was cancelled");
+            compensate(cl, c->key, c->klen, c->value);
+        }
+        free(c);
+        break;
+    default: free(c); break;
+    }
+}
+
+static void op_finish(tk_op *op, tk_status st, uint8_t code, const char *msg) {
+    op->done = 1;
+    op->result = st;
+    op->code = code;
+    snprintf(op->msg, sizeof op->msg, "%s", msg ? msg : tk_strerror(st));
+    if (op->efd >= 0) wake_fd(op->efd);
+    pthread_cond_broadcast(&op->cv);
+}
+
+static tk_status connect_failure(tk_client *cl) {
+    pthread_mutex_lock(&cl->mu);
+    tk_status st = cl->last_err;
+    pthread_mutex_unlock(&cl->mu);
+    if (st == TK_E_AUTH || st == TK_E_TLS) return st;
+    return TK_E_CONNECT;
+}
+
+static uint64_t redirect_delay(int n) { return jitter(step_delay(25 * MS, 200 * MS, n)); }
+
+/* Interprets the answer of op->c (op->mu held). */
+static void op_answer(tk_op *op, call *c, uint64_t now) {
+    tk_client *cl = op->cl;
+    if (op->kind == K_ACQUIRE) {
+        if (op->cancel_req) {
+            if (c->fail == F_NONE && c->status == 'G') compensate(cl, op->key, op->klen, c->value);
+            op_finish(op, TK_E_CANCELLED, 0, NULL);
+            return;
+        }
+        if (c->fail == F_LOST) {
+            op_finish(op, is_closed(cl) ? TK_E_CLOSED : TK_INDETERMINATE, 0,
+                      is_closed(cl) ? NULL : "connection lost after the request was written");
+            return;
+        }
+        if (c->fail == F_UNSENT) {
+            if (is_closed(cl)) op_finish(op, TK_E_CLOSED, 0, NULL);
+            return; /* never written: retry */
+        }
+        switch (c->status) {
+        case 'G':
+            memset(&op->lease_out, 0, sizeof op->lease_out);
+            memcpy(op->lease_out.key, op->key, op->klen);
+            op->lease_out.key_len = op->klen;
+            op->lease_out.token = c->value;
+            op->lease_out.deadline_ns = c->sent_ns + (uint64_t)c->queued * 16 * MS + (uint64_t)op->lease * MS;
+            op_finish(op, TK_OK, 0, "ok");
+            return;
+        case 'T': op_finish(op, TK_TIMEOUT, 0, NULL); return;
+        case 'B': op_finish(op, TK_BUSY, c->code, NULL); return;
+        case 'U': op_finish(op, TK_INDETERMINATE, c->code, "the cluster could not confirm the commit"); return;
+        case 'E': op_finish(op, TK_E_INVALID, c->code, c->payload[0] ? c->payload : NULL); return;
+        case 'M':
+            follow(cl, c->payload);
+            if (++op->moves > MAX_MOVES) {
+                uint64_t d = redirect_delay(++op->rounds);
+                if (op->wait == 0 || op->budget_end <= now + d) {
+                    op_finish(op, TK_E_NO_LEADER, 0, NULL);
+                    return;
+                }
+                op->next_try = now + d;
+                op->moves = 0;
+            }
+            return;
+        }
+        return;
+    }
+    /* release */
+    if (c->fail != F_NONE) {
+        if (is_closed(cl)) {
+            op_finish(op, TK_E_CLOSED, 0, NULL);
+            return;
+        }
+        if (c->fail == F_LOST) {
+            op->maybe = 1;
+            op->next_try = now + redirect_delay(++op->retries);
+        }
+        return;
+    }
+    switch (c->status) {
+    case 'O': op_finish(op, TK_OK, 0, "ok"); return;
+    case 'N':
+        if (op->maybe)
+            op_finish(op, TK_INDETERMINATE, 0, "the token no longer holds the key; an earlier unconfirmed attempt may have released it");
+        else
+            op_finish(op, TK_NOT_HOLDER, 0, NULL);
+        return;
+    case 'M':
+        follow(cl, c->payload);
+        if (++op->moves > MAX_MOVES) {
+            op->moves = 0;
+            op->next_try = now + redirect_delay(++op->retries);
+        }
+        return;
+    case 'U':
+        op->maybe = 1;
+        op->next_try = now + redirect_delay(++op->retries);
+        return;
+    default: op_finish(op, TK_E_INVALID, c->code, c->payload[0] ? c->payload : NULL); return;
+    }
+}
+
+/* One step of the state machine (op->mu held). */
+static void op_step(tk_op *op) {
+    tk_client *cl = op->cl;
+    if (op->done) return;
+    uint64_t now = tk_now_ns();
+    if (op->completed && op->c) {
+        call *c = op->c;
+        op->c = NULL;
+        op->completed = 0;
+        op_answer(op, c, now);
+        free(c);
+        if (op->done) return;
+    }
+    if (op->cancel_req && !op->c) {
+        op_finish(op, TK_E_CANCELLED, 0, NULL);
+        return;
+    }
+    if (op->c) {
+        if (op->kind == K_RELEASE && now >= op->deadline && conn_drop(op->c)) {
+            op->c = NULL; /* the I/O thread frees it */
+            op_finish(op, TK_INDETERMINATE, 0, "release not confirmed within 5 s");
+        }
+        return;
+    }
+    if (is_closed(cl)) {
+        op_finish(op, TK_E_CLOSED, 0, NULL);
+        return;
+    }
+    if (now < op->next_try) return;
+    if (op->kind == K_ACQUIRE && op->wait > 0 && op->ever_sent) {
+        if (op->budget_end < now + MS) {
+            op_finish(op, TK_TIMEOUT, 0, NULL);
+            return;
+        }
+        op->wait = (uint32_t)((op->budget_end - now) / MS);
+    }
+    call *c = calloc(1, sizeof *c);
+    if (!c) {
+        op_finish(op, TK_E_NOMEM, 0, NULL);
+        return;
+    }
+    memcpy(c->key, op->key, op->klen);
+    c->klen = op->klen;
+    c->owner = OWN_OP;
+    c->opref = op;
+    if (op->kind == K_ACQUIRE) {
+        c->op = 'A';
+        c->lease = op->lease;
+        c->wait = op->wait;
+        c->counts = op->wait > 0;
+    } else {
+        c->op = 'R';
+        c->arg = op->token;
+    }
+    int r = try_enqueue(cl, c);
+    if (r == ENQ_OK) {
+        op->c = c;
+        op->ever_sent = 1;
+        return;
+    }
+    free(c);
+    uint64_t limit = op->kind == K_RELEASE ? op->deadline : (r == ENQ_FULL ? op->budget_end : op->conn_giveup);
+    if (now >= limit) {
+        if (op->kind == K_RELEASE)
+            op_finish(op, op->maybe ? TK_INDETERMINATE : TK_E_CONNECT, 0, "release not confirmed within 5 s");
+        else if (r == ENQ_FULL)
+            op_finish(op, TK_TIMEOUT, 0, "no free max_inflight slot within the wait");
+        else
+            op_finish(op, connect_failure(cl), 0, NULL);
+        return;
+    }
+    uint64_t nt = now + 5 * MS;
+    op->next_try = nt < limit ? nt : limit;
+}
+
+/* ns until the op needs a step even without a completion; UINT64_MAX none. */
+static uint64_t op_wait_ns(tk_op *op) {
+    if (op->done) return 0;
+    uint64_t now = tk_now_ns();
+    if (op->completed) return 0;
+    if (op->c) {
+        if (op->kind == K_RELEASE) return op->deadline > now ? op->deadline - now : 0;
+        return UINT64_MAX;
+    }
+    return op->next_try > now ? op->next_try - now : 0;
+}
+
+static tk_op *op_new(tk_client *cl, int kind, const void *key, size_t klen) {
+    tk_op *op = calloc(1, sizeof *op);
+    if (!op) return NULL;
+    op->cl = cl;
+    op->kind = kind;
+    op->efd = -1;
+    pthread_mutex_init(&op->mu, NULL);
+    cond_init_mono(&op->cv);
+    memcpy(op->key, key, klen);
+    op->klen = klen;
+    return op;
+}
+
+static void fill_out(tk_op *op, tk_lease *out) {
+    if (!out) return;
+    if (op->result == TK_OK && op->kind == K_ACQUIRE) {
+        *out = op->lease_out;
+        return;
+    }
+    out->code = op->code;
+    snprintf(out->message, sizeof out->message, "%s", op->msg);
+}
+
+static tk_status bad_arg(tk_lease *out, const char *msg) {
+    if (out) {
+        out->code = 0;
+        snprintf(out->message, sizeof out->message, "%s", msg);
+    }
+    return TK_E_INVALID;
+}
+
+tk_status tk_acquire_start(tk_client *cl, const void *key, size_t klen, uint32_t lease_ms, uint32_t wait_ms,
+                           tk_op **op_out) {
+    *op_out = NULL;
+    if (!cl) return TK_E_INVALID;
+    if (forked(cl)) return TK_E_FORKED;
+    if (!tk_key_valid(key, klen) || lease_ms == 0) return TK_E_INVALID;
+    if (is_closed(cl)) return TK_E_CLOSED;
+    tk_op *op = op_new(cl, K_ACQUIRE, key, klen);
+    if (!op) return TK_E_NOMEM;
+    op->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    uint64_t now = tk_now_ns();
+    op->lease = lease_ms;
+    op->wait = wait_ms;
+    op->budget_end = now + (uint64_t)wait_ms * MS;
+    op->conn_giveup = now + (uint64_t)cl->connect_timeout_ms * MS;
+    if (op->budget_end > op->conn_giveup) op->conn_giveup = op->budget_end;
+    pthread_mutex_lock(&op->mu);
+    op_step(op);
+    pthread_mutex_unlock(&op->mu);
+    *op_out = op;
+    return TK_OK;
+}
+
+int tk_op_fd(tk_op *op) { return op->efd; }
+
+int tk_op_timeout_ms(tk_op *op) {
+    pthread_mutex_lock(&op->mu);
+    uint64_t ns = op_wait_ns(op);
+    pthread_mutex_unlock(&op->mu);
+    if (ns == UINT64_MAX) return -1;
+    return (int)((ns + MS - 1) / MS);
+}
+
+tk_status tk_op_drive(tk_op *op, tk_lease *out) {
+    if (op->efd >= 0) drain_fd(op->efd);
+    pthread_mutex_lock(&op->mu);
+    op_step(op);
+    tk_status st = op->done ? op->result : TK_PENDING;
+    if (op->done) fill_out(op, out);
+    pthread_mutex_unlock(&op->mu);
+    return st;
+}
+
+tk_status tk_op_wait(tk_op *op, tk_lease *out) {
+    pthread_mutex_lock(&op->mu);
+    for (;;) {
+        op_step(op);
+        if (op->done) break;
+        uint64_t ns = op_wait_ns(op);
+        if (ns == 0) continue;
+        if (op->completed) continue;
+        if (ns == UINT64_MAX) {
+            pthread_cond_wait(&op->cv, &op->mu);
+        } else {
+            struct timespec ts;
+            abs_deadline(&ts, ns);
+            pthread_cond_timedwait(&op->cv, &op->mu, &ts);
+        }
+    }
+    fill_out(op, out);
+    tk_status st = op->result;
+    pthread_mutex_unlock(&op->mu);
+    return st;
+}
+
+void tk_op_cancel(tk_op *op) {
+    pthread_mutex_lock(&op->mu);
+    if (!op->done) {
+        op->cancel_req = 1;
+        if (op->c && !op->completed && conn_abandon(op->c)) {
+            op->c = NULL; /* the I/O thread owns it now and compensates a grant */
+        }
+        op_step(op);
+    }
+    pthread_cond_broadcast(&op->cv);
+    pthread_mutex_unlock(&op->mu);
+}
+
+void tk_op_free(tk_op *op) {
+    if (!op) return;
+    tk_op_cancel(op);
+    pthread_mutex_lock(&op->mu);
+    while (op->c) { /* answered, the completion is on its way: wait for it */
+        if (op->completed) {
+            op_step(op);
+            break;
+        }
+        pthread_cond_wait(&op->cv, &op->mu);
+    }
+    pthread_mutex_unlock(&op->mu);
+    if (op->efd >= 0) close(op->efd);
+    pthread_mutex_destroy(&op->mu);
+    pthread_cond_destroy(&op->cv);
+    free(op);
+}
+
+tk_status tk_acquire(tk_client *cl, const void *key, size_t klen, uint32_t lease_ms, uint32_t wait_ms,
+                     tk_lease *out) {
+    if (!cl) return TK_E_INVALID;
+    if (forked(cl)) return TK_E_FORKED;
+    if (!tk_key_valid(key, klen)) return bad_arg(out, "key must be 1..250 bytes of UTF-8 without control characters");
+    if (lease_ms == 0) return bad_arg(out, "lease must be at least 1 ms");
+    if (is_closed(cl)) return TK_E_CLOSED;
+    tk_op *op = op_new(cl, K_ACQUIRE, key, klen);
+    if (!op) return TK_E_NOMEM;
+    uint64_t now = tk_now_ns();
+    op->lease = lease_ms;
+    op->wait = wait_ms;
+    op->budget_end = now + (uint64_t)wait_ms * MS;
+    op->conn_giveup = now + (uint64_t)cl->connect_timeout_ms * MS;
+    if (op->budget_end > op->conn_giveup) op->conn_giveup = op->budget_end;
+    tk_status st = tk_op_wait(op, out);
+    tk_op_free(op);
+    return st;
+}
+
+static tk_status release_until(tk_client *cl, const void *key, size_t klen, uint64_t token, uint64_t deadline,
+                               uint8_t *code) {
+    tk_op *op = op_new(cl, K_RELEASE, key, klen);
+    if (!op) return TK_E_NOMEM;
+    op->token = token;
+    op->deadline = deadline;
+    tk_lease tmp;
+    tk_status st = tk_op_wait(op, &tmp);
+    if (code) *code = st == TK_OK ? 0 : tmp.code;
+    tk_op_free(op);
+    return st;
+}
+
+tk_status tk_release_token(tk_client *cl, const void *key, size_t klen, uint64_t token, uint8_t *code) {
+    if (code) *code = 0;
+    if (!cl) return TK_E_INVALID;
+    if (forked(cl)) return TK_E_FORKED;
+    if (!tk_key_valid(key, klen)) return TK_E_INVALID;
+    if (is_closed(cl)) return TK_E_CLOSED;
+    return release_until(cl, key, klen, token, tk_now_ns() + REL_WINDOW_NS, code);
+}
+
+tk_status tk_release(tk_client *cl, const tk_lease *l) {
+    if (!l) return TK_E_INVALID;
+    return tk_release_token(cl, l->key, l->key_len, l->token, NULL);
+}
+
+/* -------------------------------------------------------------- releaser */
+
+static void compensate(tk_client *cl, const uint8_t *key, size_t klen, uint64_t token) {
+    pthread_mutex_lock(&cl->rmu);
+    if (cl->jcount >= REL_QUEUE || cl->closed) {
+        pthread_mutex_unlock(&cl->rmu);
+        logf_(cl, 2, "ticketing: release queue full; an abandoned grant stays held until its lease ends");
+        return;
+    }
+    rel_job *j = &cl->jobs[(cl->jhead + cl->jcount) % REL_QUEUE];
+    memcpy(j->key, key, klen);
+    j->klen = klen;
+    j->token = token;
+    j->deadline = tk_now_ns() + REL_WINDOW_NS;
+    cl->jcount++;
+    pthread_cond_signal(&cl->rcv);
+    pthread_mutex_unlock(&cl->rmu);
+}
+
+static void *releaser_main(void *arg) {
+    tk_client *cl = arg;
+    pthread_mutex_lock(&cl->rmu);
+    for (;;) {
+        while (!cl->jcount && !is_closed(cl)) pthread_cond_wait(&cl->rcv, &cl->rmu);
+        if (is_closed(cl)) break;
+        rel_job j = cl->jobs[cl->jhead];
+        cl->jhead = (cl->jhead + 1) % REL_QUEUE;
+        cl->jcount--;
+        pthread_mutex_unlock(&cl->rmu);
+        tk_status st = release_until(cl, j.key, j.klen, j.token, j.deadline, NULL);
+        if (st != TK_OK) logf_(cl, 2, "ticketing: background release failed: %s", tk_strerror(st));
+        pthread_mutex_lock(&cl->rmu);
+    }
+    pthread_mutex_unlock(&cl->rmu);
+    return NULL;
+}
+
+/* ---------------------------------------------------------------- client */
+
+static SSL_CTX *make_ctx(const tk_tls_config *t) {
+    SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+    if (!ctx) return NULL;
+    SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+    SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
+    SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+    int ok = t->ca_file ? SSL_CTX_load_verify_locations(ctx, t->ca_file, NULL) : SSL_CTX_set_default_verify_paths(ctx);
+    if (ok == 1 && t->cert_file) {
+        ok = SSL_CTX_use_certificate_chain_file(ctx, t->cert_file) == 1 &&
+             SSL_CTX_use_PrivateKey_file(ctx, t->key_file ? t->key_file : t->cert_file, SSL_FILETYPE_PEM) == 1;
+    }
+    if (ok != 1) {
+        SSL_CTX_free(ctx);
+        return NULL;
+    }
+    return ctx;
+}
+
+tk_client *tk_client_new(const tk_config *cfg) {
+    if (!cfg || !cfg->addrs || cfg->n_addrs == 0 || cfg->n_addrs > MAX_CONNS / 2) {
+        errno = EINVAL;
+        return NULL;
+    }
+    for (size_t i = 0; i < cfg->n_addrs; i++) {
+        char h[256], p[16];
+        if (!cfg->addrs[i] || split_addr(cfg->addrs[i], h, sizeof h, p, sizeof p) != 0) {
+            errno = EINVAL;
+            return NULL;
+        }
+    }
+    if (cfg->token && strlen(cfg->token) > sizeof(((tk_client *)0)->token)) {
+        errno = EINVAL;
+        return NULL;
+    }
+    tk_client *cl = calloc(1, sizeof *cl);
+    if (!cl) return NULL;
+    cl->jobs = calloc(REL_QUEUE, sizeof *cl->jobs);
+    if (!cl->jobs) {
+        free(cl);
+        errno = ENOMEM;
+        return NULL;
+    }
+    cl->pid = getpid();
+    if (cfg->token) {
+        cl->tlen = strlen(cfg->token);
+        memcpy(cl->token, cfg->token, cl->tlen);
+    }
+    cl->connect_timeout_ms = cfg->connect_timeout_ms ? cfg->connect_timeout_ms : 5000;
+    cl->log = cfg->log;
+    cl->log_ud = cfg->log_ud;
+    cl->leader = -1;
+    cl->last_err = TK_E_CONNECT;
+    if (cfg->tls) {
+        cl->ssl_ctx = make_ctx(cfg->tls);
+        if (!cl->ssl_ctx) {
+            logf_(cl, 3, "ticketing: cannot load the TLS files");
+            free(cl->jobs);
+            free(cl);
+            errno = EINVAL;
+            return NULL;
+        }
+        if (cfg->tls->server_name) snprintf(cl->server_name, sizeof cl->server_name, "%s", cfg->tls->server_name);
+    }
+    pthread_mutex_init(&cl->mu, NULL);
+    cond_init_mono(&cl->cv);
+    pthread_mutex_init(&cl->rmu, NULL);
+    pthread_cond_init(&cl->rcv, NULL);
+    pthread_create(&cl->rel_th, NULL, releaser_main, cl);
+    pthread_mutex_lock(&cl->mu);
+    int per = cfg->n_addrs == 1 ? 2 : 1;
+    for (size_t i = 0; i < cfg->n_addrs; i++) {
+        int dup = 0;
+        for (int j = 0; j < cl->neps; j++) dup |= strcmp(cl->eps[j].addr, cfg->addrs[i]) == 0;
+        if (!dup) add_endpoint(cl, cfg->addrs[i], per);
+    }
+    pthread_mutex_unlock(&cl->mu);
+    return cl;
+}
+
+tk_status tk_client_wait_connected(tk_client *cl, uint32_t timeout_ms) {
+    if (forked(cl)) return TK_E_FORKED;
+    struct timespec ts;
+    abs_deadline(&ts, (uint64_t)(timeout_ms ? timeout_ms : cl->connect_timeout_ms) * MS);
+    pthread_mutex_lock(&cl->mu);
+    for (;;) {
+        if (cl->closed) {
+            pthread_mutex_unlock(&cl->mu);
+            return TK_E_CLOSED;
+        }
+        int all_failed = 1, up = 0;
+        for (int i = 0; i < cl->nconns; i++) {
+            conn *cn = cl->conns[i];
+            pthread_mutex_lock(&cn->mu);
+            up |= cn->up;
+            all_failed &= cn->failures > 0;
+            pthread_mutex_unlock(&cn->mu);
+        }
+        if (up) {
+            pthread_mutex_unlock(&cl->mu);
+            return TK_OK;
+        }
+        if (all_failed && (cl->last_err == TK_E_AUTH || cl->last_err == TK_E_TLS)) {
+            tk_status st = cl->last_err;
+            pthread_mutex_unlock(&cl->mu);
+            return st;
+        }
+        if (pthread_cond_timedwait(&cl->cv, &cl->mu, &ts) == ETIMEDOUT) {
+            tk_status st = cl->last_err == TK_E_TLS || cl->last_err == TK_E_AUTH ? cl->last_err : TK_E_CONNECT;
+            pthread_mutex_unlock(&cl->mu);
+            return st;
+        }
+    }
+}
+
+void tk_client_close(tk_client *cl) {
+    if (!cl || forked(cl)) return;
+    pthread_mutex_lock(&cl->mu);
+    if (cl->closed) {
+        pthread_mutex_unlock(&cl->mu);
+        return;
+    }
+    __atomic_store_n(&cl->closed, 1, __ATOMIC_RELEASE);
+    pthread_cond_broadcast(&cl->cv);
+    int n = cl->nconns;
+    pthread_mutex_unlock(&cl->mu);
+    pthread_mutex_lock(&cl->rmu);
+    pthread_cond_broadcast(&cl->rcv);
+    pthread_mutex_unlock(&cl->rmu);
+    for (int i = 0; i < n; i++) wake_fd(cl->conns[i]->efd);
+    for (int i = 0; i < n; i++)
+        if (cl->conns[i]->started) pthread_join(cl->conns[i]->th, NULL);
+    pthread_join(cl->rel_th, NULL);
+}
+
+void tk_client_free(tk_client *cl) {
+    if (!cl) return;
+    if (forked(cl)) {
+        /* The threads do not exist in the child and the mutexes may be held:
+         * leave the inherited state alone (the sockets belong to the parent). */
+        return;
+    }
+    tk_client_close(cl);
+    for (int i = 0; i < cl->nconns; i++) {
+        conn *cn = cl->conns[i];
+        close(cn->efd);
+        free(cn->wbuf);
+        pthread_mutex_destroy(&cn->mu);
+        free(cn);
+    }
+    if (cl->ssl_ctx) SSL_CTX_free(cl->ssl_ctx);
+    OPENSSL_cleanse(cl->token, sizeof cl->token);
+    free(cl->jobs);
+    pthread_mutex_destroy(&cl->mu);
+    pthread_cond_destroy(&cl->cv);
+    pthread_mutex_destroy(&cl->rmu);
+    pthread_cond_destroy(&cl->rcv);
+    free(cl);
+}

@@ -1,0 +1,3 @@
+module ticketing.invalid/client-cpp
+
+go 1.26
