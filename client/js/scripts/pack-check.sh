@@ -44,5 +44,5 @@ import { Client } from "ticketing";
 export const connect: typeof Client.connect = Client.connect;
 TS
 node "$here/node_modules/typescript/bin/tsc" --strict --noEmit --module nodenext --moduleResolution nodenext \
-  --target es2022 --lib es2022,esnext.disposable --types node --typeRoots "$here/node_modules/@types" use.mts use.cts
+  --target es2022 --lib es2022 --types node --typeRoots "$here/node_modules/@types" use.mts use.cts
 echo "TypeScript consumer (ESM and CJS) type-checks against the bundled .d.ts"
