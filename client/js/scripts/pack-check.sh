@@ -36,6 +36,10 @@ export async function f(c: Client): Promise<bigint> {
   const lease: Lease = await c.acquire("k", { leaseMs: 1000, waitMs: 0 });
   const code: ErrorCode = "BUSY";
   void code;
+  {
+    await using scoped = await c.acquire("k2", { leaseMs: 1000 });
+    void scoped.remainingMs();
+  }
   return lease.token;
 }
 TS
