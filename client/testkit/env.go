@@ -3,8 +3,7 @@ package testkit
 import (
 	"bufio"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
+	"crypto/rsa"
 	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
@@ -339,8 +338,10 @@ func GenerateTLS(dir string) (*TLSFiles, error) {
 	return f, nil
 }
 
-func newCA(dir, name string, path *string) (*ecdsa.PrivateKey, *x509.Certificate, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+// RSA-2048, not ECDSA: Mono (the C# client on these machines) cannot parse
+// EC public keys in certificates; every other client takes either.
+func newCA(dir, name string, path *string) (*rsa.PrivateKey, *x509.Certificate, error) {
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -358,8 +359,8 @@ func newCA(dir, name string, path *string) (*ecdsa.PrivateKey, *x509.Certificate
 	return key, cert, writePEM(*path, "CERTIFICATE", der)
 }
 
-func leaf(dir, name string, tmpl, ca *x509.Certificate, caKey *ecdsa.PrivateKey, certPath, keyPath *string) error {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+func leaf(dir, name string, tmpl, ca *x509.Certificate, caKey *rsa.PrivateKey, certPath, keyPath *string) error {
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
 	if err != nil {
 		return err
 	}
