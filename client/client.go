@@ -309,6 +309,15 @@ func (cl *Client) sendSlow(ctx context.Context, c *call, giveUp, slotGiveUp time
 	}()
 	for {
 		ch := cl.notify.subscribe()
+		if c.op == wire.OpAcquire && c.counts {
+			// The time spent waiting for a connection or a slot comes out of
+			// the wait the request carries: wait bounds the whole call
+			// (slotGiveUp is the end of the acquire's wait budget).
+			rem := max(time.Until(slotGiveUp)/time.Millisecond, 0)
+			if w := wire.ArgWaitMS(c.arg); int64(rem) < int64(w) {
+				c.arg = wire.AcquireArg(wire.ArgLeaseMS(c.arg), uint32(rem))
+			}
+		}
 		r := cl.tryEnqueue(c)
 		if r == enqOK {
 			cl.notify.unsubscribe()
