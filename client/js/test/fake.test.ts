@@ -533,3 +533,31 @@ test("timers are unref'ed: a forgotten idle client does not keep the process ali
     await fake.close();
   }
 });
+
+test("wait bounds the call when no connection is up (CONNECT, nothing sent)", async () => {
+  const fake = await startFake({
+    onRequest: (c, r) => respond(c, r, Status.Granted, { value: TOKEN }),
+  });
+  const cl = await Client.connect({
+    addrs: [fake.addr],
+    connectTimeoutMs: 400,
+  });
+  try {
+    await fake.close(); // every connection drops, reconnects are refused
+    await until(
+      () => cl._conns.every((c) => c.state === "down"),
+      3000,
+      "connections down",
+    );
+    const t0 = performance.now();
+    await assert.rejects(
+      cl.acquire("k", { leaseMs: 1000, waitMs: 200 }),
+      ConnectError,
+    );
+    const dt = performance.now() - t0;
+    assert.ok(dt >= 350 && dt < 3000, `gave up after ${dt} ms`);
+    assert.equal(fake.requests.length, 0);
+  } finally {
+    await cl.close();
+  }
+});
