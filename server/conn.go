@@ -17,7 +17,8 @@ import (
 )
 
 const (
-	readBufSize  = 16 << 10 // default read buffer; grows for one large Q frame, then shrinks
+	smallReadBuf = 2 << 10  // a new connection's read buffer (most stay idle or light)
+	readBufSize  = 16 << 10 // read buffer once a read filled the small one; grows for one large Q frame, then shrinks
 	keepBufLimit = 64 << 10 // buffers grown past this by an admin reply are dropped after use
 )
 
@@ -82,7 +83,7 @@ func (c *conn) serve() {
 	if !ok {
 		return
 	}
-	defer c.s.live.Add(-1) // taken by the handshake
+	defer c.s.connClosed() // the slot taken by the handshake
 	if c.peerPort && c.handOffIfRaft() {
 		return
 	}
@@ -161,11 +162,13 @@ func (c *conn) handshake() bool {
 	if auth.Role != wire.RoleClient {
 		limit += int64(s.cfg.AdminReserve)
 	}
-	if s.live.Add(1) > limit {
+	n := s.live.Add(1)
+	if n > limit {
 		s.live.Add(-1)
 		c.reject(wire.CodeOverloaded)
 		return false
 	}
+	s.connOpened(n)
 	s.hsDone(c) // authenticated: no longer evictable
 	c.role = auth.Role
 	w := wire.Welcome{
@@ -179,7 +182,7 @@ func (c *conn) handshake() bool {
 		return false
 	}
 	_ = c.nc.SetDeadline(time.Time{})
-	c.rbuf = make([]byte, readBufSize)
+	c.rbuf = make([]byte, smallReadBuf) // grows to readBufSize once a read fills it
 	return true
 }
 
@@ -218,6 +221,7 @@ func (c *conn) readLoop() (fatal bool) {
 	var partialAt int64 // nanotime it was armed
 	for {
 		n, err := c.nc.Read(c.rbuf[r:])
+		filled := r+n == len(c.rbuf)
 		if discard > 0 && n > 0 {
 			k := min(discard, n)
 			copy(c.rbuf[r:], c.rbuf[r+k:r+n])
@@ -276,7 +280,12 @@ func (c *conn) readLoop() (fatal bool) {
 			if off > 0 {
 				r = copy(c.rbuf, c.rbuf[off:r])
 			}
-			if len(c.rbuf) > readBufSize && r <= readBufSize && want <= readBufSize {
+			if len(c.rbuf) < readBufSize && filled && len(c.rbuf) >= r {
+				// A read filled the small buffer: this connection is busy.
+				nb := make([]byte, readBufSize)
+				copy(nb, c.rbuf[:r])
+				c.rbuf = nb
+			} else if len(c.rbuf) > readBufSize && r <= readBufSize && want <= readBufSize {
 				nb := make([]byte, readBufSize)
 				copy(nb, c.rbuf[:r])
 				c.rbuf = nb

@@ -21,6 +21,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -59,6 +60,8 @@ type Server struct {
 	live     atomic.Int64 // past the handshake (slot taken before WELCOME)
 
 	handshakeEvictions atomic.Uint64 // handshaking connections closed to admit newer ones
+	peakLive           atomic.Int64  // most authenticated connections since the last memory release
+	releasing          atomic.Bool
 	authFail           authFailures
 	authFailCount      atomic.Uint64 // handshakes answered REJECT AUTH_FAILED
 
@@ -271,6 +274,44 @@ func (s *Server) Deliver(e locktable.Effect) {
 		return
 	}
 	c.deliver(e)
+}
+
+// Memory after a connection flood (issue #22 item 7): each connection costs
+// about 22 KiB of heap while open (docs/operations.md); when the open
+// connections fall by releaseDrop or more and to half their peak, the freed
+// heap is returned to the OS (after releaseSettle, so the rest of the
+// flood's closes are included), instead of the Go runtime keeping it for
+// minutes.
+const (
+	releaseDrop   = 1000
+	releaseSettle = time.Second
+)
+
+// connOpened counts an authenticated connection (its slot was taken).
+func (s *Server) connOpened(n int64) {
+	for p := s.peakLive.Load(); n > p && !s.peakLive.CompareAndSwap(p, n); p = s.peakLive.Load() {
+	}
+}
+
+// connClosed frees an authenticated connection's slot.
+func (s *Server) connClosed() {
+	n := s.live.Add(-1)
+	p := s.peakLive.Load()
+	if p-n < releaseDrop || n > p/2 || !s.peakLive.CompareAndSwap(p, n) || !s.releasing.CompareAndSwap(false, true) {
+		return
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer s.releasing.Store(false)
+		select {
+		case <-time.After(releaseSettle):
+		case <-s.closed:
+			return
+		}
+		debug.FreeOSMemory()
+		s.log.Debug("returned freed memory to the OS after a drop in connections", "connections", s.live.Load(), "peak", p)
+	}()
 }
 
 // Draining reports whether the server is shutting down.
