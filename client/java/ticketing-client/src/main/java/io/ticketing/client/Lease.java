@@ -141,12 +141,24 @@ public final class Lease implements AutoCloseable {
      * @return completes on the server's {@code O}; fails like {@link #release()}
      */
     public CompletableFuture<Void> releaseAsync() {
+        return releaseAsync(null);
+    }
+
+    /**
+     * {@link #releaseAsync()} completing on {@code executor} (null: the client's callback
+     * executor).
+     *
+     * @param executor where the future completes, or null
+     * @return completes on the server's {@code O}
+     */
+    public CompletableFuture<Void> releaseAsync(java.util.concurrent.Executor executor) {
         synchronized (this) {
             if (released) {
                 return CompletableFuture.completedFuture(null);
             }
         }
-        return client.releaseAsync(key, token).whenComplete((v, e) -> {
+        CompletableFuture<Void> f = executor == null ? client.releaseAsync(key, token) : client.releaseAsync(key, token, executor);
+        return f.whenComplete((v, e) -> {
             Throwable c = e instanceof java.util.concurrent.CompletionException && e.getCause() != null ? e.getCause() : e;
             if (c == null || c instanceof NotHolderException) {
                 markReleased();

@@ -659,6 +659,21 @@ public final class TicketingClient implements AutoCloseable {
      * @return the future lease
      */
     public CompletableFuture<Lease> acquireAsync(byte[] key, Duration lease, Duration wait) {
+        return acquireAsync(key, lease, wait, callbacks);
+    }
+
+    /**
+     * {@link #acquireAsync(byte[], Duration, Duration)} completing on {@code executor}. A direct
+     * executor ({@code Runnable::run}) completes on the client's I/O thread: only for
+     * continuations that never block (such as a coroutine resumption that is dispatched anyway).
+     *
+     * @param key the key bytes
+     * @param lease the lease
+     * @param wait the wait
+     * @param executor where the future completes
+     * @return the future lease
+     */
+    public CompletableFuture<Lease> acquireAsync(byte[] key, Duration lease, Duration wait, Executor executor) {
         AcquireFuture f;
         try {
             f = new AcquireFuture(newAcquire(key, lease, wait));
@@ -667,7 +682,7 @@ public final class TicketingClient implements AutoCloseable {
         }
         f.op.result.whenComplete((l, e) -> {
             try {
-                callbacks.execute(() -> f.deliver(l, e));
+                executor.execute(() -> f.deliver(l, e));
             } catch (java.util.concurrent.RejectedExecutionException r) {
                 f.deliver(l, e);
             }
@@ -953,6 +968,19 @@ public final class TicketingClient implements AutoCloseable {
      * @return completes on {@code O}
      */
     public CompletableFuture<Void> releaseAsync(byte[] key, long token) {
+        return releaseAsync(key, token, callbacks);
+    }
+
+    /**
+     * {@link #releaseAsync(byte[], long)} completing on {@code executor} (see
+     * {@link #acquireAsync(byte[], Duration, Duration, Executor)}).
+     *
+     * @param key the key bytes
+     * @param token the token
+     * @param executor where the future completes
+     * @return completes on {@code O}
+     */
+    public CompletableFuture<Void> releaseAsync(byte[] key, long token, Executor executor) {
         byte[] k = key.clone();
         if (isClosed()) {
             return CompletableFuture.failedFuture(new IndeterminateException("client closed", -1, new ClientClosedException("client closed")));
@@ -975,7 +1003,7 @@ public final class TicketingClient implements AutoCloseable {
                 }
             };
             try {
-                callbacks.execute(r);
+                executor.execute(r);
             } catch (java.util.concurrent.RejectedExecutionException x) {
                 r.run();
             }
