@@ -250,7 +250,7 @@ namespace Ticketing
         {
             var tls = client.Tls;
             var name = tls.ServerName ?? host;
-            var ssl = new SslStream(ns, false, client.ValidateServerCertificate, null);
+            var ssl = new SslStream(ns, false, (sender, c, chain, errors) => client.ValidateServerCertificate(name, c, chain, errors), null);
             try
             {
                 var certs = new X509CertificateCollection();

@@ -707,9 +707,11 @@ namespace Ticketing
             return new TicketingProtocolException(e.Message, e);
         }
 
-        internal bool ValidateServerCertificate(object sender, X509Certificate cert, X509Chain chain, SslPolicyErrors errors)
+        internal bool ValidateServerCertificate(string serverName, X509Certificate cert, X509Chain chain, SslPolicyErrors errors)
         {
             if ((errors & SslPolicyErrors.RemoteCertificateNameMismatch) != 0 || cert == null) return false;
+            // Mono does not always report a name mismatch next to chain errors: check the name here.
+            if (!NameMatches(new X509Certificate2(cert), serverName)) return false;
             if (caCert == null) return errors == SslPolicyErrors.None;
             var ch = new X509Chain();
             ch.ChainPolicy.RevocationMode = X509RevocationMode.NoCheck;
@@ -718,6 +720,34 @@ namespace Ticketing
             if (!ch.Build(new X509Certificate2(cert))) return false;
             var root = ch.ChainElements[ch.ChainElements.Count - 1].Certificate;
             return root.Thumbprint == caCert.Thumbprint;
+        }
+
+        /// <summary>Whether the certificate names host (subjectAltName DNS or IP, else the CN).</summary>
+        internal static bool NameMatches(X509Certificate2 cert, string host)
+        {
+            if (string.IsNullOrEmpty(host)) return false;
+            var names = new List<string>();
+            foreach (var ext in cert.Extensions)
+            {
+                if (ext.Oid == null || ext.Oid.Value != "2.5.29.17") continue;
+                foreach (var part in ext.Format(false).Split(new[] { ',', '\n', '\r' }, StringSplitOptions.RemoveEmptyEntries))
+                {
+                    int i = part.IndexOf('=');
+                    if (i < 0) i = part.IndexOf(':');
+                    if (i > 0) names.Add(part.Substring(i + 1).Trim());
+                }
+            }
+            if (names.Count == 0)
+            {
+                var cn = cert.GetNameInfo(X509NameType.SimpleName, false);
+                if (!string.IsNullOrEmpty(cn)) names.Add(cn);
+            }
+            foreach (var n in names)
+            {
+                if (string.Equals(n, host, StringComparison.OrdinalIgnoreCase)) return true;
+                if (n.StartsWith("*.") && host.IndexOf('.') > 0 && string.Equals(n.Substring(1), host.Substring(host.IndexOf('.')), StringComparison.OrdinalIgnoreCase)) return true;
+            }
+            return false;
         }
 
         internal TimeSpan BackoffDelay(int attempt) { return Jitter(Step(BackoffBase, BackoffCap, attempt)); }

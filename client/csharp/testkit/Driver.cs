@@ -33,9 +33,12 @@ static class Driver
             catch (Exception e) { Console.Error.WriteLine("driver: bad line: " + e.Message); continue; }
             Dispatch(msg);
         }
-        Task.WaitAll(tasks.ToArray(), 10000);
+        // EOF: close the client first (pending commands answer closed), then let them finish.
         var c = client;
         if (c != null) c.Dispose();
+        Task[] all;
+        lock (tasks) all = tasks.ToArray();
+        Task.WaitAll(all, 5000);
         return 0;
     }
 

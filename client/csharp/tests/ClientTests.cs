@@ -461,6 +461,8 @@ namespace Ticketing.Tests
                     c.Acquire("cs/tls", TimeSpan.FromSeconds(5), TimeSpan.Zero).Release();
                 using (var c = new TicketingClient(new TicketingOptions { Addresses = new[] { srv.Addr }, Token = "tls", Tls = new TicketingTlsOptions { CaFile = F("client.pem") }, ConnectTimeout = TimeSpan.FromSeconds(2) }))
                     Assert.Throws<TicketingTlsException>(() => c.Connect());
+                using (var c = new TicketingClient(new TicketingOptions { Addresses = new[] { srv.Addr }, Token = "tls", Tls = new TicketingTlsOptions { CaFile = F("ca.pem"), ServerName = "wrong.example" }, ConnectTimeout = TimeSpan.FromSeconds(2) }))
+                    Assert.Throws<TicketingTlsException>(() => c.Connect(), "a certificate for another name is refused");
             }
             using (var srv = new RealServer("tls", "--tls-cert " + F("server.pem") + " --tls-key " + F("server.key") + " --tls-client-ca " + F("ca.pem")))
             {
