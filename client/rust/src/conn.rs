@@ -460,7 +460,9 @@ async fn connect(inner: &Inner, addr: &str) -> Result<(Box<dyn Stream>, u32), Co
     let _ = tcp.set_nodelay(true);
     // Detect a silently dead server as the server detects a dead client
     // (protocol.md §1 "Liveness"): probe after 15 s idle, every 5 s, 3 probes.
-    let ka = socket2::TcpKeepalive::new().with_time(Duration::from_secs(15)).with_interval(Duration::from_secs(5));
+    let ka = socket2::TcpKeepalive::new()
+        .with_time(Duration::from_secs(15))
+        .with_interval(Duration::from_secs(5));
     #[cfg(any(target_os = "linux", target_os = "macos", target_os = "freebsd"))]
     let ka = ka.with_retries(3);
     let _ = socket2::SockRef::from(&tcp).set_tcp_keepalive(&ka);
