@@ -609,6 +609,8 @@ class Conn {
     sock.setNoDelay(true);
     sock.setKeepAlive(true, 15000);
     sock.on("data", (chunk: Buffer) => this.onData(sock, chunk));
+    // Senders wait while the write buffer is over its bound (enqueue "down").
+    sock.on("drain", () => this.cl.notify.broadcast());
     sock.on("error", (e) =>
       this.kill(
         sock,
