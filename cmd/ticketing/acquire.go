@@ -24,6 +24,7 @@ type AcquireOptions struct {
 	Lease            time.Duration
 	Wait             time.Duration // 0: try once (-n)
 	ConflictExitCode int           // exit code when not acquired because the wait timed out
+	ConflictSet      bool          // -E given: a conflict exits with it silently
 
 	Connect func(context.Context) (lockClient, error)
 	Signals signalSource
@@ -61,7 +62,7 @@ wait and exits 128+N.
 
 ` + lockFlagsHelp + "\n\n" + exitCodesHelp,
 		Example: `  token=$(ticketing acquire backups/db --lease 10m --wait 30s) || exit
-  ticketing acquire jobs/nightly -n -E 0 || exit   # skip quietly when held
+  token=$(ticketing acquire jobs/nightly -n -E 75) || { rc=$?; [ "$rc" -eq 75 ] && exit 0; exit "$rc"; }   # held: skip quietly
   ticketing acquire k -o json | jq -r .token`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -89,6 +90,7 @@ func addLockFlags(cmd *cobra.Command) {
 type lockArgs struct {
 	Lease, Wait      time.Duration
 	ConflictExitCode int
+	ConflictSet      bool // -E given (flag or TICKETING_CONFLICT_EXIT_CODE)
 }
 
 func lockOptions(cmd *cobra.Command, v *viper.Viper, key string) (lockArgs, error) {
@@ -113,6 +115,7 @@ func lockOptions(cmd *cobra.Command, v *viper.Viper, key string) (lockArgs, erro
 		a.Wait = 0
 	}
 	a.ConflictExitCode = v.GetInt("conflict-exit-code")
+	a.ConflictSet = cmd.Flags().Changed("conflict-exit-code") || envSet("TICKETING_CONFLICT_EXIT_CODE")
 	if a.ConflictExitCode < 0 || a.ConflictExitCode > 255 {
 		return a, usageError("--conflict-exit-code %d: want 0..255", a.ConflictExitCode)
 	}
@@ -129,7 +132,7 @@ func acquireOptions(fac *Factory, cmd *cobra.Command, args []string) (*AcquireOp
 	if err != nil {
 		return nil, err
 	}
-	opts.Lease, opts.Wait, opts.ConflictExitCode = la.Lease, la.Wait, la.ConflictExitCode
+	opts.Lease, opts.Wait, opts.ConflictExitCode, opts.ConflictSet = la.Lease, la.Wait, la.ConflictExitCode, la.ConflictSet
 	if opts.Output, err = getOutput(v); err != nil {
 		return nil, err
 	}
@@ -182,12 +185,20 @@ func acquireLock(ctx context.Context, connect func(context.Context) (lockClient,
 	return nil, nil, err
 }
 
-// notAcquired applies -E to a timed-out acquire.
-func notAcquired(err error, conflictExit int) error {
-	if errors.Is(err, client.ErrTimeout) && conflictExit != ExitTimeout {
-		return withExit(conflictExit, err)
+// notAcquired applies -E to an acquire that found the lock held: with -E
+// the conflict exits with its code and says nothing (as flock(1) does);
+// without, it says the key is held (exit 3).
+func notAcquired(err error, key string, wait time.Duration, conflictExit int, conflictSet bool) error {
+	if !errors.Is(err, client.ErrTimeout) {
+		return err
 	}
-	return err
+	if conflictSet {
+		return withExit(conflictExit, nil)
+	}
+	if wait <= 0 {
+		return withExit(conflictExit, fmt.Errorf("%s is held by another holder: not acquired (-n: tried once)", admin.EscapeKey(key)))
+	}
+	return withExit(conflictExit, fmt.Errorf("%s stayed held for the whole --wait %v: not acquired", admin.EscapeKey(key), wait))
 }
 
 func runAcquire(ctx context.Context, ios *IO, opts *AcquireOptions) error {
@@ -196,7 +207,7 @@ func runAcquire(ctx context.Context, ios *IO, opts *AcquireOptions) error {
 	}
 	cl, l, err := acquireLock(ctx, opts.Connect, opts.Signals, opts.Key, opts.Lease, opts.Wait)
 	if err != nil {
-		return notAcquired(err, opts.ConflictExitCode)
+		return notAcquired(err, opts.Key, opts.Wait, opts.ConflictExitCode, opts.ConflictSet)
 	}
 	defer cl.Close()
 	if opts.Output == "json" {

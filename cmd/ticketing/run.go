@@ -38,6 +38,7 @@ type RunOptions struct {
 	Lease            time.Duration
 	Wait             time.Duration
 	ConflictExitCode int
+	ConflictSet      bool          // -E given: a conflict exits with it silently
 	KillGrace        time.Duration // SIGTERM → SIGKILL
 	LeaseMargin      time.Duration // SIGTERM this long before the lease deadline
 	Command          []string      // CMD ARGS…, run directly (no shell)
@@ -81,7 +82,7 @@ still waiting for the lock withdraws the wait and exits 128+N without
 starting CMD.
 
 ` + lockFlagsHelp + "\n\n" + exitCodesHelp,
-		Example: `  ticketing run backups/db --lease 1h --wait 0 -E 0 -- /usr/local/bin/backup.sh
+		Example: `  ticketing run backups/db --lease 1h --wait 0 -E 0 -- /usr/local/bin/backup.sh   # held: exit 0, backup.sh not run
   ticketing run reports --lease 5m -- sh -c 'generate --fence "$TICKETING_FENCING_TOKEN"'`,
 		Args: cobra.MinimumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -113,7 +114,7 @@ func runOptions(fac *Factory, cmd *cobra.Command, args []string) (*RunOptions, e
 	if err != nil {
 		return nil, err
 	}
-	opts.Lease, opts.Wait, opts.ConflictExitCode = la.Lease, la.Wait, la.ConflictExitCode
+	opts.Lease, opts.Wait, opts.ConflictExitCode, opts.ConflictSet = la.Lease, la.Wait, la.ConflictExitCode, la.ConflictSet
 	if opts.KillGrace, opts.LeaseMargin, err = stopSchedule(v, opts.Lease,
 		cmd.Flags().Changed("kill-grace") || envSet("TICKETING_KILL_GRACE"),
 		cmd.Flags().Changed("lease-margin") || envSet("TICKETING_LEASE_MARGIN")); err != nil {
@@ -212,7 +213,7 @@ func runRun(ctx context.Context, ios *IO, opts *RunOptions) error {
 	cl, l, err := acquireLock(ctx, opts.Connect, func() (<-chan os.Signal, func()) { return sigs, func() {} },
 		opts.Key, opts.Lease, opts.Wait)
 	if err != nil {
-		return notAcquired(err, opts.ConflictExitCode)
+		return notAcquired(err, opts.Key, opts.Wait, opts.ConflictExitCode, opts.ConflictSet)
 	}
 	defer cl.Close()
 	leaseLost := false

@@ -75,3 +75,32 @@ func TestE2ERunStopScheduleFitsLease(t *testing.T) {
 		t.Errorf("the command ran until %v, %v after the next holder's grant", last.Format(time.StampMilli), last.Sub(granted))
 	}
 }
+
+// TestE2EConflictQuiet (#12 item 6): with -E a conflict exits with the
+// chosen code and writes nothing (cron mails nothing); without -E, a -n
+// failure says the key is held, not that it timed out.
+func TestE2EConflictQuiet(t *testing.T) {
+	e := newE2E(t, nil)
+	e.expect(0, "acquire", "q", "--lease", "60s")
+	for _, args := range [][]string{
+		{"acquire", "q", "-n", "-E", "0"},
+		{"run", "q", "-n", "-E", "0", "--", "sh", "-c", "echo ran"},
+		{"acquire", "q", "--wait", "0.2", "-E", "0"},
+	} {
+		p := e.expect(0, args...)
+		if p.err.Len() != 0 || p.out.Len() != 0 {
+			t.Errorf("%v: stdout %q stderr %q, want silence", args, p.out.String(), p.err.String())
+		}
+	}
+	p := e.expect(75, "run", "q", "-n", "-E", "75", "--", "true")
+	if p.err.Len() != 0 {
+		t.Errorf("-E 75: stderr %q", p.err.String())
+	}
+	for _, cmd := range [][]string{{"acquire", "q", "-n"}, {"run", "q", "-n", "--", "true"}} {
+		p := e.expect(ExitTimeout, cmd...)
+		oneStderrLine(t, p)
+		if s := p.err.String(); !strings.Contains(s, "is held") || strings.Contains(s, "timed out") {
+			t.Errorf("%v: stderr %q, want it to say the key is held", cmd, s)
+		}
+	}
+}

@@ -1,0 +1,186 @@
+//go:build unix
+
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/ticketing/ticketing/server"
+)
+
+// docExample is one documented shell example, made runnable.
+type docExample struct {
+	where string
+	sh    string   // the snippet, after the substitutions
+	env   []string // KEY=VALUE lines of a crontab
+	guard bool     // guards a critical section: when the lock is held, nothing past it may run
+	code  int      // exit code when held (guard examples)
+}
+
+// TestE2EDocShellExamples (#12 item 1) runs every shell example of
+// README.md, docs/cli.md and the acquire/run --help Examples that takes a
+// lock: with the lock free the guarded work runs, and with the lock held by
+// someone else nothing past the guard runs (the old `acquire -n -E 0 ||
+// exit` fell through). Substitutions: paths of the examples' programs
+// become stubs that log, the token file a real one, the cluster addresses
+// the test server, and waits 1 s.
+func TestE2EDocShellExamples(t *testing.T) {
+	e := newE2E(t, func(c *server.Config) { c.ClientToken = "doc-client-token" })
+	tokFile := e.path("token")
+	if err := os.WriteFile(tokFile, []byte("doc-client-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	stubs := e.path("stubs")
+	if err := os.Mkdir(stubs, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"nightly-report", "backup.sh", "migrate-db", "roll-out", "report.sh", "generate"} {
+		if err := os.WriteFile(filepath.Join(stubs, n), []byte("#!/bin/sh\necho \"$0 $*\" >> \"$STUBLOG\"\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	addr := strings.TrimPrefix(e.env[0], "TICKETING_ADDR=")
+	subst := strings.NewReplacer(
+		"/usr/local/bin/nightly-report", filepath.Join(stubs, "nightly-report"),
+		"/usr/local/bin/backup.sh", filepath.Join(stubs, "backup.sh"),
+		"./migrate-db", filepath.Join(stubs, "migrate-db"),
+		"./roll-out", filepath.Join(stubs, "roll-out"),
+		"./report.sh", filepath.Join(stubs, "report.sh"),
+		"/etc/ticketing/token", tokFile,
+		"locks1:7470,locks2:7470,locks3:7470", addr,
+		"n1:7470,n2:7470,n3:7470", addr,
+		"/usr/bin/ticketing", "ticketing",
+		"--wait 2m", "--wait 1s", "--wait 30s", "--wait 1s",
+	)
+
+	var exs []docExample
+	for _, doc := range []string{"../../README.md", "../../docs/cli.md"} {
+		exs = append(exs, docExamples(t, doc, subst)...)
+	}
+	for _, cmd := range []string{"acquire", "run"} {
+		p := e.expect(0, cmd, "--help")
+		_, ex, ok := strings.Cut(p.out.String(), "\nExamples:\n")
+		if !ok {
+			t.Fatalf("%s --help has no Examples", cmd)
+		}
+		ex, _, _ = strings.Cut(ex, "\n\n")
+		for _, l := range strings.Split(ex, "\n") {
+			l = strings.TrimSpace(l)
+			if l == "" {
+				continue
+			}
+			d := docExample{where: cmd + " --help: " + l, sh: subst.Replace(l), guard: !strings.Contains(l, "| jq")}
+			if strings.HasPrefix(l, "ticketing run") && strings.Contains(l, "-E 0") {
+				d.code = 0
+			}
+			exs = append(exs, d)
+		}
+	}
+	if len(exs) < 8 {
+		t.Fatalf("found only %d examples", len(exs))
+	}
+
+	path := filepath.Dir(e.bin) + ":" + stubs + ":" + os.Getenv("PATH")
+	for i, ex := range exs {
+		if strings.Contains(ex.sh, "jq") {
+			if _, err := exec.LookPath("jq"); err != nil {
+				continue
+			}
+		}
+		for _, held := range []bool{true, false} { // held first: a free run of a fragment may keep its lock
+			if held && !ex.guard {
+				continue
+			}
+			log := e.path("stublog")
+			os.Remove(log)
+			var k, tok string
+			if key := regexp.MustCompile(`ticketing (?:acquire|run) ("\$key"|\S+)`).FindStringSubmatch(ex.sh); key != nil {
+				if k = key[1]; k == `"$key"` {
+					k = "deploy/web"
+				}
+			}
+			if held {
+				if k == "" {
+					t.Fatalf("%s: no key", ex.where)
+				}
+				tok = strings.TrimSpace(e.expect(0, "acquire", k, "--lease", "60s", "--token-file", tokFile).out.String())
+			}
+			script := ex.sh
+			if !strings.Contains(script, "ticketing run") {
+				// acquire guards what follows it: the marker is that.
+				script += "\necho entered-past-the-guard ${token:-} >> \"$STUBLOG\""
+			}
+			c := exec.Command("sh", "-c", script)
+			c.Dir = e.dir
+			c.Env = append([]string{"PATH=" + path, "STUBLOG=" + log, "TICKETING_TOKEN_FILE=" + tokFile, "TICKETING_ADDR=" + addr, "TICKETING_WAIT=1s", "HOME=" + e.dir}, ex.env...)
+			out, err := c.CombinedOutput()
+			code := 0
+			if ee, ok := err.(*exec.ExitError); ok {
+				code = ee.ExitCode()
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			ran, _ := os.ReadFile(log)
+			switch {
+			case !held && (code != 0 || len(ran) == 0):
+				t.Errorf("example %d (%s), lock free: exit %d, work ran: %q; output %s", i, ex.where, code, ran, out)
+			case held && len(ran) != 0:
+				t.Errorf("example %d (%s), lock held: ran past the guard: %q (exit %d)", i, ex.where, ran, code)
+			case held && ex.code == 0 && strings.Contains(ex.sh, "-E 0") && (code != 0 || len(out) != 0):
+				t.Errorf("example %d (%s), lock held: exit %d, output %q; want 0 and silence", i, ex.where, code, out)
+			}
+			if held {
+				e.expect(0, "release", k, tok, "--token-file", tokFile)
+			} else if f := strings.Fields(string(ran)); len(f) == 2 && f[0] == "entered-past-the-guard" {
+				e.run("release", k, f[1], "--token-file", tokFile) // a fragment that keeps its lock
+			}
+		}
+	}
+}
+
+// docExamples are the lock-taking shell examples of a Markdown file: the
+// crontab lines of ```cron blocks and the ```sh blocks that run acquire or
+// run (not the build or server start-up sequences).
+func docExamples(t *testing.T, path string, subst *strings.Replacer) []docExample {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var exs []docExample
+	blocks := regexp.MustCompile("(?ms)^```(sh|cron)\n(.*?)^```").FindAllStringSubmatch(string(b), -1)
+	for _, m := range blocks {
+		lang, body := m[1], m[2]
+		switch {
+		case lang == "cron":
+			var env []string
+			for _, l := range strings.Split(body, "\n") {
+				l = strings.TrimSpace(l)
+				switch {
+				case l == "" || strings.HasPrefix(l, "#"):
+				case regexp.MustCompile(`^[A-Z_]+=`).MatchString(l):
+					env = append(env, subst.Replace(l))
+				default:
+					f := strings.Fields(l) // min hour dom mon dow user command...
+					if len(f) < 7 {
+						t.Fatalf("%s: crontab line %q", path, l)
+					}
+					exs = append(exs, docExample{where: path + ": " + l, sh: subst.Replace(strings.Join(f[6:], " ")), env: env, guard: true})
+				}
+			}
+		case strings.Contains(body, "ticketing acquire") || strings.Contains(body, "ticketing run") || strings.Contains(body, "ticketing health"):
+			if strings.Contains(body, "serve &") {
+				continue // the quick start: starts its own server
+			}
+			body = strings.ReplaceAll(body, "ExecStartPre=", "")
+			exs = append(exs, docExample{where: path + ": " + strings.SplitN(strings.TrimSpace(body), "\n", 2)[0] + " …", sh: subst.Replace(body),
+				guard: !strings.Contains(body, "ticketing health"), code: 3})
+		}
+	}
+	return exs
+}
