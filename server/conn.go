@@ -38,6 +38,9 @@ type conn struct {
 	rbuf []byte
 	wbuf []byte       // responses of the current batch
 	req  wire.Request // the request being handled (a field: passed to the backend without escaping)
+	// batchNow is the table clock read at the batch's start (the write
+	// deadline's refresh reuses it: no second clock read per batch)
+	batchNow int64
 
 	inflight atomic.Int32 // queued acquires; incremented by the reader only
 
@@ -231,6 +234,7 @@ func (c *conn) readLoop() (fatal bool) {
 		r += n
 		if n > 0 && !c.stopping.Load() {
 			now := c.s.nanotime()
+			c.batchNow = now
 			off := 0
 			want := 0 // length of the incomplete frame left at the buffer's start
 			for r-off >= wire.HeaderLen {
@@ -274,6 +278,7 @@ func (c *conn) readLoop() (fatal bool) {
 					// the batch so output stays bounded (§3.3).
 					c.flushBatch()
 					now = c.s.nanotime() // the flush may have waited
+					c.batchNow = now
 				}
 			}
 			progressed := off > 0 // a frame completed: a partial one now is a new one
@@ -577,7 +582,7 @@ func (c *conn) flushBatch() {
 		return
 	}
 	c.flushing = true
-	c.armWriteLocked()
+	c.armWriteLocked(c.batchNow)
 	c.mu.Unlock()
 	_, err := c.nc.Write(c.wbuf)
 	c.resetWbuf()
@@ -615,12 +620,11 @@ func (c *conn) flush() {
 // deadline timer a few times a timeout, not at every write. Called with mu
 // held by the goroutine about to write; after Shutdown set the final
 // deadline, that one stays.
-func (c *conn) armWriteLocked() {
+func (c *conn) armWriteLocked(now int64) {
 	if !c.flushBy.IsZero() {
 		return
 	}
 	d := c.s.cfg.WriteTimeout
-	now := c.s.nanotime()
 	if now-c.writeArmed < int64(d/16) && c.writeArmed != 0 {
 		return
 	}
@@ -652,7 +656,7 @@ func (c *conn) drainLocked() {
 	for len(c.out) > 0 && !c.broken {
 		b := c.out
 		c.out = c.spare[:0]
-		c.armWriteLocked()
+		c.armWriteLocked(c.s.nanotime())
 		c.mu.Unlock()
 		_, err := c.nc.Write(b)
 		c.mu.Lock()
