@@ -185,7 +185,7 @@ func TestLocksRun(t *testing.T) {
 	if err := runLocks(context.Background(), ios, &LocksOptions{Conn: testConn(), Output: "json", Limit: 100, Connect: f.connect}); err != nil {
 		t.Fatal(err)
 	}
-	var lr wire.LocksReply
+	var lr locksJSON
 	if err := json.Unmarshal(out.Bytes(), &lr); err != nil || lr.Locks == nil {
 		t.Errorf("json %v: %s", err, out)
 	}

@@ -195,13 +195,17 @@ func (e *e2e) token(p *proc) uint64 {
 func (e *e2e) lockEntry(key string) (wire.LockEntry, bool) {
 	e.t.Helper()
 	p := e.expect(0, "locks", "--prefix", key, "-o", "json")
-	var lr wire.LocksReply
+	var lr locksJSON
 	if err := json.Unmarshal([]byte(p.out.String()), &lr); err != nil {
 		e.t.Fatalf("locks json: %v: %s", err, p.out.String())
 	}
 	for _, l := range lr.Locks {
 		if l.Key == key {
-			return l, true
+			tok, err := strconv.ParseUint(l.Token, 10, 64)
+			if err != nil {
+				e.t.Fatalf("locks json: token %q: %v", l.Token, err)
+			}
+			return wire.LockEntry{Key: l.Key, Token: tok, LeaseRemainingMS: l.LeaseRemainingMS, QueueDepth: l.QueueDepth, OldestWaiterAgeMS: l.OldestWaiterAgeMS}, true
 		}
 	}
 	return wire.LockEntry{}, false

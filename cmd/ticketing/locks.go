@@ -32,7 +32,8 @@ func newCmdLocks(fac *Factory, runF func(context.Context, *IO, *LocksOptions) er
 		Long: `List held keys: key, holder's fencing token, lease left, queue depth and the
 age of the oldest waiter, deepest queue first. Keys with unusual characters
 are shown quoted and escaped. Needs the admin token (default: the client
-token). --output json prints the server's locks reply (protocol.md §8).`,
+token). --output json prints the server's locks reply (protocol.md §8), with
+each token a decimal string (tokens exceed 2^53).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			opts, err := locksOptions(fac, cmd)
@@ -81,10 +82,7 @@ func runLocks(ctx context.Context, ios *IO, opts *LocksOptions) error {
 		return err
 	}
 	if opts.Output == "json" {
-		if lr.Locks == nil {
-			lr.Locks = []wire.LockEntry{}
-		}
-		return writeJSON(ios, lr)
+		return writeJSON(ios, locksOut(lr))
 	}
 	if len(lr.Locks) == 0 {
 		if opts.Prefix != "" {
@@ -121,4 +119,32 @@ func locksTable(locks []wire.LockEntry) (header []string, rows [][]string) {
 		})
 	}
 	return header, rows
+}
+
+// locksJSON is locks' --output json: the server's reply (protocol.md §8)
+// with every token a decimal string, since tokens exceed 2^53 and JSON
+// tools that read numbers as doubles (jq) would round them.
+type locksJSON struct {
+	Total     int             `json:"total"`
+	Truncated bool            `json:"truncated"`
+	Locks     []lockEntryJSON `json:"locks"`
+}
+
+type lockEntryJSON struct {
+	Key               string `json:"key"`
+	Token             string `json:"token"`
+	LeaseRemainingMS  int64  `json:"lease_remaining_ms"`
+	QueueDepth        int    `json:"queue_depth"`
+	OldestWaiterAgeMS int64  `json:"oldest_waiter_age_ms"`
+}
+
+func locksOut(lr wire.LocksReply) locksJSON {
+	out := locksJSON{Total: lr.Total, Truncated: lr.Truncated, Locks: make([]lockEntryJSON, 0, len(lr.Locks))}
+	for _, e := range lr.Locks {
+		out.Locks = append(out.Locks, lockEntryJSON{
+			Key: e.Key, Token: strconv.FormatUint(e.Token, 10), LeaseRemainingMS: e.LeaseRemainingMS,
+			QueueDepth: e.QueueDepth, OldestWaiterAgeMS: e.OldestWaiterAgeMS,
+		})
+	}
+	return out
 }

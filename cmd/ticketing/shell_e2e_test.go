@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -102,5 +103,35 @@ func TestE2EConflictQuiet(t *testing.T) {
 		if s := p.err.String(); !strings.Contains(s, "is held") || strings.Contains(s, "timed out") {
 			t.Errorf("%v: stderr %q, want it to say the key is held", cmd, s)
 		}
+	}
+}
+
+// TestE2EJSONTokensAreStrings (#12 item 5): no JSON output of any command
+// carries a token as a JSON number (jq would round it above 2^53).
+func TestE2EJSONTokensAreStrings(t *testing.T) {
+	e := newE2E(t, nil)
+	e.expect(0, "acquire", "j", "--lease", "60s", "-o", "json")
+	numeric := regexp.MustCompile(`"[a-z_]*token[a-z_]*"\s*:\s*-?[0-9]`)
+	quoted := regexp.MustCompile(`"token"\s*:\s*"[0-9]+"`)
+	sawLocksToken := false
+	for _, args := range [][]string{
+		{"acquire", "j2", "-o", "json"},
+		{"locks", "-o", "json"},
+		{"status", "-o", "json"},
+		{"health", "-o", "json"},
+		{"ping", "-c", "1", "-o", "json"},
+		{"node", "list", "-o", "json", "--timeout", "2s"},
+		{"clock-skew", "-o", "json", "--timeout", "2s"},
+	} {
+		p := e.run(args...)
+		if m := numeric.FindString(p.out.String()); m != "" {
+			t.Errorf("%v: a numeric token in its JSON: %s", args, m)
+		}
+		if args[0] == "locks" {
+			sawLocksToken = quoted.MatchString(p.out.String())
+		}
+	}
+	if !sawLocksToken {
+		t.Error("locks -o json shows no token string")
 	}
 }
