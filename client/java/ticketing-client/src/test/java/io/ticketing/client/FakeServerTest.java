@@ -384,4 +384,38 @@ class FakeServerTest {
             CompletableFuture.allOf(fs).get(10, TimeUnit.SECONDS);
         }
     }
+
+    @Test
+    void reconnectBackoffDoublesFromPoint1ToThreePoint2Seconds() throws Exception {
+        try (FakeServer s = new FakeServer(); TicketingClient c = client(s)) {
+            long[] lo = {50, 100, 200, 400, 800, 1600, 1600, 1600};
+            long[] hi = {100, 200, 400, 800, 1600, 3200, 3200, 3200};
+            for (int attempt = 1; attempt <= 8; attempt++) {
+                for (int i = 0; i < 50; i++) {
+                    long ms = c.backoffNanos(attempt) / 1_000_000;
+                    assertTrue(ms >= lo[attempt - 1] && ms <= hi[attempt - 1], "attempt " + attempt + ": " + ms + " ms");
+                }
+            }
+        }
+    }
+
+    @Test
+    void maxInflightIsRespected() throws Exception {
+        try (FakeServer s = new FakeServer()) {
+            s.maxInflight = 1;
+            try (TicketingClient c = TicketingClient.builder().addresses(s.addr).connectTimeout(Duration.ofSeconds(2)).build()) {
+                // Both connections allow one queued acquire each; the third waits for a slot and times out.
+                CompletableFuture<Lease> a = c.acquireAsync("k", LEASE, WAIT);
+                CompletableFuture<Lease> b = c.acquireAsync("k", LEASE, WAIT);
+                s.next('A');
+                s.next('A');
+                ExecutionException e = assertThrows(ExecutionException.class,
+                        () -> c.acquireAsync("k", LEASE, Duration.ofMillis(300)).get(5, TimeUnit.SECONDS));
+                assertTrue(e.getCause() instanceof AcquireTimeoutException, e.toString());
+                assertTrue(s.requests.isEmpty(), "a third acquire was sent beyond max_inflight");
+                a.cancel(true);
+                b.cancel(true);
+            }
+        }
+    }
 }
