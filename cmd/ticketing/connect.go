@@ -4,8 +4,11 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
+	"fmt"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -86,8 +89,8 @@ func connOptions(cmd *cobra.Command, v *viper.Viper) (ConnOptions, error) {
 		if a == "" {
 			continue
 		}
-		if _, _, err := net.SplitHostPort(a); err != nil {
-			return o, usageError("--addr %q: want host:port", a)
+		if err := checkAddr(a); err != nil {
+			return o, err
 		}
 		o.Addrs = append(o.Addrs, a)
 	}
@@ -117,6 +120,41 @@ func connOptions(cmd *cobra.Command, v *viper.Viper) (ConnOptions, error) {
 		return o, err
 	}
 	return o, nil
+}
+
+// checkAddr refuses an address that can never work: not host:port, an
+// empty host, or a port that is not 1..65535.
+func checkAddr(a string) error {
+	host, port, err := net.SplitHostPort(a)
+	if err != nil || host == "" {
+		return usageError("--addr %q: want host:port", a)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return usageError("--addr %q: port %q: want 1..65535", a, port)
+	}
+	return nil
+}
+
+// resolveAll fails with exit 7 at once when no address's host resolves
+// (every one an unknown host), instead of retrying for the whole
+// --timeout; IP addresses and a host that resolves pass.
+func resolveAll(ctx context.Context, addrs []string) error {
+	var firstErr error
+	for _, a := range addrs {
+		host, _, _ := net.SplitHostPort(a)
+		if net.ParseIP(host) != nil {
+			return nil
+		}
+		_, err := net.DefaultResolver.LookupHost(ctx, host)
+		var de *net.DNSError
+		if err == nil || !errors.As(err, &de) || !de.IsNotFound {
+			return nil // resolved, or not known to be unknown: let the dial decide
+		}
+		if firstErr == nil {
+			firstErr = fmt.Errorf("%w: %s: unknown host %q", client.ErrConnect, a, host)
+		}
+	}
+	return firstErr
 }
 
 // insideRun reports whether the token came from TICKETING_TOKEN set by an
@@ -210,6 +248,9 @@ type adminClient interface {
 // lockDialer returns the real connector for lock commands.
 func lockDialer(o ConnOptions) func(context.Context) (lockClient, error) {
 	return func(ctx context.Context) (lockClient, error) {
+		if err := resolveAll(ctx, o.Addrs); err != nil {
+			return nil, err
+		}
 		c, err := client.Dial(ctx, o.Addrs, o.clientOptions(false)...)
 		if err != nil {
 			return nil, err
@@ -222,6 +263,9 @@ func lockDialer(o ConnOptions) func(context.Context) (lockClient, error) {
 // whole --addr list (status, locks) or one address (ping).
 func adminDialer(o ConnOptions) func(context.Context, []string) (adminClient, error) {
 	return func(ctx context.Context, addrs []string) (adminClient, error) {
+		if err := resolveAll(ctx, addrs); err != nil {
+			return nil, err
+		}
 		c, err := client.Dial(ctx, addrs, o.clientOptions(true)...)
 		if err != nil {
 			return nil, err

@@ -135,3 +135,43 @@ func TestE2EJSONTokensAreStrings(t *testing.T) {
 		t.Error("locks -o json shows no token string")
 	}
 }
+
+// TestE2EAddrNeverWorks (#12 item 9): an address that can never work is
+// exit 2 at once; an unknown host is exit 7 right after resolution fails,
+// not after the whole --timeout.
+func TestE2EAddrNeverWorks(t *testing.T) {
+	e := newE2E(t, nil)
+	for _, tc := range []struct {
+		code int
+		args []string
+	}{
+		{ExitUsage, []string{"acquire", "k", "--addr", "127.0.0.1:74700", "--timeout", "30s"}},
+		{ExitUsage, []string{"status", "--addr", "127.0.0.1:0", "--timeout", "30s"}},
+		{ExitUsage, []string{"locks", "--addr", ":7470", "--timeout", "30s"}},
+		{ExitUsage, []string{"release", "k", "1", "--addr", "[::1", "--timeout", "30s"}},
+		{ExitConnect, []string{"acquire", "k", "--addr", "no-such-host.invalid:7470", "--timeout", "30s"}},
+		{ExitConnect, []string{"status", "--addr", "no-such-host.invalid:7470", "--timeout", "30s"}},
+	} {
+		p := e.expect(tc.code, tc.args...)
+		oneStderrLine(t, p)
+		if el := p.end.Sub(p.start); el > 15*time.Second {
+			t.Errorf("%v took %v (--timeout 30s): want at once", tc.args, el)
+		}
+	}
+}
+
+// TestE2EUsageOneLineAndVersion (#12 item 13): a usage error is one line
+// (no "Run '… --help' for usage."), and `ticketing --version` works.
+func TestE2EUsageOneLineAndVersion(t *testing.T) {
+	e := newE2E(t, nil)
+	for _, args := range [][]string{
+		{"acquire"}, {"acquire", "k", "--bogus"}, {"nosuchcommand"}, {"status", "extra"}, {"acquire", "k", "--lease"},
+	} {
+		p := e.expect(ExitUsage, args...)
+		oneStderrLine(t, p)
+	}
+	p := e.expect(0, "--version")
+	if !strings.HasPrefix(p.out.String(), "ticketing ") {
+		t.Errorf("--version printed %q", p.out.String())
+	}
+}
