@@ -98,7 +98,7 @@ func connOptions(cmd *cobra.Command, v *viper.Viper) (ConnOptions, error) {
 		return o, usageError("--addr: no server address")
 	}
 	var err error
-	if o.Token, err = readSecret(v, "token", "token-file"); err != nil {
+	if o.Token, err = flagSecret(cmd, v, "token", "token-file"); err != nil {
 		return o, err
 	}
 	if insideRun(cmd, v) {
@@ -107,7 +107,7 @@ func connOptions(cmd *cobra.Command, v *viper.Viper) (ConnOptions, error) {
 		// --token or --token-file / TICKETING_TOKEN_FILE.
 		o.Token = ""
 	}
-	if o.AdminToken, err = readSecret(v, "admin-token", "admin-token-file"); err != nil {
+	if o.AdminToken, err = flagSecret(cmd, v, "admin-token", "admin-token-file"); err != nil {
 		return o, err
 	}
 	if o.Timeout, err = getDuration(v, "timeout"); err != nil {
@@ -120,6 +120,29 @@ func connOptions(cmd *cobra.Command, v *viper.Viper) (ConnOptions, error) {
 		return o, err
 	}
 	return o, nil
+}
+
+// flagSecret is readSecret with flag > env > file across the pair: a
+// --token on the command line wins over a TICKETING_TOKEN_FILE from the
+// environment; --token and --token-file together are a usage error.
+func flagSecret(cmd *cobra.Command, v *viper.Viper, name, fileName string) (string, error) {
+	fl := cmd.Flags()
+	if fl.Changed(name) && fl.Changed(fileName) {
+		return "", usageError("--%s and --%s: give one", name, fileName)
+	}
+	if fl.Changed(name) {
+		return v.GetString(name), nil
+	}
+	return readSecret(v, name, fileName)
+}
+
+// adminAuthHint explains an authentication failure of an admin command
+// that had no admin token: the client token was offered for role admin.
+func adminAuthHint(err error, o ConnOptions) error {
+	if err == nil || o.AdminToken != "" || !errors.Is(err, client.ErrAuth) {
+		return err
+	}
+	return fmt.Errorf("%w: this command needs the admin token (--admin-token-file or TICKETING_ADMIN_TOKEN_FILE); the client token was tried", err)
 }
 
 // checkAddr refuses an address that can never work: not host:port, an
@@ -268,7 +291,7 @@ func adminDialer(o ConnOptions) func(context.Context, []string) (adminClient, er
 		}
 		c, err := client.Dial(ctx, addrs, o.clientOptions(true)...)
 		if err != nil {
-			return nil, err
+			return nil, adminAuthHint(err, o)
 		}
 		return realAdminClient{c}, nil
 	}

@@ -175,3 +175,26 @@ func TestE2EUsageOneLineAndVersion(t *testing.T) {
 		t.Errorf("--version printed %q", p.out.String())
 	}
 }
+
+// TestE2ETokenPrecedenceAndAdminHint (#12 item 12): --token on the command
+// line wins over TICKETING_TOKEN_FILE from the environment; --token with
+// --token-file is exit 2; an admin command refused with the client token
+// says the admin token is needed.
+func TestE2ETokenPrecedenceAndAdminHint(t *testing.T) {
+	e := newE2E(t, func(c *server.Config) { c.ClientToken, c.AdminToken = "right-client", "right-admin" })
+	wrong := e.path("wrong.token")
+	if err := os.WriteFile(wrong, []byte("wrong-client\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e.env = append(e.env, "TICKETING_TOKEN_FILE="+wrong)
+	p := e.expect(0, "acquire", "tp", "--token", "right-client")
+	e.expect(0, "release", "tp", strings.TrimSpace(p.out.String()), "--token", "right-client")
+	oneStderrLine(t, e.expect(ExitUsage, "acquire", "tp", "--token", "right-client", "--token-file", wrong))
+
+	p = e.expect(ExitAuth, "status", "--token", "right-client")
+	oneStderrLine(t, p, "right-client", "right-admin")
+	if !strings.Contains(p.err.String(), "admin token") {
+		t.Errorf("stderr %q does not say an admin token is needed", p.err.String())
+	}
+	e.expect(0, "status", "--token", "right-client", "--admin-token", "right-admin")
+}
