@@ -35,6 +35,8 @@ var metricHelp = []struct{ name, help string }{
 	{"busy_total", "Acquires answered B."},
 	{"errors_total", "Requests answered E."},
 	{"auth_failures_total", "Handshakes answered REJECT AUTH_FAILED (wrong token)."},
+	{"handshaking", "Connections still in the handshake (capped apart from max_connections)."},
+	{"handshake_evictions_total", "Handshaking connections closed to admit newer ones at a handshake cap."},
 	{"draining", "1 while shutting down."},
 	{"uptime_seconds", "Seconds since start."},
 	{"tls_cert_expiry_seconds", "Seconds until the TLS certificate expires (absent without TLS)."},
@@ -75,6 +77,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	k("busy_total", st.Counters.Busy)
 	k("errors_total", st.Counters.Errors)
 	k("auth_failures_total", st.Counters.AuthFailures)
+	g("handshaking", float64(c.s.handshaking()))
+	k("handshake_evictions_total", c.s.handshakeEvictions.Load())
 	d := 0.0
 	if st.Draining {
 		d = 1
