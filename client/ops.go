@@ -171,7 +171,7 @@ func (cl *Client) acquireOnce(ctx context.Context, key string, leaseMS, waitMS u
 // redirects counts an acquire's consecutive M answers.
 type redirects struct {
 	moves, rounds int
-	woken bool // sleepRedirect woke this call early once
+	woken         bool // sleepRedirect woke this call early once
 }
 
 // follow switches to the leader an M answer named; after maxMoves
