@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -14,6 +15,7 @@ import (
 	"github.com/ticketing/ticketing/admin"
 	"github.com/ticketing/ticketing/client"
 	"github.com/ticketing/ticketing/client/wire"
+	"github.com/ticketing/ticketing/server"
 )
 
 // AcquireOptions is `ticketing acquire` after flags and environment are merged.
@@ -96,7 +98,7 @@ type lockArgs struct {
 func lockOptions(cmd *cobra.Command, v *viper.Viper, key string) (lockArgs, error) {
 	var a lockArgs
 	if !wire.ValidKey([]byte(key)) {
-		return a, usageError("key %s: want 1..250 bytes of UTF-8 without control characters", admin.EscapeKey(key))
+		return a, usageError("key %s: want 1..%d bytes of UTF-8 without control characters", shortKey(key), wire.MaxKeyLen)
 	}
 	var err error
 	if a.Lease, err = getDuration(v, "lease"); err != nil {
@@ -120,6 +122,15 @@ func lockOptions(cmd *cobra.Command, v *viper.Viper, key string) (lockArgs, erro
 		return a, usageError("--conflict-exit-code %d: want 0..255", a.ConflictExitCode)
 	}
 	return a, nil
+}
+
+// shortKey is key escaped for a message, its first 40 bytes only when it
+// is longer (with its length), so that an error line stays one short line.
+func shortKey(key string) string {
+	if len(key) <= 40 {
+		return admin.EscapeKey(key)
+	}
+	return fmt.Sprintf("%s… (%d bytes)", admin.EscapeKey(strings.ToValidUTF8(key[:40], "")), len(key))
 }
 
 func acquireOptions(fac *Factory, cmd *cobra.Command, args []string) (*AcquireOptions, error) {
@@ -185,6 +196,26 @@ func acquireLock(ctx context.Context, connect func(context.Context) (lockClient,
 	return nil, nil, err
 }
 
+// namedLimit names the server limit behind a range error the user can hit
+// (BAD_LEASE, BAD_WAIT, BAD_KEY), with the serve flag that sets it and its
+// default; other errors pass unchanged. The result keeps err's exit code.
+func namedLimit(err error, lease, wait time.Duration) error {
+	var pe *client.ProtocolError
+	if !errors.As(err, &pe) {
+		return err
+	}
+	def := server.DefaultConfig()
+	switch pe.Code {
+	case wire.CodeBadLease:
+		return withExit(ExitUsage, fmt.Errorf("the server refused --lease %v: above its max lease (serve --max-lease, default %v)", lease, def.MaxLease))
+	case wire.CodeBadWait:
+		return withExit(ExitUsage, fmt.Errorf("the server refused --wait %v: above its max wait (serve --max-wait, default %v)", wait, def.MaxWait))
+	case wire.CodeBadKey:
+		return withExit(ExitUsage, fmt.Errorf("the server refused the key: keys are 1..%d bytes of UTF-8 without control characters", wire.MaxKeyLen))
+	}
+	return err
+}
+
 // notAcquired applies -E to an acquire that found the lock held: with -E
 // the conflict exits with its code and says nothing (as flock(1) does);
 // without, it says the key is held (exit 3).
@@ -207,7 +238,7 @@ func runAcquire(ctx context.Context, ios *IO, opts *AcquireOptions) error {
 	}
 	cl, l, err := acquireLock(ctx, opts.Connect, opts.Signals, opts.Key, opts.Lease, opts.Wait)
 	if err != nil {
-		return notAcquired(err, opts.Key, opts.Wait, opts.ConflictExitCode, opts.ConflictSet)
+		return notAcquired(namedLimit(err, opts.Lease, opts.Wait), opts.Key, opts.Wait, opts.ConflictExitCode, opts.ConflictSet)
 	}
 	defer cl.Close()
 	if opts.Output == "json" {

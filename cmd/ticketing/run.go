@@ -213,7 +213,7 @@ func runRun(ctx context.Context, ios *IO, opts *RunOptions) error {
 	cl, l, err := acquireLock(ctx, opts.Connect, func() (<-chan os.Signal, func()) { return sigs, func() {} },
 		opts.Key, opts.Lease, opts.Wait)
 	if err != nil {
-		return notAcquired(err, opts.Key, opts.Wait, opts.ConflictExitCode, opts.ConflictSet)
+		return notAcquired(namedLimit(err, opts.Lease, opts.Wait), opts.Key, opts.Wait, opts.ConflictExitCode, opts.ConflictSet)
 	}
 	defer cl.Close()
 	leaseLost := false

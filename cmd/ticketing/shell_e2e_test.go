@@ -198,3 +198,30 @@ func TestE2ETokenPrecedenceAndAdminHint(t *testing.T) {
 	}
 	e.expect(0, "status", "--token", "right-client", "--admin-token", "right-admin")
 }
+
+// TestE2ELimitsNamed (#12 items 11, 17 key): a lease or wait above the
+// server's limit names the limit and the serve flag; a key too long does
+// not echo the whole key.
+func TestE2ELimitsNamed(t *testing.T) {
+	e := newE2E(t, func(c *server.Config) { c.MaxLease, c.MaxWait = time.Minute, time.Minute })
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"acquire", "lim", "--lease", "2h"}, "--max-lease"},
+		{[]string{"run", "lim", "--lease", "2h", "--", "true"}, "--max-lease"},
+		{[]string{"acquire", "lim", "--wait", "2h"}, "--max-wait"},
+	} {
+		p := e.expect(ExitUsage, tc.args...)
+		oneStderrLine(t, p)
+		if !strings.Contains(p.err.String(), tc.want) {
+			t.Errorf("%v: stderr %q does not name %s", tc.args, p.err.String(), tc.want)
+		}
+	}
+	long := strings.Repeat("k", 300)
+	p := e.expect(ExitUsage, "acquire", long)
+	oneStderrLine(t, p)
+	if strings.Contains(p.err.String(), long[:100]) || !strings.Contains(p.err.String(), "300 bytes") {
+		t.Errorf("stderr %q", p.err.String())
+	}
+}
