@@ -31,7 +31,7 @@ fn err_line(id: &Value, e: &Error) -> Value {
         Error::Indeterminate => "indeterminate",
         Error::NotHolder => "not_holder",
         Error::Invalid(_) => "invalid",
-        Error::Auth => "auth",
+        Error::Auth(_) => "auth",
         Error::Tls(_) => "tls",
         Error::Connect(_) => "connect",
         Error::Cancelled => "cancelled",

@@ -203,7 +203,7 @@ impl Inner {
         let mut last = None;
         for c in self.conns().iter() {
             if let Some(e) = &c.st.lock().unwrap().last_err {
-                if matches!(e, ConnErr::Auth(_)) {
+                if matches!(e, ConnErr::Auth(..)) {
                     return Some(e.clone());
                 }
                 last = Some(e.clone());
@@ -229,11 +229,21 @@ impl Inner {
             return Ok(Some(h));
         }
         let mut closed = self.close_rx();
+        let mut req = *r;
         loop {
             let notified = self.changed.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let full = match self.try_enqueue(r) {
+            if req.op == Op::Acquire && req.counts {
+                // The time spent waiting for a connection or a slot comes out
+                // of the wait the request carries: wait bounds the whole call
+                // (slot_give_up is the end of the acquire's wait budget).
+                let rem = slot_give_up.saturating_duration_since(Instant::now()).as_millis();
+                if rem < (req.arg as u32) as u128 {
+                    req.arg = (req.arg >> 32) << 32 | rem as u64;
+                }
+            }
+            let full = match self.try_enqueue(&req) {
                 Ok(h) => return Ok(Some(h)),
                 Err(EnqErr::Full) => true,
                 Err(EnqErr::Down) => false,
@@ -603,7 +613,7 @@ impl Client {
                     return Ok(());
                 }
                 all_failed &= st.failures > 0;
-                all_auth &= matches!(st.last_err, Some(ConnErr::Auth(_)));
+                all_auth &= matches!(st.last_err, Some(ConnErr::Auth(..)));
                 all_tls &= matches!(st.last_err, Some(ConnErr::Tls(_)));
                 if st.last_err.is_some() {
                     last.clone_from(&st.last_err);

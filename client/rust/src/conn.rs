@@ -31,7 +31,8 @@ impl<T: AsyncRead + AsyncWrite + Unpin + Send> Stream for T {}
 /// Why a connection attempt failed.
 #[derive(Clone, Debug)]
 pub(crate) enum ConnErr {
-    Auth(String),
+    /// The REJECT code (AUTH_FAILED, BAD_HANDSHAKE), or None when the server failed its proof.
+    Auth(Option<Code>, String),
     #[cfg_attr(not(feature = "rustls"), allow(dead_code))]
     Tls(String),
     /// REJECT OVERLOADED or SHUTTING_DOWN.
@@ -42,7 +43,7 @@ pub(crate) enum ConnErr {
 impl std::fmt::Display for ConnErr {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            ConnErr::Auth(m) | ConnErr::Tls(m) | ConnErr::Other(m) => f.write_str(m),
+            ConnErr::Auth(_, m) | ConnErr::Tls(m) | ConnErr::Other(m) => f.write_str(m),
             ConnErr::Busy(c) => write!(f, "handshake rejected ({c})"),
         }
     }
@@ -105,6 +106,7 @@ pub(crate) struct Conn {
 }
 
 /// A request to queue.
+#[derive(Clone, Copy)]
 pub(crate) struct Req<'a> {
     pub op: Op,
     pub key: &'a Arc<[u8]>,
@@ -266,7 +268,7 @@ impl Conn {
             st.last_err = Some(e.clone());
             st.failures
         };
-        if n == 1 || matches!(e, ConnErr::Auth(_)) {
+        if n == 1 || matches!(e, ConnErr::Auth(..)) {
             crate::client::log(format_args!("connect to {} failed (attempt {n}): {e}", self.addr));
         }
         inner.changed.notify_waiters();
@@ -519,7 +521,7 @@ async fn handshake<S: AsyncRead + AsyncWrite + Unpin>(inner: &Inner, s: &mut S, 
                 } else {
                     ""
                 };
-                ConnErr::Auth(format!("handshake rejected ({}){hint}", w.code))
+                ConnErr::Auth(Some(w.code), format!("handshake rejected ({}){hint}", w.code))
             }
             c @ (Code::OVERLOADED | Code::SHUTTING_DOWN) => ConnErr::Busy(c),
             c => ConnErr::Other(format!("handshake rejected ({c})")),
@@ -529,6 +531,7 @@ async fn handshake<S: AsyncRead + AsyncWrite + Unpin>(inner: &Inner, s: &mut S, 
         let want = wire::server_proof(token, role, &nonce, &h.nonce);
         if !wire::proof_eq(&want, &w.proof) {
             return Err(ConnErr::Auth(
+                None,
                 "the server did not prove the token (an impostor, or a server without this token)".into(),
             ));
         }
@@ -626,7 +629,7 @@ async fn serve(inner: &Inner, conn: &Arc<Conn>, epoch: u64, stream: Box<dyn Stre
 impl From<&ConnErr> for Error {
     fn from(e: &ConnErr) -> Error {
         match e {
-            ConnErr::Auth(_) => Error::Auth,
+            ConnErr::Auth(c, _) => Error::Auth(*c),
             ConnErr::Tls(m) => Error::Tls(m.clone()),
             ConnErr::Busy(c) => Error::Busy(*c),
             ConnErr::Other(m) => Error::Connect(m.clone()),

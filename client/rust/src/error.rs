@@ -10,7 +10,7 @@ use crate::wire::Code;
 /// | `Busy(code)` | `B`: refused at once, never retried | not acquired, not queued |
 /// | `Indeterminate` | sent, no definite answer (connection lost, `U`) | maybe granted: do **not** enter the critical section |
 /// | `NotHolder` | `N` on release: the key is free or held under another token | not yours |
-/// | `Auth` | REJECT AUTH_FAILED / BAD_HANDSHAKE, or the server failed its proof | nothing sent |
+/// | `Auth(code)` | REJECT AUTH_FAILED / BAD_HANDSHAKE, or the server failed its proof | nothing sent |
 /// | `Tls` | TLS handshake or certificate verification failed | nothing sent |
 /// | `Connect` | no connection within the connect budget | nothing sent |
 /// | `Invalid` | a bad argument (checked before sending) or an `E` answer | nothing changed |
@@ -32,9 +32,10 @@ pub enum Error {
     Indeterminate,
     /// A release was answered `N`.
     NotHolder,
-    /// The handshake was rejected (AUTH_FAILED, BAD_HANDSHAKE) or the server
-    /// could not prove the token (an impostor).
-    Auth,
+    /// The handshake was rejected (with the REJECT code AUTH_FAILED or
+    /// BAD_HANDSHAKE), or the server could not prove the token (an impostor:
+    /// `None`).
+    Auth(Option<Code>),
     /// TLS failed (handshake or certificate verification), with the cause.
     Tls(String),
     /// No connection could be established in time, with the last cause.
@@ -72,7 +73,7 @@ impl Error {
     /// The protocol code the server sent with this error, if any.
     pub fn code(&self) -> Option<Code> {
         match self {
-            Error::Busy(c) => Some(*c),
+            Error::Busy(c) | Error::Auth(Some(c)) => Some(*c),
             Error::Invalid(i) => i.code,
             _ => None,
         }
@@ -86,7 +87,8 @@ impl fmt::Display for Error {
             Error::Busy(c) => write!(f, "ticketing: busy ({c}), not acquired"),
             Error::Indeterminate => f.write_str("ticketing: outcome unknown (the request was sent, no definite answer came)"),
             Error::NotHolder => f.write_str("ticketing: not the holder"),
-            Error::Auth => f.write_str("ticketing: authentication failed (rejected, or the server did not prove the token)"),
+            Error::Auth(Some(c)) => write!(f, "ticketing: authentication failed: handshake rejected ({c})"),
+            Error::Auth(None) => f.write_str("ticketing: authentication failed: the server did not prove the token (an impostor?)"),
             Error::Tls(m) => write!(f, "ticketing: TLS: {m}"),
             Error::Connect(m) => write!(f, "ticketing: cannot connect: {m}"),
             Error::Invalid(Invalid { code: Some(c), message }) => write!(f, "ticketing: invalid ({c}): {message}"),

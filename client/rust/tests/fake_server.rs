@@ -66,14 +66,15 @@ async fn impostor_and_reject_are_auth_errors() {
     })
     .await;
     let e = Client::connect(cfg(&f.addr).token("s3cret").build().unwrap()).await.unwrap_err();
-    assert_eq!(e, Error::Auth);
+    assert_eq!(e, Error::Auth(None));
     let f = Fake::start(Mode {
         token: Some(b"s3cret".to_vec()),
         ..Mode::default()
     })
     .await;
     let e = Client::connect(cfg(&f.addr).token("wrong").build().unwrap()).await.unwrap_err();
-    assert_eq!(e, Error::Auth);
+    assert_eq!(e, Error::Auth(Some(Code::AUTH_FAILED)));
+    assert_eq!(e.code(), Some(Code::AUTH_FAILED));
     let f = Fake::start(Mode {
         token: Some(b"s3cret".to_vec()),
         ..Mode::default()

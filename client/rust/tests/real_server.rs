@@ -142,8 +142,14 @@ async fn token_auth() {
     let c = connect(&s, Some("s3cret")).await.unwrap();
     c.try_acquire("it/auth", S).await.unwrap().unwrap().release().await.unwrap();
     c.close().await;
-    assert_eq!(connect(&s, Some("wrong")).await.unwrap_err(), Error::Auth);
-    assert_eq!(connect(&s, None).await.unwrap_err(), Error::Auth);
+    assert_eq!(
+        connect(&s, Some("wrong")).await.unwrap_err(),
+        Error::Auth(Some(ticketing::Code::AUTH_FAILED))
+    );
+    assert_eq!(
+        connect(&s, None).await.unwrap_err(),
+        Error::Auth(Some(ticketing::Code::AUTH_FAILED))
+    );
 }
 
 #[test]
