@@ -84,6 +84,7 @@ class _ACall:
         "code",
         "conn",
         "counts",
+        "budget",
         "fail",
         "fail_err",
         "fut",
@@ -107,6 +108,7 @@ class _ACall:
         self.a2 = a2
         self.body = b""
         self.counts = False
+        self.budget = 0.0  # set once the call waited for a connection: the end of its wait
         self.conn: _AConn | None = None
         self.req_id = 0
         self.seq = 0
@@ -352,7 +354,9 @@ class _AConn:
             self.inflight += 1
         op = c.op
         if op == _wire.OP_ACQUIRE:
-            c.sent = time.monotonic()
+            c.sent = now = time.monotonic()
+            if c.a2 and c.budget:  # sent after waiting for a connection: only the wait left
+                c.a2 = max(0, min(c.a2, int((c.budget - now) * 1000)))
             self.wbuf += _wire.encode_acquire(rid, c.key, c.a1, c.a2)
         elif op == _wire.OP_RELEASE:
             self.wbuf += _wire.encode_release(rid, c.key, c.a1)
@@ -660,6 +664,9 @@ class AsyncClient:
     async def _send(self, c: _ACall, give_up: float, slot_give_up: float) -> None:
         if self._closed:
             raise ClientClosed("client closed")
+        if self._try_enqueue(c) == _ENQ_OK:
+            return
+        c.budget = slot_give_up  # an acquire sent later carries only the wait left
         while True:
             ev = self._changed
             e = self._try_enqueue(c)

@@ -100,6 +100,7 @@ class _Call:
         "code",
         "conn",
         "counts",
+        "budget",
         "fail",
         "fail_err",
         "job",
@@ -124,6 +125,7 @@ class _Call:
         self.a2 = a2  # A: wait_ms
         self.body = body
         self.counts = False
+        self.budget = 0.0  # set once the call waited for a connection: the end of its wait
         self.conn: _Conn | None = None
         self.req_id = 0
         self.seq = 0
@@ -385,7 +387,9 @@ class _Conn:
             self.inflight += 1
         op = c.op
         if op == _wire.OP_ACQUIRE:
-            c.sent = time.monotonic()  # t_send (protocol.md §5): before the frame can be written
+            c.sent = now = time.monotonic()  # t_send (protocol.md §5): before the frame can be written
+            if c.a2 and c.budget:  # sent after waiting for a connection: only the wait left
+                c.a2 = max(0, min(c.a2, int((c.budget - now) * 1000)))
             self.wbuf += _wire.encode_acquire(rid, c.key, c.a1, c.a2)
         elif op == _wire.OP_RELEASE:
             self.wbuf += _wire.encode_release(rid, c.key, c.a1)
@@ -771,6 +775,7 @@ class Client:
             if tr is not None and cn is not None:
                 cn.flush(tr)
             return
+        c.budget = slot_give_up  # an acquire sent later carries only the wait left
         cb = None
         if cancel is not None:
             cb = self._wake_all
