@@ -1041,8 +1041,17 @@ export class Client {
     signal: AbortSignal | undefined,
     ref: boolean,
   ): Promise<void> {
+    let first = true;
     for (;;) {
       if (this.closed) throw new ClosedError("client closed");
+      if (!first && c.op === Op.Acquire && c.counts) {
+        // The time spent waiting for a connection or a slot comes out of the
+        // wait the request carries: wait bounds the whole call (slotGiveUp
+        // is the end of the acquire's wait budget).
+        const rem = Math.max(Math.floor(slotGiveUp - performance.now()), 0);
+        if (rem < c.waitMs) c.waitMs = rem;
+      }
+      first = false;
       const r = this.tryEnqueue(c);
       if (r === "ok") return;
       const limit = r === "full" ? slotGiveUp : giveUp;
