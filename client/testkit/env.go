@@ -3,8 +3,8 @@ package testkit
 import (
 	"bufio"
 	"context"
-	"crypto/rsa"
 	"crypto/rand"
+	"crypto/rsa"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
@@ -282,6 +282,25 @@ func (e *Env) QueueDepth(key string) (int, error) {
 		}
 	}
 	return 0, nil
+}
+
+// QueuedUnder is the number of acquires queued on keys with prefix (admin `locks`).
+func (e *Env) QueuedUnder(prefix string) (int, error) {
+	var rep struct {
+		Locks []struct {
+			QueueDepth int `json:"queue_depth"`
+		} `json:"locks"`
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := e.admin.Admin(ctx, "locks", map[string]any{"prefix": prefix, "limit": 10000}, &rep); err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, l := range rep.Locks {
+		n += l.QueueDepth
+	}
+	return n, nil
 }
 
 // ClientConfig is a tls.Config trusting the CA (with the client

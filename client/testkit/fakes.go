@@ -153,7 +153,7 @@ func scWireBytes(t *T) {
 		t.Fatalf("the second acquire never reached the server")
 	}
 	d.Call(map[string]any{"cmd": "cancel", "target": p.ID}, 5*time.Second)
-	r, err := p.Wait(10 * time.Second)
+	r, err := p.Wait(5 * time.Second)
 	t.Check(err)
 	t.Expect(r, "cancelled acquire", "cancelled")
 	if !waitFor(5*time.Second, func() bool { return f.Count(wire.OpCancel) == 1 }) {
@@ -420,10 +420,10 @@ func scCancelRace(t *T) {
 		t.Fatalf("the acquire never reached the server")
 	}
 	d.Call(map[string]any{"cmd": "cancel", "target": p.ID}, 5*time.Second)
-	r, err := p.Wait(10 * time.Second)
+	r, err := p.Wait(5 * time.Second)
 	t.Check(err)
 	t.Expect(r, "an acquire cancelled while its grant was in flight", "cancelled")
-	ok := waitFor(8*time.Second, func() bool {
+	ok := waitFor(6*time.Second, func() bool {
 		for _, q := range f.Requests() {
 			if q.Op == wire.OpRelease && q.Key == "k" && q.Token() == tok {
 				return true
@@ -441,7 +441,7 @@ func scTwoConns(t *T) {
 	addrs := startFake(t, f, 3)
 	d := t.Driver(t.Lang)
 	d.MustConnect(addrs[:1], fakeToken, nil)
-	if !waitFor(10*time.Second, func() bool { return f.Handshakes(0) >= 2 }) {
+	if !waitFor(5*time.Second, func() bool { return f.Handshakes(0) >= 2 }) {
 		t.Fatalf("one address: %d connection(s), want 2", f.Handshakes(0))
 	}
 	d2 := t.Driver(t.Lang)
@@ -545,8 +545,9 @@ func scProxyDropReply(t *T) {
 func scProxyCutAfterWrite(t *T) {
 	k := t.Key("k")
 	p := proxied(t)
+	var cut atomic.Bool
 	p.OnRequest = func(f *fault.Frame) fault.Verdict {
-		if f.Req.Op == wire.OpAcquire && string(f.Req.Key) == k {
+		if f.Req.Op == wire.OpAcquire && string(f.Req.Key) == k && cut.CompareAndSwap(false, true) {
 			return fault.PassAndCut
 		}
 		return fault.Pass

@@ -214,7 +214,7 @@ func scCancelQueued(t *T) {
 	if !c.OK {
 		t.Fatalf("cancel: want {}, got %s", c)
 	}
-	r, err := p.Wait(10 * time.Second)
+	r, err := p.Wait(5 * time.Second)
 	t.Check(err)
 	t.Expect(r, "the cancelled acquire", "cancelled")
 	waitDepth(t, k, 0, 10*time.Second)
@@ -266,19 +266,14 @@ func scInflight100(t *T) {
 		ps = append(ps, d.Send(AcquireCmd(fmt.Sprintf("%s/%d", base, i), 30000, 60000)))
 	}
 	// All 100 are queued on the server at once, through the one client.
-	end := time.Now().Add(20 * time.Second)
+	end := time.Now().Add(10 * time.Second)
 	for {
-		n := 0
-		for i := range 100 {
-			if q, err := t.Env.QueueDepth(fmt.Sprintf("%s/%d", base, i)); err == nil && q == 1 {
-				n++
-			}
-		}
-		if n == 100 {
+		n, err := t.Env.QueuedUnder(base + "/")
+		if err == nil && n == 100 {
 			break
 		}
 		if time.Now().After(end) {
-			t.Fatalf("only %d of 100 acquires queued at once through one client", n)
+			t.Fatalf("only %d of 100 acquires queued at once through one client (%v)", n, err)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -347,7 +342,7 @@ func scClosePending(t *T) {
 	if !c.OK {
 		t.Fatalf("close: want {}, got %s", c)
 	}
-	r, err := p.Wait(10 * time.Second)
+	r, err := p.Wait(5 * time.Second)
 	t.Check(err)
 	t.Expect(r, "an acquire pending at close", "closed", "indeterminate")
 	r2 := d.Acquire(t.Key("after"), 1000, 0)

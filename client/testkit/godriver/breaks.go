@@ -18,17 +18,20 @@ import (
 //	ignore-moved        (relay) M answers reach the client as E: M is not followed
 //	release-without-O   release answers ok without waiting for O
 //	ignore-queued       deadline_in_ms ignores G's queued time
+//	deadline-from-receive deadline_in_ms counts the lease from the answer
+//	info-wrong-lang     info names another language
 //	no-cancel           cancel does nothing
 //	retry-busy          a B answer is retried within the wait
 //	fast-reconnect      (relay) the server is re-dialled every 20 ms after a loss
 //	single-conn         (relay) one connection per address only
 //	token-float         tokens pass through a float64
 //	with-lock-leak      with_lock does not release when the scope fails
+//	with-lock-never-release with_lock never releases
 //	report-first-token  every grant reports the first token seen
 //	no-close            close does not close the client
 //	auth-as-connect     an auth failure is reported as connect
 //	no-validate         invalid arguments are reported as internal
-//	wait0-as-wait       wait 0 becomes a 2 s wait
+//	wait0-as-wait       wait 0 becomes a 5 s wait
 //	lease-x10           leases are ten times longer
 //	wait-plus-3s        a failed acquire answers 3 s late
 //	serialize           commands run one at a time

@@ -85,13 +85,15 @@ func main() {
 		}
 		d.dispatch(c)
 	}
-	d.wg.Wait()
+	// EOF: close the client (pending commands answer closed), then wait for
+	// their answers.
 	d.mu.Lock()
 	cl := d.cl
 	d.mu.Unlock()
 	if cl != nil {
 		cl.Close()
 	}
+	d.wg.Wait()
 	d.closeRelays()
 }
 
@@ -141,7 +143,11 @@ func (d *driver) dispatch(c command) {
 		if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
 			v = bi.Main.Version
 		}
-		d.reply(okReply(c.ID, map[string]any{"language": "go", "client_version": v, "runtime": runtime.Version()}))
+		lang := "go"
+		if d.brk.has("info-wrong-lang") {
+			lang = "golang"
+		}
+		d.reply(okReply(c.ID, map[string]any{"language": lang, "client_version": v, "runtime": runtime.Version()}))
 	case "close":
 		d.mu.Lock()
 		cl := d.cl
@@ -291,6 +297,14 @@ func (d *driver) run(ctx context.Context, cl *client.Client, c command) map[stri
 		return okReply(c.ID, nil)
 	default: // with_lock
 		var tok uint64
+		if d.brk.has("with-lock-never-release") {
+			l, err := cl.Acquire(ctx, key, ms(c.LeaseMS), ms(c.WaitMS))
+			if err != nil {
+				return d.errResult(c.ID, ctx, err)
+			}
+			time.Sleep(ms(c.HoldMS))
+			return okReply(c.ID, map[string]any{"token": strconv.FormatUint(l.Token(), 10)})
+		}
 		err := withLock(ctx, cl, key, ms(c.LeaseMS), ms(c.WaitMS), !d.brk.has("with-lock-leak"), func(l *client.Lock) error {
 			tok = l.Token()
 			time.Sleep(ms(c.HoldMS))
@@ -339,7 +353,7 @@ func (d *driver) parseToken(s string) (uint64, error) {
 func (d *driver) acquire(ctx context.Context, cl *client.Client, c command, key string) map[string]any {
 	lease, wait := ms(c.LeaseMS), ms(c.WaitMS)
 	if d.brk.has("wait0-as-wait") && c.WaitMS == 0 {
-		wait = 2 * time.Second
+		wait = 5 * time.Second
 	}
 	if d.brk.has("lease-x10") {
 		lease *= 10
@@ -374,6 +388,9 @@ func (d *driver) acquire(ctx context.Context, cl *client.Client, c command, key 
 	dl := time.Until(l.Deadline())
 	if d.brk.has("ignore-queued") {
 		dl = time.Until(sent.Add(lease))
+	}
+	if d.brk.has("deadline-from-receive") {
+		dl = lease
 	}
 	return okReply(c.ID, map[string]any{"token": tok, "deadline_in_ms": dl.Milliseconds()})
 }
