@@ -8,6 +8,7 @@ package main
 import (
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -223,5 +224,47 @@ func TestE2ELimitsNamed(t *testing.T) {
 	oneStderrLine(t, p)
 	if strings.Contains(p.err.String(), long[:100]) || !strings.Contains(p.err.String(), "300 bytes") {
 		t.Errorf("stderr %q", p.err.String())
+	}
+}
+
+// TestE2EDeployForceKeepsTLS (#12 item 8): docs/operations.md §4 (a TLS
+// deployment) then §6 (token rotation with --force, without --tls-dir)
+// keeps TLS: the units still load the certificates and client.env still
+// names the CA and the client certificate.
+func TestE2EDeployForceKeepsTLS(t *testing.T) {
+	bin := ticketingBin(t)
+	t.Parallel()
+	out := filepath.Join(t.TempDir(), "prod")
+	nodes := "db1.example.com,db2.example.com,db3.example.com"
+	run := func(args ...string) string {
+		t.Helper()
+		b, err := exec.Command(bin, args...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("%v: %v\n%s", args, err, b)
+		}
+		return string(b)
+	}
+	run("deploy", "--nodes", nodes, "--format", "systemd", "--tls-dir", "/etc/ticketing/tls", "--out", out)
+	tlsFiles := func() (unit, env string) {
+		t.Helper()
+		matches, _ := filepath.Glob(filepath.Join(out, "*.service"))
+		if len(matches) == 0 {
+			t.Fatalf("no unit in %s", out)
+		}
+		u, _ := os.ReadFile(matches[0])
+		c, _ := os.ReadFile(filepath.Join(out, "client.env"))
+		return string(u), string(c)
+	}
+	u0, c0 := tlsFiles()
+	if !strings.Contains(u0, "LoadCredential") || !strings.Contains(c0, "TICKETING_TLS_CA") {
+		t.Fatalf("the TLS deployment has no TLS:\n%s\n%s", u0, c0)
+	}
+	note := run("deploy", "--nodes", nodes, "--format", "systemd", "--out", out, "--force")
+	u1, c1 := tlsFiles()
+	if !strings.Contains(u1, "LoadCredential") || !strings.Contains(c1, "TICKETING_TLS_CA") || !strings.Contains(c1, "TICKETING_TLS_CERT") {
+		t.Errorf("--force dropped TLS:\n%s\n%s", u1, c1)
+	}
+	if !strings.Contains(note, "kept") {
+		t.Errorf("no note that TLS was kept: %s", note)
 	}
 }

@@ -12,8 +12,10 @@
 package deploy
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"strings"
 )
@@ -95,6 +97,9 @@ func Run(ios Streams, o *Options) error {
 	if err := o.validate(); err != nil {
 		return err
 	}
+	if note := o.keepTLS(); note != "" {
+		fmt.Fprintln(ios.ErrOut, note)
+	}
 	spec, err := buildSpec(o)
 	if err != nil {
 		return err
@@ -129,3 +134,23 @@ func (e *UsageError) Unwrap() error { return e.Err }
 func usageError(format string, a ...any) error { return usageErr(fmt.Errorf(format, a...)) }
 
 func usageErr(err error) error { return &UsageError{Err: err} }
+
+// keepTLS keeps the TLS of the deployment in o.Out when a re-run (token
+// rotation with --force, say) does not repeat --tls-dir: dropping TLS
+// silently would leave nodes and clients without certificates. It returns
+// the note to print ("" when nothing was kept).
+func (o *Options) keepTLS() string {
+	if o.Out == "" || o.TLSDir != "" || o.Add != "" || o.Remove != "" {
+		return ""
+	}
+	b, err := os.ReadFile(filepath.Join(o.Out, "deploy.json"))
+	if err != nil {
+		return ""
+	}
+	var prev Spec
+	if json.Unmarshal(b, &prev) != nil || prev.TLSDir == "" {
+		return ""
+	}
+	o.TLSDir = prev.TLSDir
+	return fmt.Sprintf("deploy: %s/deploy.json has TLS (--tls-dir %s): kept (a deployment does not drop TLS on a re-run)", o.Out, prev.TLSDir)
+}
