@@ -104,10 +104,7 @@ async fn run_cmd(st: Shared, out: Out, cmd: Value) {
             let mut m = Map::new();
             m.insert("language".into(), "rust".into());
             m.insert("client_version".into(), ticketing::VERSION.into());
-            m.insert(
-                "runtime".into(),
-                format!("tokio, rustc {}", option_env!("RUSTC_VERSION").unwrap_or("1.x")).into(),
-            );
+            m.insert("runtime".into(), "tokio 1 (multi-thread runtime, 2 workers)".into());
             ok_line(&id, m)
         }
         "close" => {
