@@ -10,6 +10,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -145,6 +146,30 @@ func adminAuthHint(err error, o ConnOptions) error {
 	return fmt.Errorf("%w: this command needs the admin token (--admin-token-file or TICKETING_ADMIN_TOKEN_FILE); the client token was tried", err)
 }
 
+// diagnoseTLS replaces a connect failure with TLS on by the reason when it
+// is a TLS one (a certificate that does not verify, a handshake the server
+// refuses): it retries the first address's TLS handshake alone, briefly.
+func diagnoseTLS(err error, o ConnOptions, addrs []string) error {
+	if o.TLS == nil || len(addrs) == 0 || !errors.Is(err, client.ErrConnect) {
+		return err
+	}
+	cfg := o.TLS.Clone()
+	if cfg.ServerName == "" {
+		cfg.ServerName, _, _ = net.SplitHostPort(addrs[0])
+	}
+	d := &net.Dialer{Timeout: min(o.Timeout, 2*time.Second)}
+	conn, terr := tls.DialWithDialer(d, "tcp", addrs[0], cfg)
+	if terr == nil {
+		conn.Close()
+		return err
+	}
+	var ne net.Error
+	if errors.As(terr, &ne) && ne.Timeout() || errors.Is(terr, syscall.ECONNREFUSED) {
+		return err // not a TLS problem
+	}
+	return fmt.Errorf("%w: %s: TLS: %v", client.ErrConnect, addrs[0], terr)
+}
+
 // checkAddr refuses an address that can never work: not host:port, an
 // empty host, or a port that is not 1..65535.
 func checkAddr(a string) error {
@@ -276,7 +301,7 @@ func lockDialer(o ConnOptions) func(context.Context) (lockClient, error) {
 		}
 		c, err := client.Dial(ctx, o.Addrs, o.clientOptions(false)...)
 		if err != nil {
-			return nil, err
+			return nil, diagnoseTLS(err, o, o.Addrs)
 		}
 		return realLockClient{c}, nil
 	}
@@ -291,7 +316,7 @@ func adminDialer(o ConnOptions) func(context.Context, []string) (adminClient, er
 		}
 		c, err := client.Dial(ctx, addrs, o.clientOptions(true)...)
 		if err != nil {
-			return nil, adminAuthHint(err, o)
+			return nil, adminAuthHint(diagnoseTLS(err, o, addrs), o)
 		}
 		return realAdminClient{c}, nil
 	}

@@ -268,3 +268,30 @@ func TestE2EDeployForceKeepsTLS(t *testing.T) {
 		t.Errorf("no note that TLS was kept: %s", note)
 	}
 }
+
+// TestE2ETLSVerifyFailureNamed (#12 item 10): a server certificate that
+// does not verify is reported as such (x509 …, naming the address), not as
+// "no connection to any server within …".
+func TestE2ETLSVerifyFailureNamed(t *testing.T) {
+	bin := ticketingBin(t)
+	dir := t.TempDir()
+	for _, d := range []string{"a", "b"} {
+		if b, err := exec.Command(bin, "deploy", "--nodes", "127.0.0.1", "--tls-dir", "/etc/ticketing/tls", "--out", filepath.Join(dir, d)).CombinedOutput(); err != nil {
+			t.Fatalf("deploy: %v\n%s", err, b)
+		}
+	}
+	e := newE2E(t, func(c *server.Config) {
+		c.TLSCertFile, c.TLSKeyFile = filepath.Join(dir, "a", "tls", "n1.crt"), filepath.Join(dir, "a", "tls", "n1.key")
+	})
+	p := e.expect(ExitConnect, "acquire", "tls", "--tls-ca", filepath.Join(dir, "b", "tls", "ca.crt"), "--timeout", "3s")
+	oneStderrLine(t, p)
+	addr := strings.TrimPrefix(e.env[0], "TICKETING_ADDR=")
+	if s := p.err.String(); !strings.Contains(s, "x509") || !strings.Contains(s, addr) {
+		t.Errorf("stderr %q: want the x509 reason and the address", s)
+	}
+	e.expect(0, "acquire", "tls", "--tls-ca", filepath.Join(dir, "a", "tls", "ca.crt"))
+	p = e.expect(ExitConnect, "status", "--tls-ca", filepath.Join(dir, "b", "tls", "ca.crt"), "--timeout", "3s")
+	if !strings.Contains(p.err.String(), "x509") {
+		t.Errorf("status stderr %q", p.err.String())
+	}
+}
