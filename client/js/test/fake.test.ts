@@ -561,3 +561,32 @@ test("wait bounds the call when no connection is up (CONNECT, nothing sent)", as
     await cl.close();
   }
 });
+
+test("aborting a release: INDETERMINATE (cancelled) at once, the attempt goes on in the background", async () => {
+  let answered = false;
+  const fake = await startFake({
+    onRequest: (c, r) => {
+      setTimeout(() => {
+        respond(c, r, Status.Released);
+        answered = true;
+      }, 300);
+    },
+  });
+  const cl = await Client.connect({ addrs: [fake.addr] });
+  try {
+    const ac = new AbortController();
+    const p = cl.release("k", TOKEN, { signal: ac.signal });
+    await until(() => fake.requests.length === 1, 3000, "release sent");
+    ac.abort();
+    await assert.rejects(
+      p,
+      (e: unknown) =>
+        e instanceof IndeterminateError && e.cause instanceof CancelledError,
+    );
+    await until(() => answered, 3000, "background answer");
+    assert.equal(fake.requests.length, 1);
+  } finally {
+    await cl.close();
+    await fake.close();
+  }
+});
