@@ -21,15 +21,17 @@ deps() {
 case "${1:-}" in
 toolchain)
   if ! need_node; then
-    echo "apt-get install -y nodejs npm   # Node.js >= 20 (e.g. from deb.nodesource.com node_20.x)" >&2
+    echo "apt-get install -y nodejs   # Node.js >= 20 with npm: Debian 13, or the deb.nodesource.com node_20.x repository on Debian 12 (plus 'apt-get install -y npm' where npm is packaged separately)" >&2
     exit 3
   fi
   ;;
 install)
   if ! need_node; then
     export DEBIAN_FRONTEND=noninteractive
-    apt-get update -q && apt-get install -y -q nodejs npm
-    need_node || { echo "node >= 20 required; this Debian's nodejs is older" >&2; exit 3; }
+    apt-get update -q && apt-get install -y -q nodejs
+    # Debian packages npm separately; NodeSource's nodejs includes it (and conflicts with it).
+    command -v npm >/dev/null 2>&1 || apt-get install -y -q npm
+    need_node || { echo "node >= 20 required; this Debian's nodejs is older (use deb.nodesource.com node_20.x)" >&2; exit 3; }
   fi
   deps
   ;;
