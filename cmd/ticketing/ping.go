@@ -153,8 +153,10 @@ func runPing(ctx context.Context, ios *IO, opts *PingOptions) error {
 			return err
 		}
 	} else {
-		if err := renderTable(ios.Out, []string{"ADDR", "SEQ", "RTT", "OFFSET"}, rows); err != nil {
-			return err
+		if len(rows) > 0 { // no header over nothing: only the errors
+			if err := renderTable(ios.Out, []string{"ADDR", "SEQ", "RTT", "OFFSET"}, rows); err != nil {
+				return err
+			}
 		}
 		for _, r := range results {
 			if r.Received == 0 {

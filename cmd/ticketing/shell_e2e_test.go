@@ -295,3 +295,15 @@ func TestE2ETLSVerifyFailureNamed(t *testing.T) {
 		t.Errorf("status stderr %q", p.err.String())
 	}
 }
+
+// TestE2EPingNoHeaderBeforeError (#12 item 17 ping): a ping that gets no
+// answer prints no table header, only the one error line.
+func TestE2EPingNoHeaderBeforeError(t *testing.T) {
+	e := newE2E(t, nil)
+	port := freePorts(t, 1)[0]
+	p := e.expect(ExitConnect, "ping", "--addr", hp("127.0.0.1", port), "--timeout", "1s", "-c", "1")
+	if p.out.Len() != 0 {
+		t.Errorf("stdout %q, want nothing", p.out.String())
+	}
+	oneStderrLine(t, p)
+}
