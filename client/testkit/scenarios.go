@@ -3,8 +3,6 @@ package testkit
 import (
 	"fmt"
 	"math/big"
-	"slices"
-	"strconv"
 	"strings"
 	"time"
 )
@@ -48,8 +46,6 @@ func tokenOf(t *T, r Result) *big.Int {
 	}
 	return v
 }
-
-func ms(d time.Duration) int64 { return d.Milliseconds() }
 
 func scInfo(t *T) {
 	d := t.Driver(t.Lang)
@@ -374,9 +370,6 @@ func scBadInput(t *T) {
 	// The connection is intact: a valid acquire works at once.
 	g := d.MustAcquire(k, 10000, 0)
 	d.MustRelease(k, g.Token)
-	if !slices.Contains([]string{"go"}, "go") {
-		_ = strconv.Itoa
-	}
 }
 
 func scTLS(t *T) {
