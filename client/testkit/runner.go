@@ -460,7 +460,11 @@ func WriteTable(w io.Writer, out []Outcome, markdown bool) {
 				fmt.Fprintln(w, "Failures:")
 			}
 			nf++
-			fmt.Fprintf(w, "- %s/%s/%s: %s\n", o.Lang, o.Mode, o.Scenario, indent(o.Reason))
+			reason := indent(o.Reason)
+			if markdown {
+				reason = "`" + strings.ReplaceAll(firstLine(o.Reason), "`", "'") + "`"
+			}
+			fmt.Fprintf(w, "- %s/%s/%s: %s\n", o.Lang, o.Mode, o.Scenario, reason)
 		}
 	}
 	skipped := map[string]string{}

@@ -9,6 +9,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -29,12 +30,26 @@ func main() {
 	root := flag.String("root", "", "repository root (default: found from the working directory)")
 	goDriver := flag.String("go-driver", "", "Go driver executable (default: <root>/client/testkit/driver)")
 	list := flag.Bool("list", false, "list the scenarios and exit")
+	from := flag.String("from", "", "render the cells of an earlier -json run (file) instead of running")
 	quiet := flag.Bool("q", false, "no progress lines on stderr")
 	flag.Parse()
 	if *list {
 		for _, s := range testkit.ScenarioNames() {
 			fmt.Println(s)
 		}
+		return
+	}
+	if *from != "" {
+		b, err := os.ReadFile(*from)
+		var out []testkit.Outcome
+		if err == nil {
+			err = json.Unmarshal(b, &out)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "runner: -from:", err)
+			os.Exit(2)
+		}
+		finish(out, *asJSON, *md)
 		return
 	}
 	r := *root
@@ -98,13 +113,18 @@ func main() {
 		cfg.Log = os.Stderr
 	}
 	out := testkit.Run(cfg)
-	if *asJSON {
+	os.RemoveAll(dir)
+	finish(out, *asJSON, *md)
+}
+
+func finish(out []testkit.Outcome, asJSON bool, md string) {
+	if asJSON {
 		testkit.WriteJSON(os.Stdout, out)
 	} else {
 		testkit.WriteTable(os.Stdout, out, false)
 	}
-	if *md != "" {
-		if err := writeMarkdown(*md, out); err != nil {
+	if md != "" {
+		if err := writeMarkdown(md, out); err != nil {
 			fmt.Fprintln(os.Stderr, "runner:", err)
 			os.Exit(2)
 		}
