@@ -88,7 +88,7 @@ func (r *ring) String() string {
 func StartDriver(lang, path string, env []string) (*Driver, error) {
 	cmd := exec.Command(path)
 	cmd.Env = append(os.Environ(), env...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = procAttr()
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		return nil, err
@@ -104,6 +104,7 @@ func StartDriver(lang, path string, env []string) (*Driver, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start driver %s: %w", path, err)
 	}
+	track(cmd.Process.Pid)
 	d := &Driver{Lang: lang, cmd: cmd, pgid: cmd.Process.Pid, stdin: stdin, waiting: map[int64]chan Result{},
 		done: make(chan struct{}), stderr: &ring{}, exited: make(chan struct{})}
 	var wg sync.WaitGroup
@@ -277,9 +278,11 @@ func (d *Driver) Stop(grace time.Duration) error {
 	case <-time.After(grace):
 		syscall.Kill(-d.pgid, syscall.SIGKILL)
 		<-d.exited
+		untrack(d.pgid)
 		return fmt.Errorf("%s driver did not exit within %v of stdin EOF", d.Lang, grace)
 	}
 	syscall.Kill(-d.pgid, syscall.SIGKILL) // stragglers of the group
+	untrack(d.pgid)
 	if st := d.cmd.ProcessState; st != nil && !st.Success() {
 		return fmt.Errorf("%s driver exited with %v on stdin EOF%s", d.Lang, st, d.tail())
 	}

@@ -39,7 +39,7 @@ var reServing = regexp.MustCompile(`msg=serving addr=(\S+)`)
 // StartServer runs bin serve with args and waits for its "serving" log line.
 func StartServer(bin string, args ...string) (*Server, error) {
 	cmd := exec.Command(bin, append([]string{"serve"}, args...)...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = procAttr()
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		return nil, err
@@ -47,6 +47,7 @@ func StartServer(bin string, args ...string) (*Server, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", bin, err)
 	}
+	track(cmd.Process.Pid)
 	s := &Server{cmd: cmd, logs: &ring{}, exited: make(chan struct{})}
 	ready := make(chan string, 1)
 	go func() {
@@ -81,6 +82,7 @@ func (s *Server) Stop() {
 	s.once.Do(func() {
 		syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
 		<-s.exited
+		untrack(s.cmd.Process.Pid)
 	})
 }
 

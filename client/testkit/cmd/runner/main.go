@@ -13,9 +13,11 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 
 	"github.com/ticketing/ticketing/client/testkit"
 )
@@ -108,6 +110,15 @@ func main() {
 		os.Exit(2)
 	}
 	defer os.RemoveAll(dir)
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-sig
+		fmt.Fprintln(os.Stderr, "runner: interrupted: killing every server and driver")
+		testkit.KillAll()
+		os.RemoveAll(dir)
+		os.Exit(130)
+	}()
 	cfg := testkit.Config{Bin: b, Langs: ls, Modes: ms, Filter: filter, Dir: dir}
 	if !*quiet {
 		cfg.Log = os.Stderr
