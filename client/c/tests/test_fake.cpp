@@ -1,1 +1,464 @@
+// Unit tests against a scripted fake server (failure paths).
 #include <gtest/gtest.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ticketing.h"
+#include "ticketing.hpp"
+#include "tk_wire.h"
+
+namespace {
+
+struct Req {
+    uint8_t op = 0;
+    std::string key;
+    uint32_t req_id = 0;
+    uint64_t arg = 0;
+};
+
+struct FakeConn {
+    int fd;
+    bool read_n(uint8_t *b, size_t n) {
+        size_t got = 0;
+        while (got < n) {
+            ssize_t r = ::recv(fd, b + got, n - got, 0);
+            if (r <= 0) return false;
+            got += (size_t)r;
+        }
+        return true;
+    }
+    bool read(Req &q) {
+        uint8_t h[16];
+        if (!read_n(h, 16)) return false;
+        q.op = h[0];
+        q.req_id = tk_get32(h + 4);
+        q.arg = tk_get64(h + 8);
+        q.key.assign(h[1], '\0');
+        return h[1] == 0 || read_n((uint8_t *)&q.key[0], h[1]);
+    }
+    void send(uint8_t st, uint32_t id, uint64_t value = 0, uint8_t code = 0, uint16_t queued = 0, const std::string &pl = "") {
+        uint8_t b[16 + 300];
+        tk_resp r{st, code, queued, id, value, (const uint8_t *)pl.data(), (uint32_t)pl.size()};
+        size_t n = tk_enc_resp(b, &r);
+        (void)!::send(fd, b, n, MSG_NOSIGNAL);
+    }
+};
+
+// Accepts connections; each runs the handshake, then script(conn).
+struct Fake {
+    int lfd = -1;
+    int port = 0;
+    std::string token;
+    bool bad_proof = false;
+    std::function<void(FakeConn &)> script;
+    std::thread th;
+    std::mutex mu;
+    std::vector<std::thread> conns;
+    std::vector<int> fds;
+    std::atomic<bool> stop{false};
+    std::atomic<int> accepted{0};
+    std::atomic<int> refuse{0}; // close this many connections before HELLO
+
+    explicit Fake(std::function<void(FakeConn &)> s, std::string tok = "") : token(std::move(tok)), script(std::move(s)) {
+        lfd = socket(AF_INET, SOCK_STREAM, 0);
+        sockaddr_in a{};
+        a.sin_family = AF_INET;
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        bind(lfd, (sockaddr *)&a, sizeof a);
+        listen(lfd, 16);
+        socklen_t l = sizeof a;
+        getsockname(lfd, (sockaddr *)&a, &l);
+        port = ntohs(a.sin_port);
+        th = std::thread([this] {
+            for (;;) {
+                int fd = accept(lfd, nullptr, nullptr);
+                if (fd < 0 || stop) {
+                    if (fd >= 0) close(fd);
+                    return;
+                }
+                if (refuse-- > 0) {
+                    accepted++;
+                    close(fd);
+                    continue;
+                }
+                accepted++;
+                std::lock_guard<std::mutex> g(mu);
+                fds.push_back(fd);
+                conns.emplace_back([this, fd] { serve(fd); });
+            }
+        });
+    }
+    std::string addr() const { return "127.0.0.1:" + std::to_string(port); }
+    void serve(int fd) {
+        FakeConn c{fd};
+        uint8_t hello[40] = {'T', 'K', 'T', 'S', 1, (uint8_t)(token.empty() ? 0 : 1)};
+        for (int i = 0; i < 32; i++) hello[8 + i] = (uint8_t)(i * 7);
+        (void)!::send(fd, hello, 40, MSG_NOSIGNAL);
+        uint8_t auth[72];
+        if (!c.read_n(auth, 72)) return;
+        uint8_t w[40] = {'K', 0, 0, 0};
+        tk_put32(w + 4, 1024);
+        tk_proof('s', (const uint8_t *)token.data(), token.size(), 1, hello + 8, auth + 8, w + 8);
+        if (bad_proof) w[8] ^= 1;
+        (void)!::send(fd, w, 40, MSG_NOSIGNAL);
+        script(c);
+    }
+    ~Fake() {
+        stop = true;
+        shutdown(lfd, SHUT_RDWR);
+        close(lfd);
+        th.join();
+        {
+            std::lock_guard<std::mutex> g(mu);
+            for (int fd : fds) shutdown(fd, SHUT_RDWR);
+        }
+        for (auto &t : conns) t.join();
+        for (int fd : fds) close(fd);
+    }
+};
+
+struct Client {
+    tk_client *c;
+    explicit Client(const std::vector<std::string> &addrs, const char *token = nullptr, uint32_t cto = 2000) {
+        std::vector<const char *> a;
+        for (auto &s : addrs) a.push_back(s.c_str());
+        tk_config cfg{};
+        cfg.addrs = a.data();
+        cfg.n_addrs = a.size();
+        cfg.token = token;
+        cfg.connect_timeout_ms = cto;
+        c = tk_client_new(&cfg);
+    }
+    ~Client() { tk_client_free(c); }
+};
+
+// Reads requests until EOF, answering each with answer(q) (no answer when it returns false).
+void loop(FakeConn &c, const std::function<void(FakeConn &, const Req &)> &answer) {
+    Req q;
+    while (c.read(q)) answer(c, q);
+}
+
+} // namespace
+
+TEST(Fake, GrantCarriesTokenAndQueuedDeadline) {
+    Fake f([](FakeConn &c) {
+        loop(c, [](FakeConn &c, const Req &q) {
+            if (q.op == 'A') c.send('G', q.req_id, 0xFFFFFFFFFFFFFFF0ull, 0, 625);
+            if (q.op == 'R') c.send(q.arg == 0xFFFFFFFFFFFFFFF0ull ? 'O' : 'N', q.req_id);
+        });
+    });
+    Client cl({f.addr()});
+    ASSERT_EQ(tk_client_wait_connected(cl.c, 0), TK_OK);
+    tk_lease l;
+    uint64_t before = tk_now_ns();
+    ASSERT_EQ(tk_acquire(cl.c, "k", 1, 1000, 0, &l), TK_OK);
+    EXPECT_EQ(l.token, 0xFFFFFFFFFFFFFFF0ull); // above 2^53, exact
+    EXPECT_GE(l.deadline_ns, before + 10000ull * 1000000 + 1000ull * 1000000);
+    EXPECT_LE(l.deadline_ns, tk_now_ns() + 11000ull * 1000000);
+    EXPECT_EQ(tk_release(cl.c, &l), TK_OK);
+}
+
+TEST(Fake, BusyReturnedAtOnceNeverRetried) {
+    std::atomic<int> acquires{0};
+    Fake f([&](FakeConn &c) {
+        loop(c, [&](FakeConn &c, const Req &q) {
+            acquires++;
+            c.send('B', q.req_id, 0, TK_CODE_QUEUE_FULL);
+        });
+    });
+    Client cl({f.addr()});
+    ASSERT_EQ(tk_client_wait_connected(cl.c, 0), TK_OK);
+    tk_lease l;
+    EXPECT_EQ(tk_acquire(cl.c, "k", 1, 1000, 5000, &l), TK_BUSY);
+    EXPECT_EQ(l.code, TK_CODE_QUEUE_FULL);
+    EXPECT_EQ(acquires.load(), 1);
+}
+
+TEST(Fake, DroppedReplyIsIndeterminateNotResent) {
+    std::atomic<int> acquires{0};
+    Fake f([&](FakeConn &c) {
+        Req q;
+        if (c.read(q) && q.op == 'A') {
+            acquires++;
+            shutdown(c.fd, SHUT_RDWR);
+        }
+    });
+    Client cl({f.addr()});
+    ASSERT_EQ(tk_client_wait_connected(cl.c, 0), TK_OK);
+    tk_lease l;
+    EXPECT_EQ(tk_acquire(cl.c, "k", 1, 1000, 2000, &l), TK_INDETERMINATE);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    EXPECT_EQ(acquires.load(), 1);
+}
+
+TEST(Fake, ErrorAnswersAreInvalidWithCode) {
+    Fake f([](FakeConn &c) { loop(c, [](FakeConn &c, const Req &q) { c.send('E', q.req_id, 0, TK_CODE_BAD_LEASE, 0, "lease too long"); }); });
+    Client cl({f.addr()});
+    ASSERT_EQ(tk_client_wait_connected(cl.c, 0), TK_OK);
+    tk_lease l;
+    EXPECT_EQ(tk_acquire(cl.c, "k", 1, 1000, 0, &l), TK_E_INVALID);
+    EXPECT_EQ(l.code, TK_CODE_BAD_LEASE);
+    EXPECT_STREQ(l.message, "lease too long");
+}
+
+TEST(Fake, DuplicateReqIdErrorNeverCompletes) {
+    Fake f([](FakeConn &c) {
+        loop(c, [](FakeConn &c, const Req &q) {
+            c.send('E', q.req_id, 0, TK_CODE_DUPLICATE_REQ_ID);
+            c.send('G', q.req_id, 77);
+        });
+    });
+    Client cl({f.addr()});
+    ASSERT_EQ(tk_client_wait_connected(cl.c, 0), TK_OK);
+    tk_lease l;
+    ASSERT_EQ(tk_acquire(cl.c, "k", 1, 1000, 0, &l), TK_OK);
+    EXPECT_EQ(l.token, 77u);
+}
+
+TEST(Fake, ProtocolViolationKillsConnection) {
+    Fake f([](FakeConn &c) {
+        Req q;
+        if (c.read(q)) {
+            uint8_t junk[16] = {'Z'};
+            (void)!::send(c.fd, junk, 16, MSG_NOSIGNAL);
+        }
+        loop(c, [](FakeConn &, const Req &) {});
+    });
+    Client cl({f.addr()});
+    ASSERT_EQ(tk_client_wait_connected(cl.c, 0), TK_OK);
+    tk_lease l;
+    EXPECT_EQ(tk_acquire(cl.c, "k", 1, 1000, 1000, &l), TK_INDETERMINATE);
+}
+
+TEST(Fake, ImpostorIsRefused) {
+    Fake f([](FakeConn &c) { loop(c, [](FakeConn &, const Req &) {}); }, "s3cret");
+    f.bad_proof = true;
+    Client cl({f.addr()}, "s3cret");
+    EXPECT_EQ(tk_client_wait_connected(cl.c, 0), TK_E_AUTH);
+}
+
+TEST(Fake, MutualProofAccepted) {
+    Fake f([](FakeConn &c) { loop(c, [](FakeConn &c, const Req &q) { c.send('G', q.req_id, 5); }); }, "s3cret");
+    Client cl({f.addr()}, "s3cret");
+    ASSERT_EQ(tk_client_wait_connected(cl.c, 0), TK_OK);
+    tk_lease l;
+    EXPECT_EQ(tk_acquire(cl.c, "k", 1, 1000, 0, &l), TK_OK);
+}
+
+TEST(Fake, MovedIsFollowedToTheLeader) {
+    Fake leader([](FakeConn &c) { loop(c, [](FakeConn &c, const Req &q) { c.send('G', q.req_id, 42); }); });
+    std::string la = leader.addr();
+    Fake follower([la](FakeConn &c) { loop(c, [la](FakeConn &c, const Req &q) { c.send('M', q.req_id, 0, 0, 0, la); }); });
+    Client cl({follower.addr()});
+    ASSERT_EQ(tk_client_wait_connected(cl.c, 0), TK_OK);
+    tk_lease l;
+    ASSERT_EQ(tk_acquire(cl.c, "k", 1, 1000, 3000, &l), TK_OK);
+    EXPECT_EQ(l.token, 42u);
+}
+
+TEST(Fake, MovedLoopHitsTheHopLimit) {
+    std::atomic<int> n{0};
+    Fake f([&](FakeConn &c) { loop(c, [&](FakeConn &c, const Req &q) { n++; c.send('M', q.req_id, 0, 0, 0, ""); }); });
+    Client cl({f.addr()});
+    ASSERT_EQ(tk_client_wait_connected(cl.c, 0), TK_OK);
+    tk_lease l;
+    EXPECT_EQ(tk_acquire(cl.c, "k", 1, 1000, 0, &l), TK_E_NO_LEADER);
+    EXPECT_EQ(n.load(), 4);
+}
+
+TEST(Fake, CancelWithdrawsQueuedAcquire) {
+    std::atomic<int> cancels{0};
+    Fake f([&](FakeConn &c) {
+        loop(c, [&](FakeConn &c, const Req &q) {
+            if (q.op == 'C') {
+                cancels++;
+                c.send('T', (uint32_t)(q.arg >> 32));
+                c.send('O', q.req_id);
+            }
+        });
+    });
+    Client cl({f.addr()});
+    ASSERT_EQ(tk_client_wait_connected(cl.c, 0), TK_OK);
+    tk_op *op = nullptr;
+    ASSERT_EQ(tk_acquire_start(cl.c, "k", 1, 1000, 10000, &op), TK_OK);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    EXPECT_EQ(tk_op_drive(op, nullptr), TK_PENDING);
+    tk_op_cancel(op);
+    tk_lease l;
+    EXPECT_EQ(tk_op_wait(op, &l), TK_E_CANCELLED);
+    tk_op_free(op);
+    for (int i = 0; i < 100 && cancels == 0; i++) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    EXPECT_EQ(cancels.load(), 1);
+}
+
+TEST(Fake, GrantThatWinsTheCancelRaceIsReleased) {
+    std::atomic<uint64_t> released{0};
+    Fake f([&](FakeConn &c) {
+        loop(c, [&](FakeConn &c, const Req &q) {
+            if (q.op == 'C') {
+                c.send('G', (uint32_t)(q.arg >> 32), 99);
+                c.send('N', q.req_id);
+            }
+            if (q.op == 'R') {
+                released = q.arg;
+                c.send('O', q.req_id);
+            }
+        });
+    });
+    Client cl({f.addr()});
+    ASSERT_EQ(tk_client_wait_connected(cl.c, 0), TK_OK);
+    tk_op *op = nullptr;
+    ASSERT_EQ(tk_acquire_start(cl.c, "k", 1, 1000, 10000, &op), TK_OK);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    tk_op_cancel(op);
+    EXPECT_EQ(tk_op_wait(op, nullptr), TK_E_CANCELLED);
+    tk_op_free(op);
+    for (int i = 0; i < 200 && released == 0; i++) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    EXPECT_EQ(released.load(), 99u);
+}
+
+TEST(Fake, ReleaseRetriedAfterLostConnectionThenConfirmed) {
+    std::atomic<int> rels{0};
+    Fake f([&](FakeConn &c) {
+        loop(c, [&](FakeConn &c, const Req &q) {
+            if (q.op != 'R') return;
+            if (rels++ == 0) {
+                shutdown(c.fd, SHUT_RDWR);
+                return;
+            }
+            c.send('O', q.req_id);
+        });
+    });
+    Client cl({f.addr()});
+    ASSERT_EQ(tk_client_wait_connected(cl.c, 0), TK_OK);
+    EXPECT_EQ(tk_release_token(cl.c, "k", 1, 7, nullptr), TK_OK);
+    EXPECT_EQ(rels.load(), 2);
+}
+
+TEST(Fake, NotHolderAfterUnconfirmedAttemptIsIndeterminate) {
+    std::atomic<int> rels{0};
+    Fake f([&](FakeConn &c) {
+        loop(c, [&](FakeConn &c, const Req &q) {
+            if (q.op != 'R') return;
+            if (rels++ == 0) {
+                shutdown(c.fd, SHUT_RDWR);
+                return;
+            }
+            c.send('N', q.req_id);
+        });
+    });
+    Client cl({f.addr()});
+    ASSERT_EQ(tk_client_wait_connected(cl.c, 0), TK_OK);
+    EXPECT_EQ(tk_release_token(cl.c, "k", 1, 7, nullptr), TK_INDETERMINATE);
+}
+
+TEST(Fake, ReleaseNeverSuccessWithoutO) {
+    Fake f([](FakeConn &c) { loop(c, [](FakeConn &, const Req &) {}); });
+    Client cl({f.addr()});
+    ASSERT_EQ(tk_client_wait_connected(cl.c, 0), TK_OK);
+    auto t0 = std::chrono::steady_clock::now();
+    EXPECT_EQ(tk_release_token(cl.c, "k", 1, 7, nullptr), TK_INDETERMINATE);
+    auto el = std::chrono::steady_clock::now() - t0;
+    EXPECT_GE(el, std::chrono::milliseconds(4500));
+    EXPECT_LE(el, std::chrono::seconds(8));
+}
+
+TEST(Fake, ReconnectsAfterLoss) {
+    Fake f([&](FakeConn &c) { loop(c, [](FakeConn &c, const Req &q) { c.send('G', q.req_id, 1); }); });
+    f.refuse = 4; // both connections fail twice, then back off 0.1 s, 0.2 s
+    Client cl({f.addr()});
+    tk_lease l;
+    EXPECT_EQ(tk_acquire(cl.c, "k", 1, 1000, 3000, &l), TK_OK);
+    EXPECT_GE(f.accepted.load(), 3);
+}
+
+TEST(Fake, TwoConnectionsForOneAddress) {
+    Fake f([](FakeConn &c) { loop(c, [](FakeConn &, const Req &) {}); });
+    Client cl({f.addr()});
+    ASSERT_EQ(tk_client_wait_connected(cl.c, 0), TK_OK);
+    for (int i = 0; i < 100 && f.accepted < 2; i++) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    EXPECT_EQ(f.accepted.load(), 2);
+}
+
+TEST(Fake, ConnectFailureWithinBudget) {
+    Client cl({"127.0.0.1:1"}, nullptr, 300);
+    tk_lease l;
+    auto t0 = std::chrono::steady_clock::now();
+    EXPECT_EQ(tk_acquire(cl.c, "k", 1, 1000, 200, &l), TK_E_CONNECT);
+    EXPECT_LE(std::chrono::steady_clock::now() - t0, std::chrono::seconds(3));
+}
+
+TEST(Fake, BadArgumentsBeforeSending) {
+    Client cl({"127.0.0.1:1"}, nullptr, 300);
+    tk_lease l;
+    EXPECT_EQ(tk_acquire(cl.c, "", 0, 1000, 0, &l), TK_E_INVALID);
+    EXPECT_EQ(tk_acquire(cl.c, "a\x01", 2, 1000, 0, &l), TK_E_INVALID);
+    EXPECT_EQ(tk_acquire(cl.c, "k", 1, 0, 0, &l), TK_E_INVALID);
+    std::string big(251, 'k');
+    EXPECT_EQ(tk_acquire(cl.c, big.data(), big.size(), 1000, 0, &l), TK_E_INVALID);
+    tk_config bad{};
+    EXPECT_EQ(tk_client_new(&bad), nullptr);
+    const char *a[] = {"nocolon"};
+    bad.addrs = a;
+    bad.n_addrs = 1;
+    EXPECT_EQ(tk_client_new(&bad), nullptr);
+}
+
+TEST(Fake, ClosePendingAnswersClosed) {
+    Fake f([](FakeConn &c) { loop(c, [](FakeConn &, const Req &) {}); });
+    Client cl({f.addr()});
+    ASSERT_EQ(tk_client_wait_connected(cl.c, 0), TK_OK);
+    tk_status st = TK_OK;
+    std::thread t([&] {
+        tk_lease l;
+        st = tk_acquire(cl.c, "k", 1, 1000, 10000, &l);
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    tk_client_close(cl.c);
+    t.join();
+    EXPECT_TRUE(st == TK_E_CLOSED || st == TK_INDETERMINATE) << tk_strerror(st);
+}
+
+TEST(FakeCpp, LeaseDestructorReleasesAndErrorsGoToCallback) {
+    std::atomic<int> rels{0};
+    Fake f([&](FakeConn &c) {
+        loop(c, [&](FakeConn &c, const Req &q) {
+            if (q.op == 'A') c.send(q.key == "held" ? 'T' : 'G', q.req_id, 10);
+            if (q.op == 'R') {
+                rels++;
+                c.send('N', q.req_id);
+            }
+        });
+    });
+    std::vector<std::string> errs;
+    ticketing::Options o;
+    o.addrs = {f.addr()};
+    o.on_release_error = [&](const ticketing::Error &e) { errs.push_back(e.what()); };
+    ticketing::Client cl(o);
+    {
+        auto l = cl.acquire("k", std::chrono::milliseconds(1000), std::chrono::milliseconds(0));
+        EXPECT_EQ(l.token(), 10u);
+        ticketing::Lease moved = std::move(l);
+        EXPECT_FALSE(l.held());
+        EXPECT_TRUE(moved.held());
+    }
+    EXPECT_EQ(rels.load(), 1);
+    EXPECT_EQ(errs.size(), 1u);
+    EXPECT_FALSE(cl.try_acquire("held", std::chrono::milliseconds(1000)).has_value());
+    auto l2 = cl.acquire("k", std::chrono::milliseconds(1000), std::chrono::milliseconds(0));
+    EXPECT_THROW(l2.release(), ticketing::NotHolderError);
+    EXPECT_THROW(cl.acquire("", std::chrono::milliseconds(1000), std::chrono::milliseconds(0)), ticketing::InvalidArgument);
+    EXPECT_THROW(cl.acquire("k", std::chrono::milliseconds(-1), std::chrono::milliseconds(0)), ticketing::InvalidArgument);
+}

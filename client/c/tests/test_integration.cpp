@@ -1,1 +1,208 @@
+// Integration tests against the real server ($TICKETING_BIN serve).
 #include <gtest/gtest.h>
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ticketing.hpp"
+
+namespace {
+struct Server {
+    pid_t pid = -1;
+    std::string addr;
+    std::string log;
+    explicit Server(const std::string &token = "") {
+        const char *bin = getenv("TICKETING_BIN");
+        if (!bin || access(bin, X_OK) != 0) return;
+        char tmpl[] = "/tmp/tkc-srv-XXXXXX";
+        int fd = mkstemp(tmpl);
+        log = tmpl;
+        std::string tf;
+        if (!token.empty()) {
+            tf = log + ".token";
+            std::ofstream(tf) << token;
+        }
+        pid = fork();
+        if (pid == 0) {
+            dup2(fd, 2);
+            if (tf.empty()) execl(bin, bin, "serve", "--listen", "127.0.0.1:0", (char *)nullptr);
+            else execl(bin, bin, "serve", "--listen", "127.0.0.1:0", "--token-file", tf.c_str(), (char *)nullptr);
+            _exit(127);
+        }
+        close(fd);
+        for (int i = 0; i < 200 && addr.empty(); i++) {
+            std::ifstream f(log);
+            std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+            auto p = s.find("msg=serving addr=");
+            auto e = p == std::string::npos ? p : s.find_first_of(" \n", p + 17);
+            if (e != std::string::npos) addr = s.substr(p + 17, e - p - 17);
+            else std::this_thread::sleep_for(std::chrono::milliseconds(25));
+        }
+    }
+    ~Server() {
+        if (pid > 0) {
+            kill(pid, SIGKILL);
+            waitpid(pid, nullptr, 0);
+        }
+        if (!log.empty()) {
+            unlink(log.c_str());
+            unlink((log + ".token").c_str());
+        }
+    }
+};
+using ms = std::chrono::milliseconds;
+} // namespace
+
+#define NEED_SERVER(s)                                                  \
+    if ((s).addr.empty()) GTEST_SKIP() << "TICKETING_BIN not runnable"
+
+TEST(Integration, AcquireReleaseFifoAndTokens) {
+    Server s;
+    NEED_SERVER(s);
+    ticketing::Options o;
+    o.addrs = {s.addr};
+    ticketing::Client cl(o);
+    auto a = cl.acquire("it/fifo", ms(5000), ms(0));
+    EXPECT_FALSE(cl.try_acquire("it/fifo", ms(1000)).has_value());
+    std::vector<uint64_t> got(3);
+    std::vector<std::thread> ts;
+    for (int i = 0; i < 3; i++) {
+        ts.emplace_back([&, i] {
+            auto l = cl.acquire("it/fifo", ms(5000), ms(10000));
+            got[i] = l.token();
+        });
+        std::this_thread::sleep_for(ms(100)); // arrival order
+    }
+    uint64_t first = a.token();
+    a.release();
+    for (auto &t : ts) t.join();
+    EXPECT_GT(got[0], first);
+    EXPECT_GT(got[1], got[0]);
+    EXPECT_GT(got[2], got[1]);
+}
+
+TEST(Integration, LeaseExpiryHandsOff) {
+    Server s;
+    NEED_SERVER(s);
+    ticketing::Options o;
+    o.addrs = {s.addr};
+    ticketing::Client cl(o);
+    auto a = cl.acquire("it/exp", ms(300), ms(0));
+    a.detach();
+    auto b = cl.acquire("it/exp", ms(1000), ms(5000));
+    EXPECT_GT(b.token(), a.token());
+    EXPECT_GT(b.remaining().count(), 500);
+}
+
+TEST(Integration, CancelQueuedAcquireC) {
+    Server s;
+    NEED_SERVER(s);
+    std::vector<const char *> a = {s.addr.c_str()};
+    tk_config cfg{};
+    cfg.addrs = a.data();
+    cfg.n_addrs = 1;
+    tk_client *c = tk_client_new(&cfg);
+    ASSERT_EQ(tk_client_wait_connected(c, 0), TK_OK);
+    tk_lease l1, l2;
+    ASSERT_EQ(tk_acquire(c, "it/cancel", 9, 5000, 0, &l1), TK_OK);
+    tk_op *op;
+    ASSERT_EQ(tk_acquire_start(c, "it/cancel", 9, 5000, 10000, &op), TK_OK);
+    std::this_thread::sleep_for(ms(100));
+    tk_op_cancel(op);
+    EXPECT_EQ(tk_op_wait(op, nullptr), TK_E_CANCELLED);
+    tk_op_free(op);
+    ASSERT_EQ(tk_release(c, &l1), TK_OK);
+    // the withdrawn waiter was not granted: the key is free
+    ASSERT_EQ(tk_acquire(c, "it/cancel", 9, 5000, 3000, &l2), TK_OK);
+    EXPECT_EQ(tk_release(c, &l2), TK_OK);
+    EXPECT_EQ(tk_release(c, &l2), TK_NOT_HOLDER);
+    tk_client_free(c);
+}
+
+TEST(Integration, TokenAuthAndWrongToken) {
+    Server s("s3cret-token");
+    NEED_SERVER(s);
+    ticketing::Options o;
+    o.addrs = {s.addr};
+    o.token = "s3cret-token";
+    ticketing::Client cl(o);
+    auto l = cl.acquire("it/auth", ms(1000), ms(0));
+    l.release();
+    o.token = "wrong";
+    o.connect_timeout = ms(1000);
+    EXPECT_THROW(ticketing::Client bad(o), ticketing::AuthError);
+}
+
+TEST(Integration, HundredInFlightOneClient) {
+    Server s;
+    NEED_SERVER(s);
+    ticketing::Options o;
+    o.addrs = {s.addr};
+    ticketing::Client cl(o);
+    std::atomic<int> okc{0};
+    std::vector<std::thread> ts;
+    for (int i = 0; i < 100; i++)
+        ts.emplace_back([&, i] {
+            for (int j = 0; j < 20; j++) {
+                auto l = cl.acquire("it/many/" + std::to_string(i % 10), ms(5000), ms(20000));
+                l.release();
+                okc++;
+            }
+        });
+    for (auto &t : ts) t.join();
+    EXPECT_EQ(okc.load(), 2000);
+}
+
+TEST(Integration, EventLoopForm) {
+    Server s;
+    NEED_SERVER(s);
+    ticketing::Options o;
+    o.addrs = {s.addr};
+    ticketing::Client cl(o);
+    auto pa = cl.start_acquire("it/poll", ms(1000), ms(1000));
+    std::optional<ticketing::Lease> l;
+    for (int i = 0; i < 1000 && !l; i++) {
+        struct pollfd_ {
+            int fd;
+            short events, revents;
+        };
+        l = pa.drive();
+        if (!l) {
+            auto t = pa.timeout();
+            fd_set rs;
+            FD_ZERO(&rs);
+            FD_SET(pa.fd(), &rs);
+            timeval tv{0, (t ? (long)t->count() : 100) * 1000};
+            select(pa.fd() + 1, &rs, nullptr, nullptr, &tv);
+        }
+    }
+    ASSERT_TRUE(l.has_value());
+    EXPECT_GT(l->token(), 0u);
+}
+
+TEST(Integration, ForkedChildRefusesInheritedClient) {
+    Server s;
+    NEED_SERVER(s);
+    ticketing::Options o;
+    o.addrs = {s.addr};
+    ticketing::Client cl(o);
+    pid_t p = fork();
+    if (p == 0) {
+        tk_lease l;
+        _exit(tk_acquire(cl.native(), "it/fork", 7, 1000, 0, &l) == TK_E_FORKED ? 0 : 1);
+    }
+    int st = 0;
+    waitpid(p, &st, 0);
+    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}

@@ -1,1 +1,172 @@
+// Golden vectors (client/wire/testdata/golden, read directly) through the codec.
 #include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "golden.hpp"
+#include "tk_wire.h"
+
+namespace {
+const std::vector<uint8_t> kKey = {'o', 'r', 'd', 'e', 'r', 's', '/', '4', '2'};
+const uint8_t kTok[] = {'s', '3', 'c', 'r', 'e', 't'};
+void nonces(uint8_t sn[32], uint8_t cn[32]) {
+    for (int i = 0; i < 32; i++) {
+        sn[i] = (uint8_t)i;
+        cn[i] = (uint8_t)(0x20 + i);
+    }
+}
+std::vector<uint8_t> buf(const uint8_t *p, size_t n) { return std::vector<uint8_t>(p, p + n); }
+} // namespace
+
+TEST(Golden, Requests) {
+    uint8_t b[300];
+    EXPECT_EQ(buf(b, tk_enc_acquire(b, 1, kKey.data(), kKey.size(), 30000, 5000)), golden("req_acquire.hex"));
+    EXPECT_EQ(buf(b, tk_enc_acquire(b, 2, (const uint8_t *)"job", 3, 3600000, 0)), golden("req_acquire_try.hex"));
+    const char *k = "cl\xc3\xa9/\xf0\x9f\x94\x92";
+    EXPECT_EQ(buf(b, tk_enc_acquire(b, 0xcafebabe, (const uint8_t *)k, strlen(k), 1000, 900000)), golden("req_acquire_utf8.hex"));
+    EXPECT_EQ(buf(b, tk_enc_release(b, 3, kKey.data(), kKey.size(), 0x18bcfe5680000005ull)), golden("req_release.hex"));
+    EXPECT_EQ(buf(b, tk_enc_cancel(b, 4, kKey.data(), kKey.size(), 1)), golden("req_cancel.hex"));
+    EXPECT_EQ(buf(b, tk_enc_ping(b, 5)), golden("req_ping.hex"));
+    auto q = golden("req_query.hex"); // the client sends no Q; check its header fields
+    EXPECT_EQ(q[0], 'Q');
+    EXPECT_EQ(tk_get32(&q[4]), 6u);
+    EXPECT_EQ(tk_get32(&q[8]), 16u);
+    EXPECT_EQ(q.size(), 32u);
+}
+
+struct RespCase {
+    const char *file;
+    uint8_t status, code;
+    uint16_t queued;
+    uint32_t req_id;
+    uint64_t value;
+    const char *payload;
+};
+
+TEST(Golden, Responses) {
+    const RespCase cases[] = {
+        {"resp_granted.hex", 'G', 0, 0, 1, 0x18bcfe5680000001ull, nullptr},
+        {"resp_granted_queued.hex", 'G', 0, 625, 0xcafebabe, 0x18bcfe5680000007ull, nullptr},
+        {"resp_timeout.hex", 'T', 0, 0, 2, 0, nullptr},
+        {"resp_busy_queue_full.hex", 'B', 1, 0, 7, 0, nullptr},
+        {"resp_busy_overloaded.hex", 'B', 2, 0, 8, 0, nullptr},
+        {"resp_busy_clock_unhealthy.hex", 'B', 3, 0, 9, 0, nullptr},
+        {"resp_busy_shutting_down.hex", 'B', 4, 0, 10, 0, nullptr},
+        {"resp_busy_no_quorum.hex", 'B', 5, 0, 11, 0, nullptr},
+        {"resp_released.hex", 'O', 0, 0, 3, 0, nullptr},
+        {"resp_not_holder.hex", 'N', 0, 0, 4, 0, nullptr},
+        {"resp_unknown.hex", 'U', 0, 0, 12, 0, nullptr},
+        {"resp_unknown_no_quorum.hex", 'U', 5, 0, 13, 0, nullptr},
+        {"resp_pong.hex", 'P', 0, 0, 5, 1700000000123456ull, nullptr},
+        {"resp_moved.hex", 'M', 0, 0, 1, 13, "10.0.0.2:7001"},
+        {"resp_moved_empty.hex", 'M', 0, 0, 2, 0, ""},
+        {"resp_error.hex", 'E', 21, 0, 14, 22, "key is not valid UTF-8"},
+        {"resp_error_empty.hex", 'E', 27, 0, 6, 0, ""},
+        {"resp_admin.hex", 'J', 0, 0, 6, 28, "{\"unix_us\":1700000000123456}"},
+    };
+    for (const auto &c : cases) {
+        SCOPED_TRACE(c.file);
+        auto g = golden(c.file);
+        tk_resp r;
+        size_t used = 0;
+        ASSERT_EQ(tk_dec_resp(g.data(), g.size(), &r, &used), 1);
+        EXPECT_EQ(used, g.size());
+        EXPECT_EQ(r.status, c.status);
+        EXPECT_EQ(r.code, c.code);
+        EXPECT_EQ(r.queued, c.queued);
+        EXPECT_EQ(r.req_id, c.req_id);
+        EXPECT_EQ(r.value, c.value);
+        if (c.payload) EXPECT_EQ(std::string((const char *)r.payload, r.payload_len), c.payload);
+        else EXPECT_EQ(r.payload_len, 0u);
+        // every prefix is incomplete, never an error
+        for (size_t n = 0; n < g.size(); n++) EXPECT_EQ(tk_dec_resp(g.data(), n, &r, &used), 0);
+        // re-encode byte for byte
+        tk_resp e{c.status, c.code, c.queued, c.req_id, c.value, (const uint8_t *)c.payload,
+                  c.payload ? (uint32_t)strlen(c.payload) : 0};
+        std::vector<uint8_t> out(16 + 64);
+        EXPECT_EQ(buf(out.data(), tk_enc_resp(out.data(), &e)), g);
+    }
+}
+
+TEST(Golden, Handshake) {
+    uint8_t sn[32], cn[32], proof[32], out[72];
+    nonces(sn, cn);
+    for (const char *f : {"hello_flags0.hex", "hello_flags1.hex"}) {
+        auto g = golden(f);
+        ASSERT_EQ(g.size(), 40u);
+        tk_hello h;
+        ASSERT_EQ(tk_dec_hello(g.data(), &h), 0);
+        EXPECT_EQ(h.flags, f[11] == '1' ? 1 : 0);
+        EXPECT_EQ(memcmp(h.nonce, sn, 32), 0);
+    }
+    struct A {
+        const char *file;
+        uint8_t role;
+        bool token;
+    } auths[] = {{"auth_client.hex", 1, true}, {"auth_admin.hex", 2, true}, {"auth_peer.hex", 3, true}, {"auth_client_notoken.hex", 1, false}};
+    for (auto &a : auths) {
+        SCOPED_TRACE(a.file);
+        tk_proof('c', kTok, a.token ? sizeof kTok : 0, a.role, sn, cn, proof);
+        tk_enc_auth(out, a.role, cn, proof);
+        EXPECT_EQ(buf(out, 72), golden(a.file));
+    }
+    struct W {
+        const char *file;
+        uint8_t role;
+        bool token;
+        uint32_t mi;
+    } ws[] = {{"welcome_client.hex", 1, true, 1024}, {"welcome_admin.hex", 2, true, 1024}, {"welcome_peer.hex", 3, true, 1}, {"welcome_client_notoken.hex", 1, false, 1024}};
+    for (auto &w : ws) {
+        SCOPED_TRACE(w.file);
+        auto g = golden(w.file);
+        tk_welcome d;
+        ASSERT_EQ(tk_dec_welcome(g.data(), &d), 0);
+        EXPECT_EQ(d.status, 'K');
+        EXPECT_EQ(d.max_inflight, w.mi);
+        tk_proof('s', kTok, w.token ? sizeof kTok : 0, w.role, sn, cn, proof);
+        EXPECT_EQ(memcmp(proof, d.proof, 32), 0);
+    }
+    struct R {
+        const char *file;
+        uint8_t code;
+    } rs[] = {{"reject_auth_failed.hex", 11}, {"reject_bad_handshake.hex", 10}, {"reject_overloaded.hex", 2}, {"reject_shutting_down.hex", 4}};
+    for (auto &r : rs) {
+        auto g = golden(r.file);
+        tk_welcome d;
+        ASSERT_EQ(tk_dec_welcome(g.data(), &d), 0);
+        EXPECT_EQ(d.status, 'E');
+        EXPECT_EQ(d.code, r.code);
+        EXPECT_EQ(d.max_inflight, 0u);
+    }
+}
+
+TEST(Decoder, RejectsBadFrames) {
+    uint8_t b[32] = {'X'};
+    tk_resp r;
+    size_t used;
+    EXPECT_EQ(tk_dec_resp(b, 16, &r, &used), -1);
+    uint8_t m[16] = {'M'};
+    tk_put64(m + 8, 256); // moved payload over 255
+    EXPECT_EQ(tk_dec_resp(m, 16, &r, &used), -1);
+    uint8_t e[16] = {'E'};
+    tk_put64(e + 8, 1025);
+    EXPECT_EQ(tk_dec_resp(e, 16, &r, &used), -1);
+    uint8_t j[16] = {'J'};
+    tk_put64(j + 8, (16u << 20) + 1);
+    EXPECT_EQ(tk_dec_resp(j, 16, &r, &used), -1);
+}
+
+TEST(Keys, Validation) {
+    EXPECT_TRUE(tk_key_ok((const uint8_t *)"orders/42", 9));
+    EXPECT_FALSE(tk_key_ok((const uint8_t *)"", 0));
+    std::string k251(251, 'a');
+    EXPECT_FALSE(tk_key_ok((const uint8_t *)k251.data(), k251.size()));
+    EXPECT_TRUE(tk_key_ok((const uint8_t *)k251.data(), 250));
+    EXPECT_FALSE(tk_key_ok((const uint8_t *)"a\nb", 3));
+    EXPECT_FALSE(tk_key_ok((const uint8_t *)"a\x7f", 2));
+    EXPECT_FALSE(tk_key_ok((const uint8_t *)"\xc2\x85", 2));     // U+0085 control
+    EXPECT_FALSE(tk_key_ok((const uint8_t *)"\xc0\xaf", 2));     // overlong
+    EXPECT_FALSE(tk_key_ok((const uint8_t *)"\xed\xa0\x80", 3)); // surrogate
+    EXPECT_FALSE(tk_key_ok((const uint8_t *)"\xff", 1));
+    EXPECT_TRUE(tk_key_ok((const uint8_t *)"cl\xc3\xa9/\xf0\x9f\x94\x92", 9));
+}
