@@ -73,7 +73,7 @@ namespace Ticketing
         public void Stop()
         {
             lock (mu) { stopped = true; Monitor.Pulse(mu); }
-            thread.Join(2000);
+            thread.Join(1000);
         }
 
         void Run()

@@ -726,28 +726,55 @@ namespace Ticketing
         internal static bool NameMatches(X509Certificate2 cert, string host)
         {
             if (string.IsNullOrEmpty(host)) return false;
-            var names = new List<string>();
+            System.Net.IPAddress ip;
+            bool isIp = System.Net.IPAddress.TryParse(host, out ip);
+            bool sawSan = false;
             foreach (var ext in cert.Extensions)
             {
                 if (ext.Oid == null || ext.Oid.Value != "2.5.29.17") continue;
-                foreach (var part in ext.Format(false).Split(new[] { ',', '\n', '\r' }, StringSplitOptions.RemoveEmptyEntries))
+                sawSan = true;
+                // DER: SEQUENCE OF GeneralName; dNSName is [2] (0x82), iPAddress is [7] (0x87).
+                var d = ext.RawData;
+                int i = 0;
+                if (d.Length < 2 || d[i++] != 0x30) return false;
+                int end = DerLen(d, ref i);
+                end = Math.Min(d.Length, i + end);
+                while (i + 2 <= end)
                 {
-                    int i = part.IndexOf('=');
-                    if (i < 0) i = part.IndexOf(':');
-                    if (i > 0) names.Add(part.Substring(i + 1).Trim());
+                    byte tag = d[i++];
+                    int len = DerLen(d, ref i);
+                    if (len < 0 || i + len > end) return false;
+                    if (tag == 0x82 && !isIp && HostMatches(Encoding.ASCII.GetString(d, i, len), host)) return true;
+                    if (tag == 0x87 && isIp)
+                    {
+                        var b = new byte[len];
+                        Buffer.BlockCopy(d, i, b, 0, len);
+                        if (ip.GetAddressBytes().SequenceEqual(b)) return true;
+                    }
+                    i += len;
                 }
             }
-            if (names.Count == 0)
-            {
-                var cn = cert.GetNameInfo(X509NameType.SimpleName, false);
-                if (!string.IsNullOrEmpty(cn)) names.Add(cn);
-            }
-            foreach (var n in names)
-            {
-                if (string.Equals(n, host, StringComparison.OrdinalIgnoreCase)) return true;
-                if (n.StartsWith("*.") && host.IndexOf('.') > 0 && string.Equals(n.Substring(1), host.Substring(host.IndexOf('.')), StringComparison.OrdinalIgnoreCase)) return true;
-            }
-            return false;
+            if (sawSan) return false;
+            var cn = cert.GetNameInfo(X509NameType.SimpleName, false);
+            return !isIp && !string.IsNullOrEmpty(cn) && HostMatches(cn, host);
+        }
+
+        static int DerLen(byte[] d, ref int i)
+        {
+            if (i >= d.Length) return -1;
+            int b = d[i++];
+            if (b < 0x80) return b;
+            int n = b & 0x7f, v = 0;
+            if (n > 3) return -1;
+            for (int k = 0; k < n && i < d.Length; k++) v = (v << 8) | d[i++];
+            return v;
+        }
+
+        static bool HostMatches(string pattern, string host)
+        {
+            if (string.Equals(pattern, host, StringComparison.OrdinalIgnoreCase)) return true;
+            int dot = host.IndexOf('.');
+            return pattern.StartsWith("*.") && dot > 0 && string.Equals(pattern.Substring(1), host.Substring(dot), StringComparison.OrdinalIgnoreCase);
         }
 
         internal TimeSpan BackoffDelay(int attempt) { return Jitter(Step(BackoffBase, BackoffCap, attempt)); }
@@ -857,7 +884,10 @@ namespace Ticketing
             Changed();
             foreach (var c in conns) c.Shutdown();
             releaser.Stop();
-            foreach (var c in conns) c.Join(2000);
+            // Background threads: wait briefly for them, never long (a TLS read may not
+            // notice its socket closing at once on every runtime).
+            var until = Clock.Now + Clock.Ticks(TimeSpan.FromSeconds(1));
+            foreach (var c in conns) c.Join((int)Math.Max(0, Clock.Ms(until - Clock.Now)));
         }
 
 #if NET8_0_OR_GREATER

@@ -34,11 +34,16 @@ static class Driver
             Dispatch(msg);
         }
         // EOF: close the client first (pending commands answer closed), then let them finish.
+        var sw = Stopwatch.StartNew();
         var c = client;
         if (c != null) c.Dispose();
+        Console.Error.WriteLine("driver: stdin closed; client closed in " + sw.ElapsedMilliseconds + " ms");
         Task[] all;
         lock (tasks) all = tasks.ToArray();
-        Task.WaitAll(all, 5000);
+        if (!Task.WaitAll(all, 3000)) Console.Error.WriteLine("driver: commands still pending after 3 s; exiting");
+        Console.Error.WriteLine("driver: exit after " + sw.ElapsedMilliseconds + " ms");
+        Console.Error.Flush();
+        Environment.Exit(0);
         return 0;
     }
 
