@@ -82,6 +82,7 @@ struct conn {
     /* I/O thread only */
     int fd;
     SSL *ssl;
+    int ssl_failed; /* a TLS-level error (alert, bad record) ended the last read or write */
 };
 
 typedef struct endpoint {
@@ -471,6 +472,7 @@ static ssize_t io_read(conn *cn, void *b, size_t n, int *want_write) {
             *want_write = 1;
             return 0;
         }
+        if (e == SSL_ERROR_SSL) cn->ssl_failed = 1;
         return -1;
     }
     ssize_t r = recv(cn->fd, b, n, 0);
@@ -485,6 +487,7 @@ static ssize_t io_write(conn *cn, const void *b, size_t n) {
         if (r > 0) return r;
         int e = SSL_get_error(cn->ssl, r);
         if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) return 0;
+        if (e == SSL_ERROR_SSL) cn->ssl_failed = 1;
         return -1;
     }
     ssize_t r = send(cn->fd, b, n, MSG_NOSIGNAL);
@@ -617,13 +620,17 @@ static tk_status conn_connect(conn *cn, uint32_t *max_inflight, uint8_t *rej_cod
     uint8_t hb[TK_HELLO_LEN], wb[TK_WELCOME_LEN], ab[TK_AUTH_LEN], cnonce[32], proof[32];
     tk_hello h;
     tk_welcome w;
-    if (read_full(cn, hb, sizeof hb, deadline) != 0) return is_closed(cl) ? TK_E_CLOSED : st;
+    cn->ssl_failed = 0;
+    if (read_full(cn, hb, sizeof hb, deadline) != 0) {
+        if (cn->ssl_failed) logf_(cl, 2, "ticketing: TLS error from %s (a client certificate required?)", cn->addr);
+        return is_closed(cl) ? TK_E_CLOSED : cn->ssl_failed ? TK_E_TLS : st;
+    }
     if (tk_dec_hello(hb, &h) != 0) return TK_E_PROTOCOL;
     if (RAND_bytes(cnonce, 32) != 1) return TK_E_INTERNAL;
     tk_proof('c', cl->token, cl->tlen, 1, h.nonce, cnonce, proof);
     tk_enc_auth(ab, 1, cnonce, proof);
-    if (write_full(cn, ab, sizeof ab, deadline) != 0) return st;
-    if (read_full(cn, wb, sizeof wb, deadline) != 0) return is_closed(cl) ? TK_E_CLOSED : st;
+    if (write_full(cn, ab, sizeof ab, deadline) != 0) return cn->ssl_failed ? TK_E_TLS : st;
+    if (read_full(cn, wb, sizeof wb, deadline) != 0) return is_closed(cl) ? TK_E_CLOSED : cn->ssl_failed ? TK_E_TLS : st;
     if (tk_dec_welcome(wb, &w) != 0) return TK_E_PROTOCOL;
     if (w.status == 'E') {
         *rej_code = w.code;
