@@ -8,7 +8,7 @@ cd "$here"
 
 PY="${TICKETING_PYTHON:-python3}"
 VENV="$here/.venv"
-TEST_DEPS=(pytest hypothesis mypy ruff build "setuptools>=61" wheel)
+TEST_DEPS=(pytest hypothesis "mypy==2.4.1" "ruff==0.17.6" build "setuptools>=61" wheel)  # linters pinned: new rules never break CI
 
 need_python() {
   command -v "$PY" >/dev/null 2>&1 || return 1
