@@ -107,6 +107,9 @@ tk_client *tk_client_new(const tk_config *cfg);
 /* Waits until a connection is up: TK_OK, TK_E_AUTH / TK_E_TLS (every address
  * failed so), TK_E_CONNECT after timeout_ms (0 = connect_timeout_ms). */
 tk_status tk_client_wait_connected(tk_client *c, uint32_t timeout_ms);
+/* The outcome of the most recent connection attempt (TK_OK when it connected)
+ * and, for a REJECT, the server's §4 code (AUTH_FAILED, OVERLOADED, ...). */
+tk_status tk_client_last_error(tk_client *c, uint8_t *code);
 /* Closes every connection; pending calls answer TK_E_CLOSED. Idempotent. */
 void tk_client_close(tk_client *c);
 /* Closes and frees. Every tk_op must be freed before. */

@@ -232,7 +232,11 @@ public:
         st_->on_release_error = o.on_release_error;
         if (o.wait_connected) {
             tk_status s = tk_client_wait_connected(st_->c, 0);
-            if (s != TK_OK) throw_status(s);
+            if (s != TK_OK) {
+                std::uint8_t code = 0;
+                tk_client_last_error(st_->c, &code);
+                throw_status(s, code);
+            }
         }
     }
     Client(Client &&) noexcept = default;

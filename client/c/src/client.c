@@ -116,6 +116,7 @@ struct tk_client {
     int leader; /* endpoint index, -1 unknown (atomic) */
     unsigned rr;
     tk_status last_err;
+    uint8_t last_code; /* the REJECT code of the last failed handshake, 0 when none */
 
     /* releaser */
     pthread_t rel_th;
@@ -135,7 +136,7 @@ struct tk_op {
     size_t klen;
     uint32_t lease, wait;
     uint64_t token;
-    uint64_t budget_end, conn_giveup, deadline, next_try;
+    uint64_t start, budget_end, conn_giveup, deadline, next_try;
     int moves, rounds, retries, maybe, ever_sent;
     call *c;
     int completed, cancel_req, done;
@@ -653,9 +654,10 @@ static tk_status conn_connect(conn *cn, uint32_t *max_inflight, uint8_t *rej_cod
     return TK_OK;
 }
 
-static void set_last_err(tk_client *cl, tk_status st) {
+static void set_last_err(tk_client *cl, tk_status st, uint8_t code) {
     pthread_mutex_lock(&cl->mu);
     cl->last_err = st;
+    cl->last_code = code;
     pthread_cond_broadcast(&cl->cv);
     pthread_mutex_unlock(&cl->mu);
 }
@@ -772,7 +774,7 @@ static void *conn_main(void *arg) {
             int n = cn->failures;
             pthread_mutex_unlock(&cn->mu);
             if (n == 1 || st == TK_E_AUTH) logf_(cl, 2, "ticketing: connect to %s failed: %s", cn->addr, tk_strerror(st));
-            set_last_err(cl, st);
+            set_last_err(cl, st, rej);
             attempt++;
             continue;
         }
@@ -788,7 +790,7 @@ static void *conn_main(void *arg) {
         cn->kicked = 0;
         pthread_mutex_unlock(&cn->mu);
         logf_(cl, 1, "ticketing: connected to %s (max_inflight %u)", cn->addr, mi);
-        set_last_err(cl, TK_OK);
+        set_last_err(cl, TK_OK, 0);
         tk_status why = conn_serve(cn);
         conn_kill(cn, why);
         close_sock(cn);
@@ -1050,7 +1052,8 @@ static void op_step(tk_op *op) {
         return;
     }
     if (now < op->next_try) return;
-    if (op->kind == K_ACQUIRE && op->wait > 0 && op->ever_sent) {
+    if (op->kind == K_ACQUIRE && op->wait > 0 && (op->ever_sent || now > op->start + MS)) {
+        /* the wait bounds the whole call: time spent connecting or retrying counts */
         if (op->budget_end < now + MS) {
             op_finish(op, TK_TIMEOUT, 0, NULL);
             return;
@@ -1088,8 +1091,12 @@ static void op_step(tk_op *op) {
             op_finish(op, op->maybe ? TK_INDETERMINATE : TK_E_CONNECT, 0, "release not confirmed within 5 s");
         else if (r == ENQ_FULL)
             op_finish(op, TK_TIMEOUT, 0, "no free max_inflight slot within the wait");
-        else
-            op_finish(op, connect_failure(cl), 0, NULL);
+        else {
+            pthread_mutex_lock(&cl->mu);
+            uint8_t code = cl->last_code;
+            pthread_mutex_unlock(&cl->mu);
+            op_finish(op, connect_failure(cl), code, NULL);
+        }
         return;
     }
     uint64_t nt = now + 5 * MS;
@@ -1152,6 +1159,7 @@ tk_status tk_acquire_start(tk_client *cl, const void *key, size_t klen, uint32_t
     uint64_t now = tk_now_ns();
     op->lease = lease_ms;
     op->wait = wait_ms;
+    op->start = now;
     op->budget_end = now + (uint64_t)wait_ms * MS;
     op->conn_giveup = now + (uint64_t)cl->connect_timeout_ms * MS;
     if (op->budget_end > op->conn_giveup) op->conn_giveup = op->budget_end;
@@ -1247,6 +1255,7 @@ tk_status tk_acquire(tk_client *cl, const void *key, size_t klen, uint32_t lease
     uint64_t now = tk_now_ns();
     op->lease = lease_ms;
     op->wait = wait_ms;
+    op->start = now;
     op->budget_end = now + (uint64_t)wait_ms * MS;
     op->conn_giveup = now + (uint64_t)cl->connect_timeout_ms * MS;
     if (op->budget_end > op->conn_giveup) op->conn_giveup = op->budget_end;
@@ -1433,6 +1442,14 @@ tk_status tk_client_wait_connected(tk_client *cl, uint32_t timeout_ms) {
             return st;
         }
     }
+}
+
+tk_status tk_client_last_error(tk_client *cl, uint8_t *code) {
+    pthread_mutex_lock(&cl->mu);
+    tk_status st = cl->last_err;
+    if (code) *code = cl->last_code;
+    pthread_mutex_unlock(&cl->mu);
+    return st;
 }
 
 void tk_client_close(tk_client *cl) {

@@ -318,7 +318,11 @@ std::string do_connect(const J &cmd, long long id) {
         conn->c = tk_client_new(&cfg);
         if (!conn->c) return err(id, has_tls ? TK_E_TLS : TK_E_INVALID, 0, "invalid configuration");
         tk_status s = tk_client_wait_connected(conn->c, 0);
-        if (s != TK_OK) return err(id, s, 0, "");
+        if (s != TK_OK) {
+            uint8_t code = 0;
+            tk_client_last_error(conn->c, &code);
+            return err(id, s, code, "");
+        }
     }
     std::lock_guard<std::mutex> g(mu);
     cur = conn;
