@@ -4,7 +4,7 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
 cd "$here"
-MVN=(mvn -B -q -ntp)
+MVN=(mvn -B -q -ntp -Dstyle.color=never)
 
 need() {
   local missing=()
@@ -78,7 +78,7 @@ case "${1:-}" in
     if [[ ! -f "$here/ticketing-testkit/target/ticketing-testkit-0.1.0.jar" ]]; then
       "$0" build
     fi
-    java -cp "$(tk_cp)" io.ticketing.testkit.Bench "$addr" "${BENCH_SECONDS:-5}"
+    java -cp "$(tk_cp)" io.ticketing.testkit.Bench "$addr" "${BENCH_SECONDS:-5}" "${TICKETING_CI_LANG:-java}"
     ;;
   *)
     echo "usage: ci.sh toolchain|install|build|test|bench" >&2

@@ -2,4 +2,4 @@
 # The Kotlin client is built, tested and benchmarked by client/java/ci.sh (one Maven build).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-exec "$here/../java/ci.sh" "$@"
+TICKETING_CI_LANG=kotlin exec "$here/../java/ci.sh" "$@"
