@@ -12,7 +12,9 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 
+	"github.com/ticketing/ticketing/admin"
 	"github.com/ticketing/ticketing/admin/bench"
+	"github.com/ticketing/ticketing/client"
 	"github.com/ticketing/ticketing/client/wire"
 )
 
@@ -50,7 +52,7 @@ Examples:
 		},
 	}
 	f := cmd.Flags()
-	f.String("addr", def.Addr, "server address host:port")
+	f.String("addr", def.Addr, "server address(es) host:port, comma-separated (a cluster: any of its nodes; bench drives the leader)")
 	f.String("token", "", "client token (prefer --token-file or TICKETING_TOKEN)")
 	f.String("token-file", "", "file holding the client token")
 	f.String("admin-token", "", "admin token for the status query (default: the client token)")
@@ -69,7 +71,7 @@ Examples:
 	f.Duration("hold", 0, "hold each granted lock this long before releasing it")
 	f.String("mode", string(def.Mode), "pairs, try or fill")
 	f.Bool("keep", false, "fill: leave the keys held at the end")
-	f.String("output", "text", "text or json")
+	f.StringP("output", "o", "text", "output format: text or json")
 	f.Int("server-pid", 0, "server process id: report its peak RSS (VmHWM) and RSS from /proc")
 	f.Bool("server-stats", true, "query the server's admin status before and after (handoff counts)")
 	f.String("label", def.Label, "name of the target in the report")
@@ -145,6 +147,9 @@ func runBench(fac *Factory, cmd *cobra.Command) error {
 		}
 		defer pprof.StopCPUProfile()
 	}
+	if cfg.Addr, err = benchTarget(ctx, v.GetString("addr"), cfg); err != nil {
+		return err
+	}
 	res, err := bench.Run(ctx, cfg)
 	if err != nil {
 		var op *net.OpError
@@ -159,9 +164,56 @@ func runBench(fac *Factory, cmd *cobra.Command) error {
 		return err
 	}
 	if output == "json" {
-		return res.WriteJSON(ios.Out)
+		err = res.WriteJSON(ios.Out)
+	} else {
+		err = res.WriteText(ios.Out)
 	}
-	return res.WriteText(ios.Out)
+	if err == nil && cfg.Mode != bench.ModeTry && res.Outcomes["G"] == 0 {
+		// Redirects, refusals and errors are not throughput.
+		return withExit(ExitError, fmt.Errorf("bench: no acquire was granted by %s", cfg.Addr))
+	}
+	return err
+}
+
+// benchTarget is the one address bench drives, from an --addr list as every
+// command takes it: the cluster's leader (found through any node), or the
+// first single server that answers. A single address that cannot be asked
+// (no admin role, say) is driven as given.
+func benchTarget(ctx context.Context, list string, cfg bench.Config) (string, error) {
+	var addrs []string
+	for _, a := range strings.Split(list, ",") {
+		if a = strings.TrimSpace(a); a == "" {
+			continue
+		}
+		if err := checkAddr(a); err != nil {
+			return "", err
+		}
+		addrs = append(addrs, a)
+	}
+	if len(addrs) == 0 {
+		return "", usageError("--addr: no server address")
+	}
+	tok := cfg.AdminToken
+	if tok == "" {
+		tok = cfg.Token
+	}
+	view, err := admin.Discover(ctx, addrs, cfg.DialTimeout, client.WithAdminToken(tok), client.WithDialTimeout(cfg.DialTimeout))
+	switch {
+	case err != nil && len(addrs) == 1:
+		return addrs[0], nil
+	case err != nil:
+		return "", err
+	case view.Single:
+		for _, n := range view.Nodes {
+			if n.Status != nil {
+				return n.ClientAddr, nil
+			}
+		}
+		return addrs[0], nil
+	case view.LeaderAddr != "":
+		return view.LeaderAddr, nil
+	}
+	return "", withExit(ExitBusy, fmt.Errorf("bench: no cluster leader found through %s", strings.Join(addrs, ",")))
 }
 
 func isTerminal(w any) bool {

@@ -176,6 +176,16 @@ func TestE2ECluster(t *testing.T) {
 	e.expect(6, "release", "--addr", follower.ClientAddr, "e2e/cluster", strconv.FormatUint(tok-1, 10))
 	e.expect(0, "release", "--addr", follower.ClientAddr, "e2e/cluster", strconv.FormatUint(tok, 10))
 
+	// #12 item 7: bench given a follower drives the leader and counts grants.
+	bp := e.expect(0, "bench", "--addr", follower.ClientAddr, "--duration", "0.5s", "--conns", "1", "--pipeline", "1", "--keys", "10", "--progress=false", "-o", "json")
+	var br struct {
+		Addr     string            `json:"addr"`
+		Outcomes map[string]uint64 `json:"outcomes"`
+	}
+	if err := json.Unmarshal([]byte(bp.out.String()), &br); err != nil || br.Addr == follower.ClientAddr || br.Outcomes["G"] == 0 {
+		t.Errorf("bench through a follower: %v: addr %s outcomes %v", err, br.Addr, br.Outcomes)
+	}
+
 	// transfer-leader to that follower, sent to the old leader's follower
 	// address list alike.
 	p = e.expect(0, "node", "transfer-leader", "--id", follower.ID)

@@ -307,3 +307,24 @@ func TestE2EPingNoHeaderBeforeError(t *testing.T) {
 	}
 	oneStderrLine(t, p)
 }
+
+// TestE2EBenchAddrList (#12 item 7): bench takes the --addr list every
+// command takes (a comma-separated list, the first answering server or the
+// cluster's leader), and -o json works.
+func TestE2EBenchAddrList(t *testing.T) {
+	e := newE2E(t, nil)
+	addr := strings.TrimPrefix(e.env[0], "TICKETING_ADDR=")
+	dead := hp("127.0.0.1", freePorts(t, 1)[0])
+	p := e.expect(0, "bench", "--addr", dead+","+addr, "--duration", "0.5s", "--conns", "1", "--pipeline", "1", "--keys", "10", "--progress=false", "--server-stats=false", "-o", "json")
+	var res struct {
+		Addr     string            `json:"addr"`
+		Outcomes map[string]uint64 `json:"outcomes"`
+	}
+	if err := json.Unmarshal([]byte(p.out.String()), &res); err != nil {
+		t.Fatalf("bench -o json: %v: %s", err, p.out.String())
+	}
+	if res.Addr != addr || res.Outcomes["G"] == 0 {
+		t.Errorf("bench drove %s with outcomes %v, want %s with grants", res.Addr, res.Outcomes, addr)
+	}
+	oneStderrLine(t, e.expect(ExitUsage, "bench", "--addr", "127.0.0.1:74700", "--duration", "0.5s"))
+}
