@@ -133,7 +133,7 @@ class Driver
     when Ticketing::NotHolder then ["not_holder", nil]
     when Ticketing::InvalidArgument then ["invalid", err.code_number]
     when Ticketing::ServerError then ["invalid", err.code_number]
-    when Ticketing::AuthenticationError then ["auth", nil]
+    when Ticketing::AuthenticationError then ["auth", err.code_number]
     when Ticketing::TLSError then ["tls", nil]
     when Ticketing::ConnectionError then ["connect", nil]
     when Ticketing::ClosedError then ["closed", nil]

@@ -501,10 +501,17 @@ module Ticketing
     # max_inflight slot until slot_give_up. Returns :ok or :noslot; raises
     # ConnectionError or ClosedError.
     def send_call(call, give_up, slot_give_up)
+      waited = false
       loop do
         gen = @mu.synchronize { @gen }
         raise ClosedError, "client closed" if @closed
 
+        if waited && call.op == Wire::OP_ACQUIRE && call.counts
+          # Time spent waiting for a connection or a slot comes out of the
+          # wait the request carries: wait bounds the whole call.
+          rem = [((slot_give_up - Ticketing.now) * 1000).floor, 0].max
+          call.arg2 = rem if rem < call.arg2
+        end
         r = try_enqueue(call)
         return :ok if r == :ok
 
@@ -518,6 +525,7 @@ module Ticketing
         Thread.handle_interrupt(Object => :immediate) do
           @mu.synchronize { @cv.wait(@mu, left) if @gen == gen && !@closed }
         end
+        waited = true
       end
     end
 
@@ -525,8 +533,11 @@ module Ticketing
       err = @mu.synchronize { @last_err }
       return ConnectionError.new("no connection to any server within #{@connect_timeout}s") unless err
 
-      klass = err.is_a?(AuthenticationError) || err.is_a?(TLSError) ? err.class : ConnectionError
-      klass.new("no connection to any server: #{err.message}")
+      msg = "no connection to any server: #{err.message}"
+      return AuthenticationError.new(msg, err.code_number) if err.is_a?(AuthenticationError)
+      return TLSError.new(msg) if err.is_a?(TLSError)
+
+      ConnectionError.new(msg)
     end
 
     def make_leader(ep)
@@ -572,7 +583,7 @@ module Ticketing
 
         err = @mu.synchronize { @last_err }
         if @pool.conns.all? { |c| c.failures.positive? } && (err.is_a?(AuthenticationError) || err.is_a?(TLSError) || err.is_a?(ProtocolError))
-          raise err.class, err.message
+          raise err
         end
 
         left = limit - Ticketing.now

@@ -222,7 +222,9 @@ module Ticketing
           @taken = @seq
         end
         begin
-          sock.write(data)
+          # A close by another thread interrupts this write with an IOError;
+          # take it here (callers mask interrupts until they wait).
+          Thread.handle_interrupt(IOError => :immediate) { sock.write(data) }
         rescue StandardError => e
           kill(sock, e)
         end
@@ -353,7 +355,7 @@ module Ticketing
         name = Wire.code_name(w.code)
         if [10, 11].include?(w.code)
           hint = w.code == 11 && token.empty? && hello.tokens_configured? ? " (the server requires a token and none is configured)" : ""
-          raise AuthenticationError, "#{@addr} rejected the handshake: #{name}#{hint}"
+          raise AuthenticationError.new("#{@addr} rejected the handshake: #{name}#{hint}", w.code)
         end
         raise ConnectionError, "#{@addr} rejected the connection: #{name}"
       end

@@ -32,8 +32,16 @@ module Ticketing
   # A release was answered N: the key is free or held under another token.
   class NotHolder < Error; end
 
-  # REJECT AUTH_FAILED / BAD_HANDSHAKE, or the server failed to prove the token.
-  class AuthenticationError < Error; end
+  # REJECT AUTH_FAILED / BAD_HANDSHAKE (#code_number 11 / 10), or the server
+  # failed to prove the token (#code_number nil).
+  class AuthenticationError < Error
+    attr_reader :code_number
+
+    def initialize(msg = nil, code_number = nil)
+      @code_number = code_number
+      super(msg)
+    end
+  end
 
   # TLS handshake or certificate verification failed.
   class TLSError < Error; end
