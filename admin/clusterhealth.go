@@ -145,6 +145,9 @@ func nodeProblems(v *ClusterView, h *NodeHealth, clock *wire.ClockStatus, cfg Cl
 	add := func(format string, a ...any) { ps = append(ps, fmt.Sprintf(format, a...)) }
 	st := h.Status
 	switch {
+	case st != nil && st.Role == wire.NodeRemoved:
+		add("removed from the cluster configuration: %s", orDefault(st.Reason, "it says so"))
+		return ps, nil
 	case !h.Member:
 		if st == nil {
 			add("unreachable: %s", errLine(h.Err))

@@ -312,9 +312,22 @@ func (b *raftBackend) cancel(c *conn, _ int64, req *wire.Request) {
 
 // serving answers M (naming the leader, if known) when this node is not the
 // serving leader. (Even while it drains: the request can go to the leader.)
+//
+// A node that learned it was removed from the configuration answers
+// B NO_QUORUM to A and U NO_QUORUM to R and C instead (issue #13): no
+// leader will ever name it again, and M with no address would send clients
+// round in circles.
 func (b *raftBackend) serving(c *conn, req *wire.Request) bool {
 	if b.node.Serving() {
 		return true
+	}
+	if b.node.Removed() {
+		st := wire.StatusUnknown
+		if req.Op == wire.OpAcquire {
+			st = wire.StatusBusy
+		}
+		c.wbuf = wire.AppendStatus(c.wbuf, st, wire.CodeNoQuorum, req.ReqID)
+		return false
 	}
 	b.s.lastMoved.Store(b.s.nanotime())
 	c.wbuf = wire.AppendMoved(c.wbuf, req.ReqID, b.node.LeaderClientAddr())

@@ -23,6 +23,7 @@ const (
 	NodeLeader   = "leader"
 	NodeFollower = "follower"
 	NodeLearner  = "learner"
+	NodeRemoved  = "removed" // this node learned it was removed from the configuration
 )
 
 // Locks query bounds (§8).

@@ -117,6 +117,8 @@ type Node struct {
 	leaderStart atomic.Int64  // wall ns when this node started serving as leader
 	lostGen     atomic.Uint64 // counts completed onLost calls (Handover waits for one)
 	memberMu    sync.Mutex    // one membership change at a time
+	removed     atomic.Bool   // learned it was removed from the configuration (removed.go)
+	removedWhy  atomic.Value  // string: how it learned
 	closeOnce   sync.Once
 	done        chan struct{}
 	wg          sync.WaitGroup
@@ -175,7 +177,8 @@ func New(cfg Config, out locktable.Sink, onLost func(clean bool)) (*Node, error)
 			return nil, err
 		}
 	}
-	n.wg.Add(3)
+	n.wg.Add(4)
+	go n.removalLoop()
 	go n.leadershipLoop()
 	go n.prop.run()
 	go n.snapshotLoop()
@@ -699,6 +702,9 @@ func (n *Node) transfer(id string) error {
 
 // nodeRole names this node's raft role for status and members.
 func (n *Node) nodeRole() string {
+	if n.removed.Load() {
+		return wire.NodeRemoved
+	}
 	switch n.raft.State() {
 	case raft.Leader:
 		return wire.NodeLeader
