@@ -34,7 +34,7 @@ func (t *Table) Locks(now int64, prefix string, fn func(LockInfo) bool) {
 		if !strings.HasPrefix(st.key, prefix) {
 			continue
 		}
-		li := LockInfo{Key: st.key, Token: st.token, QueueDepth: st.depth}
+		li := LockInfo{Key: st.key, Token: st.token, QueueDepth: int(st.depth)}
 		if r := st.lease.at - now; r > 0 {
 			li.LeaseRemainingMS = r / 1e6
 		}

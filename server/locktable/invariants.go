@@ -40,7 +40,7 @@ func (t *Table) CheckInvariants() error {
 			return fmt.Errorf("keys %q and %q hold the same token %d", other, k, st.token)
 		}
 		tokens[st.token] = k
-		if !t.armed(&st.lease) || st.lease.st != st || st.lease.w != nil {
+		if !t.armed(&st.lease) || st.lease.w != nil || st.lease.st() != st {
 			return fmt.Errorf("key %q: held without its lease armed", k)
 		}
 		n := 0
@@ -56,7 +56,7 @@ func (t *Table) CheckInvariants() error {
 			if t.waiters[w.owner] != w {
 				return fmt.Errorf("key %q: waiter %v not indexed by owner", k, w.owner)
 			}
-			if !t.armed(&w.wait) || w.wait.w != w || w.wait.st != nil {
+			if !t.armed(&w.wait) || w.wait.w != w {
 				return fmt.Errorf("key %q: waiter %v without its wait armed", k, w.owner)
 			}
 			if prev != nil && prev.wait.seq >= w.wait.seq {
@@ -67,7 +67,7 @@ func (t *Table) CheckInvariants() error {
 		if st.tail != prev {
 			return fmt.Errorf("key %q: bad tail", k)
 		}
-		if n != st.depth {
+		if n != int(st.depth) {
 			return fmt.Errorf("key %q: depth %d, queue has %d", k, st.depth, n)
 		}
 		waiters += n
@@ -125,7 +125,7 @@ func (t *Table) CheckInvariants() error {
 		if x.idx != i {
 			return fmt.Errorf("timer %d has idx %d", i, x.idx)
 		}
-		if (x.st == nil) == (x.w == nil) {
+		if x.w != nil && &x.w.wait != x {
 			return fmt.Errorf("timer %d is neither a lease nor a wait", i)
 		}
 		if i > 0 && t.timers.less(i, (i-1)/2) {

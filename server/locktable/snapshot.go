@@ -71,7 +71,7 @@ func (t *Table) Restore(s State) error {
 		st := t.newState([]byte(ks.Key))
 		t.activate()
 		st.token, st.holder, st.grant = ks.Token, ks.Holder, ks.Grant
-		st.lease.at, st.lease.st = ks.Deadline, st
+		st.lease.at = ks.Deadline
 		t.arm(&st.lease)
 		for _, ws := range ks.Waiters {
 			if t.waiters[ws.Owner] != nil {
@@ -121,7 +121,8 @@ func (t *Table) dueFrom(i int, now int64, fn func(Due) bool) bool {
 	if x.w != nil {
 		d = Due{Kind: DueWait, Key: x.w.st.key, Owner: x.w.owner, At: x.at}
 	} else {
-		d = Due{Kind: DueLease, Key: x.st.key, Token: x.st.token, At: x.at, Grant: x.st.grant}
+		st := x.st()
+		d = Due{Kind: DueLease, Key: st.key, Token: st.token, At: x.at, Grant: st.grant}
 	}
 	if !fn(d) {
 		return false
@@ -135,7 +136,7 @@ func (t *Table) dueFrom(i int, now int64, fn func(Due) bool) bool {
 // when delta ≥ 0.
 func (t *Table) ShiftLeases(delta int64) {
 	for _, x := range t.timers.items {
-		if x.st != nil {
+		if x.w == nil { // a lease
 			x.at += delta
 		}
 	}

@@ -1,12 +1,27 @@
 package locktable
 
-// timer is one armed deadline: a holder's lease (st set) or a waiter's wait (w set).
+import "unsafe"
+
+// timer is one armed deadline: a waiter's wait (w set) or a holder's lease
+// (w nil: the timer is the lease field of its lockState, found by st()).
+// Leaving out a back pointer to the lockState keeps a held lock at 112 bytes
+// of state, the 112-byte size class instead of 128 (issue #21).
 type timer struct {
 	at  int64  // deadline, ns
 	seq uint64 // arm order: equal deadlines fire in the order they were armed
 	idx int    // position in the heap; -1 when not armed
-	st  *lockState
 	w   *waiter
+}
+
+// leaseOffset is the offset of the lease timer inside a lockState.
+const leaseOffset = unsafe.Offsetof(lockState{}.lease)
+
+// st returns the lockState whose lease x is. x must be a lease timer (w nil):
+// every lease timer is the lease field of a lockState, so stepping back by
+// the field's offset stays inside that one allocation (unsafe.Pointer rule 3;
+// checkptr under -race verifies it).
+func (x *timer) st() *lockState {
+	return (*lockState)(unsafe.Add(unsafe.Pointer(x), -int(leaseOffset)))
 }
 
 // timerHeap is an indexed binary min-heap of deadlines, so a release or a
