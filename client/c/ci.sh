@@ -76,7 +76,10 @@ test)
   fi
   echo "== AddressSanitizer + UBSan tests"
   build "$here/build-asan" -DTK_SANITIZE=ON
-  ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1 ctest --test-dir "$here/build-asan" -j"$JOBS" --output-on-failure 2>&1 | tail -n 30
+  if ! ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1 ctest --test-dir "$here/build-asan" -j"$JOBS" --output-on-failure >"$tmp/asan.log" 2>&1; then
+    cat "$tmp/asan.log"; exit 1
+  fi
+  tail -n 3 "$tmp/asan.log"
   echo "== tests (ctest)"
   ctest --test-dir "$here/build" -j"$JOBS" --output-on-failure
   ;;

@@ -1055,10 +1055,14 @@ static void op_step(tk_op *op) {
     if (op->kind == K_ACQUIRE && op->wait > 0 && (op->ever_sent || now > op->start + MS)) {
         /* the wait bounds the whole call: time spent connecting or retrying counts */
         if (op->budget_end < now + MS) {
-            op_finish(op, TK_TIMEOUT, 0, NULL);
-            return;
+            if (op->ever_sent) {
+                op_finish(op, TK_TIMEOUT, 0, NULL);
+                return;
+            }
+            op->wait = 0; /* still connecting after the wait: one last try, never queued */
+        } else {
+            op->wait = (uint32_t)((op->budget_end - now) / MS);
         }
-        op->wait = (uint32_t)((op->budget_end - now) / MS);
     }
     call *c = calloc(1, sizeof *c);
     if (!c) {
