@@ -189,6 +189,8 @@ func (s *Server) Status() wire.StatusReply {
 		st.CanGrant, st.Reason = false, "at max_connections"
 	case s.node != nil && s.node.Removed():
 		st.CanGrant, st.Reason = false, "removed from the cluster configuration ("+s.node.RemovedReason()+"): rejoin under a new id"
+	case s.node != nil && s.AdvertiseError() != "":
+		st.CanGrant, st.Reason = false, s.AdvertiseError()
 	case s.node != nil && st.Leader == "":
 		st.CanGrant, st.Reason = false, "no leader"
 	case s.node != nil && st.Role == wire.NodeLeader && !s.node.Serving():

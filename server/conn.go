@@ -124,6 +124,7 @@ func (c *conn) handshake() bool {
 		c.nc.Close()
 		return false
 	}
+	s.noteHello(&hello.Nonce)
 	if s.cfg.tokensConfigured() {
 		hello.Flags = wire.HelloFlagTokens
 	}

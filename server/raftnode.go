@@ -179,8 +179,9 @@ func (s *Server) startCluster(ctx context.Context) error {
 	rb.node = node
 	s.node = node
 	s.lock = rb
-	s.wg.Add(1)
+	s.wg.Add(2)
 	go s.servePeers(ln)
+	go s.checkAdvertise(cc.Advertise)
 	return nil
 }
 

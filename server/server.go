@@ -71,13 +71,15 @@ type Server struct {
 	incarnation uint32
 	limits      locktable.Limits
 
-	errorsCount atomic.Uint64
-	busyExtra   atomic.Uint64 // B answered by the server itself (draining, max_inflight)
-	draining    atomic.Bool
-	lastMoved   atomic.Int64 // nanotime of the last lock request answered M (cluster)
-	closed      chan struct{}
-	closeOnce   sync.Once
-	wg          sync.WaitGroup // accept loop, timers, connections
+	errorsCount  atomic.Uint64
+	busyExtra    atomic.Uint64 // B answered by the server itself (draining, max_inflight)
+	draining     atomic.Bool
+	lastMoved    atomic.Int64 // nanotime of the last lock request answered M (cluster)
+	closed       chan struct{}
+	hellos       helloNonces  // nonces sent while the advertise self-check runs
+	advertiseErr atomic.Value // string: why the advertised address does not reach this node
+	closeOnce    sync.Once
+	wg           sync.WaitGroup // accept loop, timers, connections
 }
 
 // Start validates cfg, opens the listener (and metrics listener) and serves
