@@ -301,7 +301,7 @@ namespace Ticketing
                 if (code == Code.AuthFailed || code == Code.BadHandshake)
                 {
                     var hint = code == Code.AuthFailed && token.Length == 0 && (flags & 1) != 0 ? " (the server requires a token and none is configured)" : "";
-                    throw new AuthenticationException(Addr + " rejected the handshake: " + code + hint);
+                    throw new AuthenticationException(Addr + " rejected the handshake: " + code + hint, null, code);
                 }
                 throw new TicketingConnectionException(Addr + " rejected the connection: " + code);
             }

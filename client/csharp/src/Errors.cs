@@ -46,8 +46,15 @@ namespace Ticketing
     /// <summary>Wrong or missing token, or the server failed to prove the token (an impostor).</summary>
     public class AuthenticationException : TicketingException
     {
+        /// <summary>The REJECT code (AuthFailed, BadHandshake), or null when the server failed its proof.</summary>
+        public Code? Code { get; private set; }
         /// <summary>Creates it.</summary>
-        public AuthenticationException(string message, Exception inner = null) : base(message, inner) { }
+        public AuthenticationException(string message, Exception inner = null, Code? code = null) : base(message, inner)
+        {
+            Code = code;
+            var a = inner as AuthenticationException;
+            if (code == null && a != null) Code = a.Code;
+        }
     }
 
     /// <summary>No connection to any server within the budget; nothing was sent.</summary>

@@ -522,10 +522,12 @@ namespace Ticketing
         /// <summary>Queues c, waiting for a connection until giveUp or a free slot until slotGiveUp.</summary>
         void Send(Call c, long giveUp, long slotGiveUp, CancellationToken ct)
         {
+            bool waited = false;
             while (true)
             {
                 long g = Interlocked.Read(ref gen);
                 if (closed) throw new ObjectDisposedException("TicketingClient");
+                if (waited) ShortenWait(c, slotGiveUp);
                 var r = TryEnqueue(c);
                 if (r == Enq.Ok) return;
                 long left = (r == Enq.Full ? slotGiveUp : giveUp) - Clock.Now;
@@ -535,7 +537,19 @@ namespace Ticketing
                     throw ConnectError();
                 }
                 WaitChange(g, Clock.Span(left), ct);
+                waited = true;
             }
+        }
+
+        /// <summary>
+        /// Time spent waiting for a connection or a slot comes out of the wait the acquire
+        /// carries: wait bounds the whole call, connecting included.
+        /// </summary>
+        static void ShortenWait(Call c, long slotGiveUp)
+        {
+            if (c.Op != Wire.OpAcquire || !c.Counts) return;
+            double rem = Math.Max(0, Math.Floor(Clock.Ms(slotGiveUp - Clock.Now)));
+            if (rem < c.A2) c.A2 = (uint)rem;
         }
 
         bool SendAsyncReady(Call c, long giveUp, long slotGiveUp, CancellationToken ct)
@@ -552,6 +566,7 @@ namespace Ticketing
                 Task changed;
                 lock (mu) changed = ChangeTask();
                 if (closed) throw new ObjectDisposedException("TicketingClient");
+                ShortenWait(c, slotGiveUp); // the fast path already failed once: time has passed
                 var r = TryEnqueue(c);
                 if (r == Enq.Ok) return;
                 long left = (r == Enq.Full ? slotGiveUp : giveUp) - Clock.Now;
