@@ -8,7 +8,7 @@ LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.dat
 FUZZTIME ?= 60s
 
 .PHONY: build run demo test test-short lint fuzz bench bench-smoke e2e clean image release man completions \
-	drivers test-clients test-client test-lang-suites bench-clients
+	drivers test-clients test-client test-lang-suites bench-clients deps
 
 # Deployment artifacts (docs/operations.md).
 DIST      ?= dist
@@ -27,9 +27,10 @@ run: build
 demo:
 	scripts/demo.sh
 
-# The README's test command: vet, every Go test under the race detector,
-# then each present client's own suite and the cross-language matrix.
-test:
+# The README's test command: the client toolchains (deps), vet, every Go
+# test under the race detector, then each client's own suite and the
+# cross-language matrix.
+test: deps
 	$(GO) vet $(PKGS)
 	$(GO) test -race -count=1 -timeout 20m $(PKGS)
 	$(MAKE) test-lang-suites
@@ -46,6 +47,14 @@ SEL_LANGS = $(if $(LANGS),$(subst $(comma), ,$(LANGS)),$(CLIENT_LANGS))
 define ci_for
 ci=client/$$l/ci.sh; [ -f $$ci ] || case $$l in kotlin) ci=client/java/ci.sh;; cpp) ci=client/c/ci.sh;; esac
 endef
+
+# Installs every client's toolchain (client/<lang>/ci.sh install: Debian
+# packages as root, registry packages); idempotent, quick when all is there.
+# NO_DEPS=1 skips it (a machine set up by hand).
+deps:
+	@[ -n "$(NO_DEPS)" ] || for ci in client/*/ci.sh; do \
+	  echo "== deps: $$ci install"; bash $$ci install || { echo "deps: $$ci install failed"; exit 1; }; \
+	done
 
 # Builds the driver of every selected language whose toolchain is present.
 drivers:
