@@ -214,6 +214,14 @@ func (s *Server) Locks(prefix string, limit int) wire.LocksReply {
 				Key: li.Key, Token: li.Token, LeaseRemainingMS: li.LeaseRemainingMS,
 				QueueDepth: li.QueueDepth, OldestWaiterAgeMS: li.OldestWaiterAgeMS,
 			}
+			if s.node != nil {
+				// As the cluster enforces it (issue #13): an inherited
+				// lease by the InheritedDeadline rule.
+				if grant, at, ok := t.HolderTimes(li.Key); ok {
+					d := s.node.EnforcedDeadline(grant, at)
+					e.LeaseRemainingMS = max(d-now, 0) / 1e6
+				}
+			}
 			if h.Len() < limit {
 				heap.Push(h, e)
 			} else if before(e, (*h)[0]) {
@@ -227,7 +235,12 @@ func (s *Server) Locks(prefix string, limit int) wire.LocksReply {
 	for i := len(out) - 1; i >= 0; i-- {
 		out[i] = heap.Pop(h).(wire.LockEntry)
 	}
-	return wire.LocksReply{Total: total, Truncated: total > len(out), Locks: out}
+	unverified := false
+	if s.node != nil && s.node.Serving() {
+		ok, _ := s.node.ClockHealthy()
+		unverified = !ok
+	}
+	return wire.LocksReply{Total: total, Truncated: total > len(out), Locks: out, ClockUnverified: unverified}
 }
 
 // before is the `locks` order: deeper queue first, then key ascending.

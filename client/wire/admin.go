@@ -147,6 +147,10 @@ type LocksReply struct {
 	Total     int         `json:"total"`
 	Truncated bool        `json:"truncated"`
 	Locks     []LockEntry `json:"locks"`
+	// ClockUnverified: this node is a cluster leader whose clock is not
+	// verified within max_clock_skew: lease_remaining_ms is as it will
+	// enforce it, which may differ from the holder's own deadline.
+	ClockUnverified bool `json:"clock_unverified,omitempty"`
 }
 
 // TimeReply is the reply to `time`.

@@ -99,6 +99,9 @@ func runLocks(ctx context.Context, ios *IO, opts *LocksOptions) error {
 	if lr.Truncated {
 		fmt.Fprintf(ios.ErrOut, "showing %d of %d keys (--limit, --prefix)\n", len(lr.Locks), lr.Total)
 	}
+	if lr.ClockUnverified {
+		fmt.Fprintln(ios.ErrOut, "clock unverified: the leader's clock is not verified within max_clock_skew; LEASE LEFT is as it will enforce it")
+	}
 	return nil
 }
 
@@ -128,6 +131,8 @@ type locksJSON struct {
 	Total     int             `json:"total"`
 	Truncated bool            `json:"truncated"`
 	Locks     []lockEntryJSON `json:"locks"`
+	// ClockUnverified is the reply's clock_unverified.
+	ClockUnverified bool `json:"clock_unverified,omitempty"`
 }
 
 type lockEntryJSON struct {
@@ -139,7 +144,7 @@ type lockEntryJSON struct {
 }
 
 func locksOut(lr wire.LocksReply) locksJSON {
-	out := locksJSON{Total: lr.Total, Truncated: lr.Truncated, Locks: make([]lockEntryJSON, 0, len(lr.Locks))}
+	out := locksJSON{Total: lr.Total, Truncated: lr.Truncated, ClockUnverified: lr.ClockUnverified, Locks: make([]lockEntryJSON, 0, len(lr.Locks))}
 	for _, e := range lr.Locks {
 		out.Locks = append(out.Locks, lockEntryJSON{
 			Key: e.Key, Token: strconv.FormatUint(e.Token, 10), LeaseRemainingMS: e.LeaseRemainingMS,

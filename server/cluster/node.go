@@ -529,6 +529,20 @@ func (n *Node) runTimers(ctx context.Context) {
 	}
 }
 
+// EnforcedDeadline is when this node, as the serving leader, expires a lease
+// granted at grant with the recorded deadline at (both ns): for a lease
+// inherited from an earlier leader, InheritedDeadline (with this leader's
+// clock health); otherwise at. On a node that does not serve it is at (the
+// leader enforces).
+func (n *Node) EnforcedDeadline(grant, at int64) int64 {
+	start := n.leaderStart.Load()
+	if n.serving.Load() && grant < start {
+		healthy, _ := n.clock.Healthy()
+		return InheritedDeadline(grant, at, start, int64(n.cfg.MaxClockSkew), healthy)
+	}
+	return at
+}
+
 // InheritedDeadline is when a leader that started serving at leaderStart
 // expires a lease granted at grant (by an earlier leader's clock) whose
 // deadline was at: with verified clocks, at + maxSkew (a lease is extended

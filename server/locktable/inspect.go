@@ -59,6 +59,16 @@ func (t *Table) Holder(key string) (token uint64, leaseDeadline int64, ok bool) 
 	return st.token, st.lease.at, true
 }
 
+// HolderTimes returns when key's holder was granted and its recorded lease
+// deadline (ns), or ok == false when the key is free.
+func (t *Table) HolderTimes(key string) (grant, leaseDeadline int64, ok bool) {
+	st := t.keys[key]
+	if st == nil || st.token == 0 {
+		return 0, 0, false
+	}
+	return st.grant, st.lease.at, true
+}
+
 // QueueOf returns the owners queued on key, head first.
 func (t *Table) QueueOf(key string) []Owner {
 	st := t.keys[key]
