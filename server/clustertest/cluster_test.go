@@ -28,9 +28,19 @@ func TestClusterAcquireReleaseAndMoved(t *testing.T) {
 			continue
 		}
 		fc := servertest.Dial(t, n.Client, servertest.Options{})
-		r := fc.Acquire("k", 10000, 0)
-		if r.Status != wire.StatusMoved || string(r.Payload) != l.Client {
-			t.Fatalf("follower %s: %s, want M %s", n.ID, servertest.Describe(r), l.Client)
+		// A follower that has not heard from the new leader yet answers
+		// M with no address (allowed, protocol.md §7); it must name the
+		// leader soon after.
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			r := fc.Acquire("k", 10000, 0)
+			if r.Status == wire.StatusMoved && string(r.Payload) == l.Client {
+				break
+			}
+			if r.Status != wire.StatusMoved || len(r.Payload) != 0 || time.Now().After(deadline) {
+				t.Fatalf("follower %s: %s, want M %s", n.ID, servertest.Describe(r), l.Client)
+			}
+			time.Sleep(20 * time.Millisecond)
 		}
 	}
 	if r := cc.Release("k", tok); r.Status != wire.StatusReleased {

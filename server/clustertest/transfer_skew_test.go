@@ -31,8 +31,9 @@ func TestTransferRefusedToASkewedClock(t *testing.T) {
 			good = n
 		}
 	}
-	// Wait until the leader has measured the skew.
-	deadline := time.Now().Add(15 * time.Second)
+	// Wait until the leader has measured the skew (it samples about once a
+	// second; a generous bound for a loaded machine).
+	deadline := time.Now().Add(45 * time.Second)
 	for {
 		measured := false
 		for _, s := range l.Srv.ClusterNode().Info().Clock.Nodes {
