@@ -763,10 +763,14 @@ public final class TicketingClient implements AutoCloseable {
         private Call call;
         private boolean finished;
 
+        private boolean waitedForConnection; // guarded by this
+        private final boolean queues; // asked with a wait > 0
+
         AcquireOp(TicketingClient cl, byte[] key, long leaseMs, long waitMs) {
             this.key = key;
             this.leaseMs = leaseMs;
             this.waitMs = waitMs;
+            this.queues = waitMs > 0;
             long now = System.nanoTime();
             budgetEnd = now + TimeUnit.MILLISECONDS.toNanos(waitMs);
             connGiveUp = Math.max(budgetEnd, now + connectTimeoutNanos);
@@ -780,7 +784,17 @@ public final class TicketingClient implements AutoCloseable {
                 fail(new ClientClosedException("client closed"));
                 return;
             }
-            Call c = new Call(Wire.OP_ACQUIRE, key, (leaseMs << 32) | waitMs, waitMs > 0, this::onAnswer);
+            if (waitedForConnection && waitMs > 0) {
+                // Time spent waiting for a connection or a slot comes out of the
+                // wait the request carries: wait bounds the whole call.
+                long rem = Math.max(0, (budgetEnd - System.nanoTime()) / 1_000_000);
+                if (rem < waitMs) {
+                    waitMs = rem;
+                }
+            }
+            // Counts against max_inflight by the wait it was asked with, even once
+            // shortened to 0 (a slot is what it has been waiting for).
+            Call c = new Call(Wire.OP_ACQUIRE, key, (leaseMs << 32) | waitMs, waitMs > 0 || waitedForConnection && queues, this::onAnswer);
             int r = tryEnqueue(c);
             if (r == Conn.ENQ_OK) {
                 call = c;
@@ -791,6 +805,7 @@ public final class TicketingClient implements AutoCloseable {
                 fail(r == Conn.ENQ_FULL ? new AcquireTimeoutException("no free max_inflight slot within the wait") : connectError());
                 return;
             }
+            waitedForConnection = true;
             schedule(this::attempt, POLL_NANOS);
         }
 
