@@ -42,6 +42,8 @@ static class Bench
                     ",\"pairs_per_sec\":" + (pairs / took).ToString("F1", CultureInfo.InvariantCulture) + "}");
             }
         }
+        Console.Out.Flush();
+        Environment.Exit(0); // do not wait for background I/O threads winding down
         return 0;
     }
 }
