@@ -353,9 +353,7 @@ namespace Ticketing
             Exception cause = null;
             while (true)
             {
-                if (closed) throw new IndeterminateException("release " + Describe(st.Key) + ": the client was closed");
-                if (Clock.Now >= st.Deadline) throw new IndeterminateException(st.GiveUp(cause));
-                var c = new Call { Op = Wire.OpRelease, Key = st.Key, TokenArg = token };
+                var c = NextReleaseAttempt(st, cause);
                 try
                 {
                     if (!SendAsyncReady(c, st.Deadline, st.Deadline, ct)) await SendSlowAsync(c, st.Deadline, st.Deadline, ct).ConfigureAwait(false);
@@ -374,17 +372,11 @@ namespace Ticketing
                     if (c.Conn.Reown(c, Owner.Dropped, null)) throw new IndeterminateException(st.GiveUp(cause));
                     await c.Done.Task.ConfigureAwait(false);
                 }
-                if (c.Fail != Fail.None) cause = c.FailErr;
                 TimeSpan pause;
-                Exception err;
-                if (ReleaseOutcome(st, c, out pause, out err))
-                {
-                    if (err != null) throw err;
-                    return;
-                }
-                var remaining = Clock.Span(st.Deadline - Clock.Now) - TimeSpan.FromMilliseconds(10);
-                var d = pause < remaining ? pause : remaining;
-                if (d > TimeSpan.Zero) await Task.Delay(d, ct).ConfigureAwait(false);
+                if (Settle(st, c, ref cause, out pause)) return;
+                if (pause <= TimeSpan.Zero) continue;
+                try { await Task.Delay(pause, ct).ConfigureAwait(false); }
+                catch (OperationCanceledException) { releaser.Submit(st); throw; }
             }
         }
 
@@ -401,9 +393,7 @@ namespace Ticketing
             Exception cause = null;
             while (true)
             {
-                if (closed) throw new IndeterminateException("release " + Describe(st.Key) + ": the client was closed");
-                if (Clock.Now >= st.Deadline) throw new IndeterminateException(st.GiveUp(cause));
-                var c = new Call { Op = Wire.OpRelease, Key = st.Key, TokenArg = token };
+                var c = NextReleaseAttempt(st, cause);
                 try { Send(c, st.Deadline, st.Deadline, ct); }
                 catch (TicketingConnectionException e) { throw new IndeterminateException(st.GiveUp(e), e); }
                 catch (OperationCanceledException) { releaser.Submit(st); throw; }
@@ -415,18 +405,37 @@ namespace Ticketing
                     if (c.Conn.Reown(c, Owner.Dropped, null)) throw new IndeterminateException(st.GiveUp(cause));
                     c.Done.Task.Wait();
                 }
-                if (c.Fail != Fail.None) cause = c.FailErr;
                 TimeSpan pause;
-                Exception err;
-                if (ReleaseOutcome(st, c, out pause, out err))
-                {
-                    if (err != null) throw err;
-                    return;
-                }
-                var remaining = Clock.Span(st.Deadline - Clock.Now) - TimeSpan.FromMilliseconds(10);
-                var d = pause < remaining ? pause : remaining;
-                if (d > TimeSpan.Zero && ct.WaitHandle.WaitOne(d)) { releaser.Submit(st); ct.ThrowIfCancellationRequested(); }
+                if (Settle(st, c, ref cause, out pause)) return;
+                if (pause > TimeSpan.Zero && ct.WaitHandle.WaitOne(pause)) { releaser.Submit(st); ct.ThrowIfCancellationRequested(); }
             }
+        }
+
+        /// <summary>The next attempt of a caller's release, or why there is none (closed, window over).</summary>
+        Call NextReleaseAttempt(RelState st, Exception cause)
+        {
+            if (closed) throw new IndeterminateException("release " + Describe(st.Key) + ": the client was closed");
+            if (Clock.Now >= st.Deadline) throw new IndeterminateException(st.GiveUp(cause));
+            return new Call { Op = Wire.OpRelease, Key = st.Key, TokenArg = st.Token };
+        }
+
+        /// <summary>
+        /// Interprets an answered attempt of a caller's release: true when released (O), throws a
+        /// definite failure, else false with the pause before the next try (ending 10 ms before the
+        /// window does). cause keeps the last connection error for the give-up message.
+        /// </summary>
+        bool Settle(RelState st, Call c, ref Exception cause, out TimeSpan pause)
+        {
+            if (c.Fail != Fail.None) cause = c.FailErr;
+            Exception err;
+            if (ReleaseOutcome(st, c, out pause, out err))
+            {
+                if (err != null) throw err;
+                return true;
+            }
+            var remaining = Clock.Span(st.Deadline - Clock.Now) - TimeSpan.FromMilliseconds(10);
+            if (remaining < pause) pause = remaining;
+            return false;
         }
 
         internal sealed class RelState
