@@ -90,7 +90,7 @@ module Ticketing
           [c, @jobs.dup, p]
         end
         now = Ticketing.now
-        jobs.each { |j| j.next_at = now if poked && j.call.nil? && !j.st.woken && (j.st.woken = true) }
+        wake_idle_jobs(jobs, now) if poked
         completed.each do |call|
           j = call.job
           j.call = nil
@@ -131,6 +131,17 @@ module Ticketing
           left = wake_at ? wake_at - Ticketing.now : nil
           @cv.wait(@mu, left) if left.nil? || left.positive?
         end
+      end
+    end
+
+    # A new leader is known: each job waiting out a back-off tries again now,
+    # once per job (a leader that keeps changing cannot keep it busy).
+    def wake_idle_jobs(jobs, now)
+      jobs.each do |j|
+        next unless j.call.nil? && !j.st.woken
+
+        j.st.woken = true
+        j.next_at = now
       end
     end
 
