@@ -629,16 +629,17 @@ func (n *Node) Handover(id string) error {
 // has applied the most. A leader whose clock is off would extend or cut
 // leases by its skew (issue #13): leadership never moves to a clock this
 // leader measured beyond the bound, nor to one it could not measure.
-func (n *Node) transferTarget(id string) (string, error) {
+func (n *Node) transferTarget(id string) (raft.Server, error) {
 	samples := map[string]ClockSample{}
 	for _, s := range n.clock.Samples() {
 		samples[s.ID] = s
 	}
 	cf := n.raft.GetConfiguration()
 	if err := cf.Error(); err != nil {
-		return "", err
+		return raft.Server{}, err
 	}
-	best, bestApplied := "", uint64(0)
+	var best raft.Server
+	bestApplied := uint64(0)
 	for _, sv := range cf.Configuration().Servers {
 		sid := string(sv.ID)
 		if sid == n.cfg.NodeID || sv.Suffrage != raft.Voter {
@@ -648,19 +649,19 @@ func (n *Node) transferTarget(id string) (string, error) {
 		verified := ok && s.Err == "" && n.now().Sub(s.At) < clockStale && s.Bound <= n.cfg.MaxClockSkew
 		if id != "" && sid == id {
 			if !verified {
-				return "", fmt.Errorf("%w: refusing to hand leadership to %s: %s", ErrClockSkew, id, clockVerdict(s, ok, n.cfg.MaxClockSkew))
+				return raft.Server{}, fmt.Errorf("%w: refusing to hand leadership to %s: %s", ErrClockSkew, id, clockVerdict(s, ok, n.cfg.MaxClockSkew))
 			}
-			return id, nil
+			return sv, nil
 		}
-		if id == "" && verified && (best == "" || s.Applied > bestApplied) {
-			best, bestApplied = sid, s.Applied
+		if id == "" && verified && (best.ID == "" || s.Applied > bestApplied) {
+			best, bestApplied = sv, s.Applied
 		}
 	}
 	if id != "" {
-		return "", fmt.Errorf("%w: no voter %q", ErrMembership, id)
+		return raft.Server{}, fmt.Errorf("%w: no voter %q", ErrMembership, id)
 	}
-	if best == "" {
-		return "", fmt.Errorf("%w: no voter with a clock verified within %v to hand leadership to", ErrClockSkew, n.cfg.MaxClockSkew)
+	if best.ID == "" {
+		return raft.Server{}, fmt.Errorf("%w: no voter with a clock verified within %v to hand leadership to", ErrClockSkew, n.cfg.MaxClockSkew)
 	}
 	return best, nil
 }
@@ -682,28 +683,11 @@ func clockVerdict(s ClockSample, ok bool, bound time.Duration) string {
 // transfer hands leadership to id (any caught-up voter with a verified
 // clock when empty), bounded by TransferTimeout.
 func (n *Node) transfer(id string) error {
-	var f raft.Future
 	target, err := n.transferTarget(id)
 	if err != nil {
 		return err
 	}
-	id = target
-	{
-		var addr raft.ServerAddress
-		cf := n.raft.GetConfiguration()
-		if err := cf.Error(); err != nil {
-			return err
-		}
-		for _, s := range cf.Configuration().Servers {
-			if string(s.ID) == id {
-				addr = s.Address
-			}
-		}
-		if addr == "" {
-			return fmt.Errorf("%w: no member %q", ErrMembership, id)
-		}
-		f = n.raft.LeadershipTransferToServer(raft.ServerID(id), addr)
-	}
+	f := n.raft.LeadershipTransferToServer(target.ID, target.Address)
 	errc := make(chan error, 1)
 	go func() { errc <- f.Error() }()
 	select {
