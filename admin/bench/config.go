@@ -15,6 +15,7 @@
 package bench
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -89,6 +90,11 @@ type Config struct {
 	ProgressTTY   bool // rewrite one line with \r instead of printing lines
 
 	DialTimeout time.Duration
+
+	// FindLeader, when set, names the cluster's current leader: where the
+	// locks whose release was redirected (M without a leader's address)
+	// are released at the end.
+	FindLeader func(context.Context) (string, error)
 }
 
 // DefaultConfig returns the defaults of `ticketing bench`.

@@ -106,14 +106,17 @@ type Result struct {
 	HoldUS     int64   `json:"hold_us"`
 	Started    string  `json:"started"`
 
-	Seconds  float64           `json:"seconds"`
-	Ops      uint64            `json:"ops"` // acquires + releases answered
-	Acquires uint64            `json:"acquires"`
-	Releases uint64            `json:"releases"`
-	OpsPerS  float64           `json:"ops_per_sec"`
-	Outcomes map[string]uint64 `json:"outcomes"` // "G", "O", "T", "B:QUEUE_FULL", "E:BAD_KEY", "C:O", ...
-	Errors   uint64            `json:"errors"`
-	Writes   uint64            `json:"writes"` // the generator's write syscalls: Ops ÷ Writes is its mean batch
+	Seconds      float64           `json:"seconds"`
+	Ops          uint64            `json:"ops"`                     // completed: acquires answered G or T + releases answered O or N
+	Refused      uint64            `json:"refused"`                 // answered B, U or E: in outcomes, not in ops (they count toward --ops)
+	Redirects    uint64            `json:"redirects"`               // answered M (not the leader): never ops; the slot stops
+	RedirectedTo string            `json:"redirected_to,omitempty"` // the leader the last M named
+	Acquires     uint64            `json:"acquires"`
+	Releases     uint64            `json:"releases"`
+	OpsPerS      float64           `json:"ops_per_sec"`
+	Outcomes     map[string]uint64 `json:"outcomes"` // "G", "O", "T", "B:QUEUE_FULL", "E:BAD_KEY", "C:O", ...
+	Errors       uint64            `json:"errors"`
+	Writes       uint64            `json:"writes"` // the generator's write syscalls: Ops ÷ Writes is its mean batch
 
 	Latency        Latency `json:"latency"`         // every op, send → response
 	AcquireLatency Latency `json:"acquire_latency"` // acquires only (includes time queued)
@@ -165,6 +168,9 @@ func (r *Result) WriteText(w io.Writer) error {
 	fmt.Fprintf(&b, "  duration    %.2f s\n", r.Seconds)
 	fmt.Fprintf(&b, "  ops         %s (acquire %s, release %s)\n", group(r.Ops), group(r.Acquires), group(r.Releases))
 	fmt.Fprintf(&b, "  throughput  %s ops/s\n", group(uint64(r.OpsPerS+0.5)))
+	if r.Refused > 0 || r.Redirects > 0 {
+		fmt.Fprintf(&b, "  not ops     refused %s (B, U, E), redirected %s (M)\n", group(r.Refused), group(r.Redirects))
+	}
 	keys := make([]string, 0, len(r.Outcomes))
 	for k := range r.Outcomes {
 		keys = append(keys, k)

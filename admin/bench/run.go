@@ -56,6 +56,7 @@ type run struct {
 	held    []uint64 // try: the tokens of the keys held for the storm
 	workers []*worker
 	conns   []net.Conn
+	movedTo string // the leader an M named (redirects: this node was not, or no longer, the leader)
 }
 
 func newResult(cfg *Config) *Result {
@@ -172,6 +173,7 @@ func (r *run) measure(ctx context.Context) (elapsed time.Duration, cpu0, cpu1 cp
 		}
 		sh.phase.Store(1)
 		sh.ops.Store(0)
+		sh.refused.Store(0)
 		sh.errs.Store(0)
 		t0 = time.Now()
 		cpu0 = readCPU(cfg)
@@ -277,6 +279,11 @@ func (r *run) merge(elapsed time.Duration, cpu0, cpu1 cpuSample) *hdrhistogram.H
 		hist.Merge(w.hist)
 		acq.Merge(w.acqHist)
 		res.Ops += w.ops
+		res.Refused += w.refused
+		res.Redirects += w.redirects
+		if w.movedTo != "" {
+			r.movedTo = w.movedTo
+		}
 		res.Acquires += w.acquires
 		res.Releases += w.releases
 		res.Errors += w.errs
@@ -348,6 +355,10 @@ func (r *run) finish(ctx context.Context, acq *hdrhistogram.Histogram) {
 		_ = releaseKeys(ctx, cfg, 0, r.held)
 		r.held = nil
 	}
+	if res.Redirects > 0 {
+		res.RedirectedTo = r.movedTo
+		r.notes = append(r.notes, r.redirected(ctx))
+	}
 	if r.before != nil {
 		if after, err := queryStatus(ctx, cfg); err == nil {
 			a, b := after.Counters, r.before.Counters
@@ -372,6 +383,40 @@ func (r *run) finish(ctx context.Context, acq *hdrhistogram.Histogram) {
 	if len(r.notes) > 0 {
 		res.Note = joinNotes(r.notes)
 	}
+}
+
+// redirected releases, on the leader the M answers named, the locks whose
+// release met M, and says what happened.
+func (r *run) redirected(ctx context.Context) string {
+	var held []stranded
+	for _, w := range r.workers {
+		held = append(held, w.stranded...)
+	}
+	leader := "no leader known then"
+	if r.movedTo != "" {
+		leader = "the leader is " + r.movedTo
+	}
+	msg := fmt.Sprintf("%d requests were redirected (M: %s is not the leader; %s): not counted as ops, and each connection slot that got one stopped", r.res.Redirects, r.cfg.Addr, leader)
+	if len(held) == 0 {
+		return msg
+	}
+	// Release them on the leader: the one M named, else the one found
+	// (an election may still be running: retry for a while).
+	deadline := time.Now().Add(r.cfg.DialTimeout)
+	for addr := r.movedTo; ; {
+		if addr == "" && r.cfg.FindLeader != nil {
+			addr, _ = r.cfg.FindLeader(ctx)
+		}
+		if addr != "" && releaseStranded(ctx, r.cfg, addr, held) == nil {
+			return msg + fmt.Sprintf("; %d locks whose release was redirected were released on %s", len(held), addr)
+		}
+		if r.cfg.FindLeader == nil || time.Now().After(deadline) || ctx.Err() != nil {
+			break
+		}
+		addr = ""
+		time.Sleep(200 * time.Millisecond)
+	}
+	return msg + fmt.Sprintf("; %d locks whose release was redirected stay held until their lease (%v) runs out", len(held), r.cfg.Lease)
 }
 
 type cpuSample struct{ self, server float64 }

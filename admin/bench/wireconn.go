@@ -113,6 +113,29 @@ func releaseKeys(ctx context.Context, cfg *Config, from int, tokens []uint64) er
 	}, func(*wire.Response) {})
 }
 
+// releaseStranded releases held (key, token) pairs on addr, and fails
+// unless each was answered O or N.
+func releaseStranded(ctx context.Context, cfg *Config, addr string, held []stranded) error {
+	nc, _, err := dial(ctx, addr, cfg.Role, cfg.Token, cfg.DialTimeout)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	_ = nc.SetDeadline(time.Now().Add(cfg.DialTimeout))
+	var bad error
+	err = window(nc, len(held), func(b []byte, i int) []byte {
+		return appendReq(b, wire.OpRelease, uint32(i), &held[i].key, held[i].token)
+	}, func(r *wire.Response) {
+		if r.Status != wire.StatusReleased && r.Status != wire.StatusNotHolder && bad == nil {
+			bad = fmt.Errorf("bench: release on %s answered %c", addr, r.Status)
+		}
+	})
+	if err != nil {
+		return err
+	}
+	return bad
+}
+
 // window sends n requests built by enc with at most 4096 in flight and hands
 // every response to dec.
 func window(nc net.Conn, n int, enc func(b []byte, i int) []byte, dec func(*wire.Response)) error {

@@ -64,8 +64,9 @@ type shared struct {
 	leaseArg uint64 // acquire arg: wire.AcquireArg(lease_ms, wait_ms)
 	total    uint64 // slots over all connections
 	stop     atomic.Bool
-	phase    atomic.Int32 // 0 warmup, 1 measuring
-	ops      atomic.Uint64
+	phase    atomic.Int32  // 0 warmup, 1 measuring
+	ops      atomic.Uint64 // completed ops (G, T to an acquire; O, N to a release)
+	refused  atomic.Uint64 // B, U and E answers: not ops, but they count toward --ops
 	errs     atomic.Uint64
 	tokens   []uint64 // fill: token of each key
 
@@ -75,6 +76,14 @@ type shared struct {
 	// to others while it waited.
 	fifo     bool
 	maxToken atomic.Uint64
+}
+
+// stranded is a granted lock whose release reached a node that was no
+// longer the leader: still held there until it is released on the new
+// leader (finish does) or its lease runs out.
+type stranded struct {
+	key   [KeyLen]byte
+	token uint64
 }
 
 // worker drives one connection: all of its slots, one goroutine.
@@ -95,7 +104,11 @@ type worker struct {
 
 	hist      *hdrhistogram.Histogram // every op
 	acqHist   *hdrhistogram.Histogram // acquires only (wait for a queued one)
-	ops       uint64
+	ops       uint64                  // completed: G or T to an acquire, O or N to a release
+	refused   uint64                  // B, U, E: answered, not completed
+	redirects uint64                  // M: not the leader (the slot stops; never an op)
+	movedTo   string                  // the leader the last M named ("" = none known)
+	stranded  []stranded              // locks granted whose release was answered M
 	acquires  uint64
 	releases  uint64
 	outcomes  [256]uint64 // by status byte
@@ -281,25 +294,39 @@ func (w *worker) handle(r *wire.Response, now int64) error {
 		return fmt.Errorf("%w: %c to req_id %d", errProtocol, r.Status, id)
 	}
 	s := &w.slots[id]
+	if r.Status == wire.StatusMoved {
+		return w.moved(s, r)
+	}
 	lat := max(now-s.sentAt, histMin)
 	if lat > histMax {
 		lat = histMax
 	}
 	w.outcomes[r.Status]++
+	w.inflight--
+	completed := true
 	switch r.Status {
 	case wire.StatusBusy:
 		w.busy[r.Code&31]++
+		completed = false
+	case wire.StatusUnknown:
+		completed = false
 	case wire.StatusError:
 		w.errCodes[r.Code&31]++
 		w.errs++
+		completed = false
 	}
-	w.ops++
-	w.inflight--
-	_ = w.hist.RecordValue(lat)
+	if completed {
+		w.ops++
+		_ = w.hist.RecordValue(lat)
+	} else {
+		w.refused++
+	}
 	switch s.state {
 	case slotAcquire:
-		w.acquires++
-		_ = w.acqHist.RecordValue(lat)
+		if completed {
+			w.acquires++
+			_ = w.acqHist.RecordValue(lat)
+		}
 		if r.Status == wire.StatusGranted {
 			s.token = r.Value
 			if w.sh.fifo {
@@ -317,11 +344,35 @@ func (w *worker) handle(r *wire.Response, now int64) error {
 		}
 		w.sendAcquire(int(id))
 	case slotRelease:
-		w.releases++
+		if completed {
+			w.releases++
+		}
 		w.sendAcquire(int(id))
 	default:
 		return fmt.Errorf("%w: %c to req_id %d, which has nothing in flight", errProtocol, r.Status, id)
 	}
+	return nil
+}
+
+// moved handles M (this node is not the leader): not an op, and the slot
+// stops rather than repeat requests the node will only redirect. A release
+// that met M leaves its lock held on the leader: it is remembered for
+// finish to release there.
+func (w *worker) moved(s *slot, r *wire.Response) error {
+	switch s.state {
+	case slotAcquire:
+	case slotRelease:
+		w.stranded = append(w.stranded, stranded{key: s.key, token: s.token})
+	default:
+		return fmt.Errorf("%w: M to req_id %d, which has nothing in flight", errProtocol, r.ReqID)
+	}
+	w.outcomes[wire.StatusMoved]++
+	w.redirects++
+	w.inflight--
+	if len(r.Payload) > 0 && string(r.Payload) != w.movedTo {
+		w.movedTo = string(r.Payload)
+	}
+	s.state = slotDone
 	return nil
 }
 
@@ -380,7 +431,7 @@ func (w *worker) flush() error {
 func (w *worker) resetStats() {
 	w.hist.Reset()
 	w.acqHist.Reset()
-	w.ops, w.acquires, w.releases, w.errs, w.cancelO, w.cancelN, w.overtook, w.maxQueued, w.writes = 0, 0, 0, 0, 0, 0, 0, 0, 0
+	w.ops, w.refused, w.redirects, w.acquires, w.releases, w.errs, w.cancelO, w.cancelN, w.overtook, w.maxQueued, w.writes = 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0
 	clear(w.outcomes[:])
 	clear(w.busy[:])
 	clear(w.errCodes[:])
@@ -404,7 +455,7 @@ func (w *worker) run() error {
 		now := mono()
 		if n > 0 {
 			r += n
-			before, errsBefore := w.ops, w.errs
+			before, refusedBefore, errsBefore := w.ops, w.refused, w.errs
 			used, perr := w.process(w.rbuf[:r], now)
 			r = copy(w.rbuf, w.rbuf[used:r])
 			if perr != nil {
@@ -414,8 +465,17 @@ func (w *worker) run() error {
 				w.phase = ph
 				w.resetStats()
 			} else if w.phase == 1 {
-				if d := w.ops - before; d > 0 {
-					if w.sh.ops.Add(d) >= w.sh.cfg.Ops && w.sh.cfg.Ops > 0 {
+				d, dr := w.ops-before, w.refused-refusedBefore
+				if d > 0 || dr > 0 {
+					// Refusals count toward --ops (a refusing server
+					// cannot keep the run going), not as ops.
+					n := w.sh.ops.Add(d)
+					if dr > 0 {
+						n += w.sh.refused.Add(dr)
+					} else {
+						n += w.sh.refused.Load()
+					}
+					if w.sh.cfg.Ops > 0 && n >= w.sh.cfg.Ops {
 						w.sh.stop.Store(true)
 					}
 				}

@@ -34,8 +34,13 @@ Modes:
   fill   acquire every key once and keep it held (memory per held key with
          --server-pid); released at the end unless --keep
 
-An acquire and a release each count as one op. Keys are 16 bytes, so every
-request is 32 bytes and every answer 16 (the floor server's shapes, see
+An acquire answered G or T and a release answered O or N each count as one
+op. Refusals (B, U, E) are counted apart (they count toward --ops, so a
+refusing server cannot keep the run going); a redirect (M: the node is not,
+or no longer, the leader) is never an op, and the connection slot that got
+it stops (a release it interrupted is redone on the leader at the end).
+Exit 1 when no acquire was granted. Keys are 16 bytes, so every request is
+32 bytes and every answer 16 (the floor server's shapes, see
 scripts/bench-floor.sh). Ends with ops/s, outcomes by status, HDR latency
 quantiles (send → answer), the server's peak RSS (--server-pid: VmHWM) and,
 for one hot key with --wait, handoffs/s and the FIFO check (max wait vs queue
@@ -150,6 +155,9 @@ func runBench(fac *Factory, cmd *cobra.Command) error {
 	if cfg.Addr, err = benchTarget(ctx, v.GetString("addr"), cfg); err != nil {
 		return err
 	}
+	cfg.FindLeader = func(ctx context.Context) (string, error) {
+		return benchTarget(ctx, v.GetString("addr"), cfg)
+	}
 	res, err := bench.Run(ctx, cfg)
 	if err != nil {
 		var op *net.OpError
@@ -170,7 +178,14 @@ func runBench(fac *Factory, cmd *cobra.Command) error {
 	}
 	if err == nil && cfg.Mode != bench.ModeTry && res.Outcomes["G"] == 0 {
 		// Redirects, refusals and errors are not throughput.
-		return withExit(ExitError, fmt.Errorf("bench: no acquire was granted by %s", cfg.Addr))
+		why := ""
+		switch {
+		case res.Redirects > 0 && res.RedirectedTo != "":
+			why = fmt.Sprintf(": it is not the cluster's leader (%d redirects to %s)", res.Redirects, res.RedirectedTo)
+		case res.Redirects > 0:
+			why = fmt.Sprintf(": it is not the cluster's leader, and no leader is elected (%d redirects)", res.Redirects)
+		}
+		return withExit(ExitError, fmt.Errorf("bench: no acquire was granted by %s%s", cfg.Addr, why))
 	}
 	return err
 }

@@ -195,6 +195,10 @@ func TestE2ECluster(t *testing.T) {
 	e.waitLeader(15*time.Second, follower.ID)
 	e.eventually(20*time.Second, 0, "health", "--timeout", "2s")
 
+	// #12 item 7: bench across a leader change, and on a follower.
+	e2eBenchLeaderChange(t, e)
+	e.eventually(20*time.Second, 0, "health", "--timeout", "2s")
+
 	// Add n4 (started with --join) as a voter: 4 voters at runtime.
 	n4c, n4p := addr(6), addr(7)
 	nodes["n4"] = e.start("", "serve", "--node-id", "n4", "--listen", n4c, "--peer-listen", n4p, "--join", "--log-level", "warn")
