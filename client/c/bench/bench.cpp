@@ -60,7 +60,11 @@ int main() {
     o.addrs = {addr};
     o.token = tok ? tok : "";
     ticketing::Client cl(o);
-    for (int callers : {64, 1}) run("c", "blocking", cl.native(), nullptr, callers, secs);
-    for (int callers : {64, 1}) run("cpp", "blocking", nullptr, &cl, callers, secs);
+    // BENCH_ONLY (optional, for profiling): e.g. "c64" or "cpp1" runs that configuration only.
+    std::string only = getenv("BENCH_ONLY") ? getenv("BENCH_ONLY") : "";
+    for (int callers : {64, 1})
+        if (only.empty() || only == "c" + std::to_string(callers)) run("c", "blocking", cl.native(), nullptr, callers, secs);
+    for (int callers : {64, 1})
+        if (only.empty() || only == "cpp" + std::to_string(callers)) run("cpp", "blocking", nullptr, &cl, callers, secs);
     return 0;
 }

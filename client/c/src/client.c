@@ -10,11 +10,14 @@
 #include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/futex.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -61,6 +64,7 @@ typedef struct call {
     uint32_t plen;
     int fail;
     tk_status fail_st;
+    int embedded; /* lives inside its tk_op: moved to the heap before the I/O thread may own it */
     struct call *hnext;
 } call;
 
@@ -75,8 +79,14 @@ struct conn {
     uint32_t max_inflight, inflight;
     call *buckets[NBUCKET];
     uint32_t next_id;
-    uint8_t *wbuf;
+    uint8_t *wbuf; /* frames queued, not yet taken by a writer */
     size_t wlen, wcap;
+    uint8_t *obuf; /* frames taken by the writer; olen-ooff left to write */
+    size_t olen, ooff, ocap;
+    int writer;    /* W_NONE, W_CALLER (a caller is in send()), W_IO (the I/O thread flushes) */
+    int direct;    /* plain TCP and up: callers write themselves (TLS: the I/O thread only) */
+    int sfd;       /* the socket callers write to (valid while writer == W_CALLER) */
+    pthread_cond_t wcv; /* writer left W_CALLER while the connection is down */
     uint64_t seq, taken;
     int kicked;
     /* I/O thread only */
@@ -97,7 +107,9 @@ typedef struct rel_job {
 } rel_job;
 
 struct tk_client {
-    pid_t pid;
+    unsigned fork_gen;
+    int gen; /* futex: bumped when a connection comes up or the client closes */
+    int gen_waiters;
     uint8_t token[256];
     size_t tlen;
     SSL_CTX *ssl_ctx;
@@ -129,6 +141,8 @@ struct tk_client {
 struct tk_op {
     tk_client *cl;
     int kind;
+    int async;  /* started by tk_acquire_start: completions lock mu and signal cv/efd */
+    int cstate; /* blocking ops (futex): CS_IDLE, CS_SLEEP (caller asleep), CS_DONE (answer in) */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int efd;
@@ -145,6 +159,7 @@ struct tk_op {
     uint8_t code;
     char msg[128];
     int reported;
+    call inl; /* the op's call, no allocation per request (last: op_init clears what precedes it) */
 };
 
 /* ------------------------------------------------------------------ utils */
@@ -227,7 +242,28 @@ static uint64_t step_delay(uint64_t base, uint64_t cap, int n) {
     return d < cap ? d : cap;
 }
 
-static int forked(tk_client *cl) { return cl->pid != getpid(); }
+/* fork detection without a getpid() system call per request */
+static unsigned g_fork_gen;
+static pthread_once_t g_fork_once = PTHREAD_ONCE_INIT;
+static void on_fork_child(void) { __atomic_add_fetch(&g_fork_gen, 1, __ATOMIC_RELAXED); }
+static void fork_init(void) { pthread_atfork(NULL, NULL, on_fork_child); }
+static int forked(tk_client *cl) { return cl->fork_gen != __atomic_load_n(&g_fork_gen, __ATOMIC_RELAXED); }
+
+enum { CS_IDLE, CS_SLEEP, CS_DONE };
+enum { W_NONE, W_CALLER, W_IO };
+
+/* rel NULL: no timeout. Returns when *addr != val, on a wake-up (maybe
+ * spurious) or at the timeout; callers re-check their condition. */
+static void futex_wait(int *addr, int val, const struct timespec *rel) {
+    syscall(SYS_futex, addr, FUTEX_WAIT_PRIVATE, val, rel, NULL, 0);
+}
+
+static void futex_wake(int *addr, int n) { syscall(SYS_futex, addr, FUTEX_WAKE_PRIVATE, n, NULL, NULL, 0); }
+
+static void bump_gen(tk_client *cl) {
+    __atomic_add_fetch(&cl->gen, 1, __ATOMIC_RELEASE);
+    if (__atomic_load_n(&cl->gen_waiters, __ATOMIC_ACQUIRE) > 0) futex_wake(&cl->gen, 1 << 30);
+}
 
 static int is_closed(tk_client *cl) { return __atomic_load_n(&cl->closed, __ATOMIC_ACQUIRE); }
 
@@ -293,6 +329,85 @@ static void enqueue_locked(conn *cn, call *c) {
 
 enum { ENQ_OK, ENQ_DOWN, ENQ_FULL };
 
+#define MAX_CALLER_ROUNDS 4
+
+/* cn->mu held, cn->writer == W_CALLER; returns with cn->mu released. The
+ * calling thread writes every queued frame (its own and those appended
+ * meanwhile) in one send() per round; what the socket does not take at once,
+ * or more than MAX_CALLER_ROUNDS rounds, goes to the I/O thread. */
+static void conn_flush_caller(conn *cn) {
+    for (int round = 0;; round++) {
+        if (!cn->up || cn->wlen == 0) {
+            cn->writer = W_NONE;
+            if (!cn->up) pthread_cond_broadcast(&cn->wcv);
+            pthread_mutex_unlock(&cn->mu);
+            return;
+        }
+        if (round == MAX_CALLER_ROUNDS) break;
+        uint8_t *tb = cn->obuf;
+        size_t tc = cn->ocap;
+        cn->obuf = cn->wbuf;
+        cn->ocap = cn->wcap;
+        cn->olen = cn->wlen;
+        cn->ooff = 0;
+        cn->wbuf = tb;
+        cn->wcap = tc;
+        cn->wlen = 0;
+        cn->taken = cn->seq;
+        int fd = cn->sfd;
+        const uint8_t *b = cn->obuf;
+        size_t n = cn->olen, off = 0;
+        pthread_mutex_unlock(&cn->mu);
+        int err = 0;
+        while (off < n) {
+            ssize_t r = send(fd, b + off, n - off, MSG_NOSIGNAL | MSG_DONTWAIT);
+            if (r > 0) {
+                off += (size_t)r;
+            } else if (r < 0 && errno == EINTR) {
+                continue;
+            } else {
+                err = !(r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK));
+                break;
+            }
+        }
+        pthread_mutex_lock(&cn->mu);
+        cn->ooff = off;
+        if (err) {
+            /* the I/O thread sees the shut socket and kills the connection */
+            shutdown(fd, SHUT_RDWR);
+            cn->olen = cn->ooff = 0;
+            cn->writer = W_NONE;
+            pthread_cond_broadcast(&cn->wcv);
+            pthread_mutex_unlock(&cn->mu);
+            return;
+        }
+        if (off < n) break; /* socket buffer full: the I/O thread waits for POLLOUT */
+        cn->olen = cn->ooff = 0;
+    }
+    cn->writer = W_IO;
+    int kick = !cn->kicked;
+    cn->kicked = 1;
+    pthread_mutex_unlock(&cn->mu);
+    if (kick) wake_fd(cn->efd);
+}
+
+/* cn->mu held, frames queued; gets them written and releases cn->mu. */
+static void conn_push_unlock(conn *cn) {
+    if (cn->direct && cn->writer == W_NONE) {
+        cn->writer = W_CALLER;
+        conn_flush_caller(cn);
+        return;
+    }
+    if (cn->writer == W_CALLER) { /* the thread in send() takes it in its next round */
+        pthread_mutex_unlock(&cn->mu);
+        return;
+    }
+    int kick = !cn->kicked;
+    cn->kicked = 1;
+    pthread_mutex_unlock(&cn->mu);
+    if (kick) wake_fd(cn->efd);
+}
+
 static int conn_enqueue(conn *cn, call *c) {
     pthread_mutex_lock(&cn->mu);
     if (!cn->up || cn->wlen > MAX_WBUF || wbuf_reserve(cn, TK_HDR + TK_MAX_KEY) != 0) {
@@ -304,11 +419,23 @@ static int conn_enqueue(conn *cn, call *c) {
         return ENQ_FULL;
     }
     enqueue_locked(cn, c);
-    int kick = !cn->kicked;
-    cn->kicked = 1;
-    pthread_mutex_unlock(&cn->mu);
-    if (kick) wake_fd(cn->efd);
+    conn_push_unlock(cn);
     return ENQ_OK;
+}
+
+/* cn->mu held, c pending. An embedded call is about to outlive its op:
+ * moves it to the heap (relinked in place). NULL when out of memory. */
+static call *detach_locked(conn *cn, call *c) {
+    if (!c->embedded) return c;
+    call *h = malloc(sizeof *h);
+    if (!h) return NULL;
+    *h = *c;
+    h->embedded = 0;
+    call **pp = &cn->buckets[c->req_id % NBUCKET];
+    while (*pp && *pp != c) pp = &(*pp)->hnext;
+    if (*pp) *pp = h;
+    c->pending = 0;
+    return h;
 }
 
 static call *unlink_pending(conn *cn, uint32_t id) {
@@ -329,13 +456,12 @@ static call *unlink_pending(conn *cn, uint32_t id) {
 static int conn_abandon(call *c) {
     conn *cn = c->cn;
     pthread_mutex_lock(&cn->mu);
-    if (!c->pending) {
+    if (!c->pending || !(c = detach_locked(cn, c))) {
         pthread_mutex_unlock(&cn->mu);
         return 0;
     }
     c->owner = OWN_ABANDONED;
     c->opref = NULL;
-    int kick = 0;
     if (c->op == 'A' && c->counts && cn->up) {
         call *cc = calloc(1, sizeof *cc);
         if (cc && wbuf_reserve(cn, TK_HDR + TK_MAX_KEY) == 0) {
@@ -345,21 +471,19 @@ static int conn_abandon(call *c) {
             cc->arg = c->req_id;
             cc->owner = OWN_DROPPED;
             enqueue_locked(cn, cc);
-            kick = !cn->kicked;
-            cn->kicked = 1;
-        } else {
-            free(cc);
+            conn_push_unlock(cn);
+            return 1;
         }
+        free(cc);
     }
     pthread_mutex_unlock(&cn->mu);
-    if (kick) wake_fd(cn->efd);
     return 1;
 }
 
 static int conn_drop(call *c) {
     conn *cn = c->cn;
     pthread_mutex_lock(&cn->mu);
-    int p = c->pending;
+    int p = c->pending && (c = detach_locked(cn, c)) != NULL;
     if (p) {
         c->owner = OWN_DROPPED;
         c->opref = NULL;
@@ -410,51 +534,66 @@ static int fits(uint8_t op, uint8_t st) {
     return 0;
 }
 
-/* Decodes every complete response; returns bytes consumed or -1. */
+#define DISPATCH_BATCH 128
+
+/* Decodes every complete response; returns bytes consumed or -1. Frames are
+ * decoded outside the lock, then matched in one short locked pass per batch;
+ * only the callers whose answers arrived are woken, after the lock. */
 static long dispatch(conn *cn, const uint8_t *buf, size_t len) {
     size_t off = 0;
-    call *done = NULL, **tail = &done;
-    int bad = 0;
-    pthread_mutex_lock(&cn->mu);
-    for (;;) {
-        tk_resp r;
-        size_t used;
-        int d = tk_dec_resp(buf + off, len - off, &r, &used);
-        if (d < 0) {
-            bad = 1;
-            break;
+    int bad = 0, more = 1;
+    while (more && !bad) {
+        tk_resp rs[DISPATCH_BATCH];
+        int nr = 0;
+        while (nr < DISPATCH_BATCH) {
+            size_t used;
+            int d = tk_dec_resp(buf + off, len - off, &rs[nr], &used);
+            if (d < 0) {
+                bad = 1;
+                break;
+            }
+            if (d == 0) {
+                more = 0;
+                break;
+            }
+            off += used;
+            if (rs[nr].status == 'E' && rs[nr].code == TK_CODE_DUPLICATE_REQ_ID) continue; /* §2.1: never completes */
+            nr++;
         }
-        if (d == 0) break;
-        off += used;
-        if (r.status == 'E' && r.code == TK_CODE_DUPLICATE_REQ_ID) continue; /* §2.1: never completes */
-        call *c = cn->buckets[r.req_id % NBUCKET];
-        while (c && c->req_id != r.req_id) c = c->hnext;
-        if (!c) continue; /* unknown req_id: ignored */
-        if (!fits(c->op, r.status)) {
-            bad = 1;
-            break;
+        if (nr == 0) break;
+        call *done = NULL, **tail = &done;
+        pthread_mutex_lock(&cn->mu);
+        for (int i = 0; i < nr; i++) {
+            const tk_resp *rp = &rs[i];
+            call *c = cn->buckets[rp->req_id % NBUCKET];
+            while (c && c->req_id != rp->req_id) c = c->hnext;
+            if (!c) continue; /* unknown req_id: ignored */
+            if (!fits(c->op, rp->status)) {
+                bad = 1;
+                break;
+            }
+            unlink_pending(cn, rp->req_id);
+            c->status = rp->status;
+            c->code = rp->code;
+            c->queued = rp->queued;
+            c->value = rp->value;
+            c->plen = 0;
+            if (rp->payload_len && rp->status != 'J') {
+                c->plen = rp->payload_len > TK_MAX_ERROR ? TK_MAX_ERROR : rp->payload_len;
+                memcpy(c->payload, rp->payload, c->plen);
+            }
+            c->payload[c->plen] = 0;
+            c->fail = F_NONE;
+            *tail = c;
+            tail = &c->hnext;
         }
-        unlink_pending(cn, r.req_id);
-        c->status = r.status;
-        c->code = r.code;
-        c->queued = r.queued;
-        c->value = r.value;
-        c->plen = 0;
-        if (r.payload_len && r.status != 'J') {
-            c->plen = r.payload_len > TK_MAX_ERROR ? TK_MAX_ERROR : r.payload_len;
-            memcpy(c->payload, r.payload, c->plen);
+        pthread_mutex_unlock(&cn->mu);
+        while (done) {
+            call *n = done->hnext;
+            done->hnext = NULL;
+            complete(cn->cl, done);
+            done = n;
         }
-        c->payload[c->plen] = 0;
-        c->fail = F_NONE;
-        *tail = c;
-        tail = &c->hnext;
-    }
-    pthread_mutex_unlock(&cn->mu);
-    while (done) {
-        call *n = done->hnext;
-        done->hnext = NULL;
-        complete(cn->cl, done);
-        done = n;
     }
     return bad ? -1 : (long)off;
 }
@@ -662,9 +801,11 @@ static void set_last_err(tk_client *cl, tk_status st, uint8_t code) {
     pthread_mutex_unlock(&cl->mu);
 }
 
+/* The I/O thread: reads every answer (many per read) and dispatches; writes
+ * only when it owns the writer role (always on TLS, where one SSL object
+ * must not be used by two threads at once; on plain TCP when a caller's
+ * send() found the socket buffer full). */
 static tk_status conn_serve(conn *cn) {
-    uint8_t *out = NULL;
-    size_t olen = 0, ooff = 0, ocap = 0;
     size_t rcap = 64 * 1024, rlen = 0;
     uint8_t *rbuf = malloc(rcap);
     tk_status why = TK_E_CONNECT;
@@ -674,30 +815,46 @@ static tk_status conn_serve(conn *cn) {
             why = TK_E_CLOSED;
             break;
         }
-        if (ooff == olen) {
-            pthread_mutex_lock(&cn->mu);
-            if (cn->wlen) {
-                uint8_t *tb = out;
-                size_t tc = ocap;
-                out = cn->wbuf;
-                ocap = cn->wcap;
-                olen = cn->wlen;
-                ooff = 0;
+        int owns = 0, out_left = 0;
+        pthread_mutex_lock(&cn->mu);
+        cn->kicked = 0;
+        if (!cn->direct || cn->writer == W_IO) {
+            owns = 1;
+            if (cn->ooff == cn->olen && cn->wlen) {
+                uint8_t *tb = cn->obuf;
+                size_t tc = cn->ocap;
+                cn->obuf = cn->wbuf;
+                cn->ocap = cn->wcap;
+                cn->olen = cn->wlen;
+                cn->ooff = 0;
                 cn->wbuf = tb;
                 cn->wcap = tc;
                 cn->wlen = 0;
                 cn->taken = cn->seq;
             }
-            cn->kicked = 0;
+        }
+        pthread_mutex_unlock(&cn->mu);
+        if (owns) {
+            /* obuf/olen/ooff belong to this thread while it owns the role */
+            while (cn->ooff < cn->olen) {
+                ssize_t w = io_write(cn, cn->obuf + cn->ooff, cn->olen - cn->ooff);
+                if (w < 0) goto dead;
+                if (w == 0) break;
+                cn->ooff += (size_t)w;
+            }
+            pthread_mutex_lock(&cn->mu);
+            if (cn->ooff == cn->olen) {
+                cn->ooff = cn->olen = 0;
+                if (cn->wlen) {
+                    out_left = 1; /* appended meanwhile: next round */
+                } else if (cn->direct) {
+                    cn->writer = W_NONE; /* callers write again */
+                }
+            } else {
+                out_left = 1;
+            }
             pthread_mutex_unlock(&cn->mu);
         }
-        while (ooff < olen) {
-            ssize_t w = io_write(cn, out + ooff, olen - ooff);
-            if (w < 0) goto dead;
-            if (w == 0) break;
-            ooff += (size_t)w;
-        }
-        if (ooff == olen) ooff = olen = 0;
         /* read everything available */
         int want_write = 0;
         for (;;) {
@@ -711,7 +868,8 @@ static tk_status conn_serve(conn *cn) {
                 rbuf = nb;
                 rcap = nc;
             }
-            ssize_t r = io_read(cn, rbuf + rlen, rcap - rlen, &want_write);
+            size_t room = rcap - rlen;
+            ssize_t r = io_read(cn, rbuf + rlen, room, &want_write);
             if (r < 0) goto dead;
             if (r == 0) break;
             rlen += (size_t)r;
@@ -730,19 +888,17 @@ static tk_status conn_serve(conn *cn) {
                     rcap = 64 * 1024;
                 }
             }
+            if (!cn->ssl && (size_t)r < room) break; /* drained: poll, not another recv for EAGAIN */
         }
         if (cn->ssl && SSL_pending(cn->ssl) > 0) continue;
-        short ev = POLLIN | ((olen > ooff || want_write) ? POLLOUT : 0);
+        if (owns && out_left && cn->ooff == 0 && cn->olen == 0) continue; /* more queued: write it now */
+        short ev = POLLIN | ((owns && out_left) || want_write ? POLLOUT : 0);
         struct pollfd p[2] = {{cn->fd, ev, 0}, {cn->efd, POLLIN, 0}};
         int pr = poll(p, 2, -1);
         if (pr < 0 && errno != EINTR) goto dead;
-        if (pr > 0 && (p[1].revents & POLLIN)) {
-            drain_fd(cn->efd);
-            sched_yield(); /* let runnable senders append: one write carries many frames */
-        }
+        if (pr > 0 && (p[1].revents & POLLIN)) drain_fd(cn->efd);
     }
 dead:
-    free(out);
     free(rbuf);
     return why;
 }
@@ -787,12 +943,24 @@ static void *conn_main(void *arg) {
         cn->next_id = 0;
         cn->seq = cn->taken = 0;
         cn->wlen = 0;
+        cn->olen = cn->ooff = 0;
+        cn->writer = W_NONE;
+        cn->direct = cn->ssl == NULL;
+        cn->sfd = cn->fd;
         cn->kicked = 0;
         pthread_mutex_unlock(&cn->mu);
         logf_(cl, 1, "ticketing: connected to %s (max_inflight %u)", cn->addr, mi);
         set_last_err(cl, TK_OK, 0);
+        bump_gen(cl);
         tk_status why = conn_serve(cn);
         conn_kill(cn, why);
+        /* no caller may be in send() on the socket when it is closed */
+        pthread_mutex_lock(&cn->mu);
+        while (cn->writer == W_CALLER) pthread_cond_wait(&cn->wcv, &cn->mu);
+        cn->writer = W_NONE;
+        cn->direct = 0;
+        cn->olen = cn->ooff = 0;
+        pthread_mutex_unlock(&cn->mu);
         close_sock(cn);
         if (!is_closed(cl)) logf_(cl, 2, "ticketing: connection to %s lost", cn->addr);
         attempt = 1;
@@ -838,7 +1006,12 @@ static int add_endpoint(tk_client *cl, const char *addr, int n) {
         snprintf(cn->addr, sizeof cn->addr, "%s", addr);
         cn->fd = -1;
         cn->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-        pthread_mutex_init(&cn->mu, NULL);
+        pthread_mutexattr_t ma;
+        pthread_mutexattr_init(&ma);
+        pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_ADAPTIVE_NP); /* short hold times: spin before sleeping */
+        pthread_mutex_init(&cn->mu, &ma);
+        pthread_mutexattr_destroy(&ma);
+        pthread_cond_init(&cn->wcv, NULL);
         cl->conns[cl->nconns + i] = cn;
         if (pthread_create(&cn->th, NULL, conn_main, cn) == 0) cn->started = 1;
     }
@@ -911,7 +1084,17 @@ static void op_notify(tk_op *op) {
 
 static void complete(tk_client *cl, call *c) {
     switch (c->owner) {
-    case OWN_OP: op_notify(c->opref); break;
+    case OWN_OP: {
+        tk_op *op = c->opref;
+        if (op->async) {
+            op_notify(op);
+        } else if (__atomic_exchange_n(&op->cstate, CS_DONE, __ATOMIC_ACQ_REL) == CS_SLEEP) {
+            /* only this caller; op may be gone once CS_DONE is visible, and a
+             * late wake-up of a reused address is tolerated (waiters re-check) */
+            futex_wake(&op->cstate, 1);
+        }
+        break;
+    }
     case OWN_ABANDONED:
         if (c->op == 'A' && c->fail == F_NONE && c->status == 'G') {
             logf_(cl, 1, "ticketing: releasing a grant that arrived after its acquire was cancelled");
@@ -928,8 +1111,10 @@ static void op_finish(tk_op *op, tk_status st, uint8_t code, const char *msg) {
     op->result = st;
     op->code = code;
     snprintf(op->msg, sizeof op->msg, "%s", msg ? msg : tk_strerror(st));
-    if (op->efd >= 0) wake_fd(op->efd);
-    pthread_cond_broadcast(&op->cv);
+    if (op->async) {
+        if (op->efd >= 0) wake_fd(op->efd);
+        pthread_cond_broadcast(&op->cv);
+    }
 }
 
 static tk_status connect_failure(tk_client *cl) {
@@ -1033,7 +1218,7 @@ static void op_step(tk_op *op) {
         op->c = NULL;
         op->completed = 0;
         op_answer(op, c, now);
-        free(c);
+        if (!c->embedded) free(c);
         if (op->done) return;
     }
     if (op->cancel_req && !op->c) {
@@ -1064,13 +1249,13 @@ static void op_step(tk_op *op) {
             op->wait = (uint32_t)((op->budget_end - now) / MS);
         }
     }
-    call *c = calloc(1, sizeof *c);
-    if (!c) {
-        op_finish(op, TK_E_NOMEM, 0, NULL);
-        return;
-    }
+    call *c = &op->inl;
     memcpy(c->key, op->key, op->klen);
     c->klen = op->klen;
+    c->counts = 0;
+    c->fail = F_NONE;
+    c->embedded = 1;
+    c->hnext = NULL;
     c->owner = OWN_OP;
     c->opref = op;
     if (op->kind == K_ACQUIRE) {
@@ -1088,7 +1273,6 @@ static void op_step(tk_op *op) {
         op->ever_sent = 1;
         return;
     }
-    free(c);
     uint64_t limit = op->kind == K_RELEASE ? op->deadline : (r == ENQ_FULL ? op->budget_end : op->conn_giveup);
     if (now >= limit) {
         if (op->kind == K_RELEASE)
@@ -1119,17 +1303,68 @@ static uint64_t op_wait_ns(tk_op *op) {
     return op->next_try > now ? op->next_try - now : 0;
 }
 
-static tk_op *op_new(tk_client *cl, int kind, const void *key, size_t klen) {
-    tk_op *op = calloc(1, sizeof *op);
-    if (!op) return NULL;
+static void fill_out(tk_op *op, tk_lease *out);
+
+static void op_init(tk_op *op, tk_client *cl, int kind, const void *key, size_t klen) {
+    memset(op, 0, offsetof(tk_op, inl));
+    memset(&op->inl, 0, offsetof(call, payload));
+    op->inl.payload[0] = 0;
     op->cl = cl;
     op->kind = kind;
     op->efd = -1;
-    pthread_mutex_init(&op->mu, NULL);
-    cond_init_mono(&op->cv);
     memcpy(op->key, key, klen);
     op->klen = klen;
+}
+
+/* An op other threads may touch (tk_acquire_start): heap, mutex, condvar. */
+static tk_op *op_new(tk_client *cl, int kind, const void *key, size_t klen) {
+    tk_op *op = malloc(sizeof *op);
+    if (!op) return NULL;
+    op_init(op, cl, kind, key, klen);
+    op->async = 1;
+    pthread_mutex_init(&op->mu, NULL);
+    cond_init_mono(&op->cv);
     return op;
+}
+
+/* Blocking ops (tk_acquire, tk_release*) live on the caller's stack and only
+ * the caller touches them: no lock; the I/O thread hands the answer over
+ * through op->cstate and wakes this caller only (futex). */
+static tk_status op_wait_blocking(tk_op *op, tk_lease *out) {
+    tk_client *cl = op->cl;
+    for (;;) {
+        if (__atomic_load_n(&op->cstate, __ATOMIC_ACQUIRE) == CS_DONE) {
+            op->cstate = CS_IDLE;
+            op->completed = 1;
+        }
+        op_step(op);
+        if (op->done) break;
+        if (op->completed) continue;
+        uint64_t ns = op_wait_ns(op);
+        if (ns == 0) continue;
+        struct timespec rel, *rp = NULL;
+        if (ns != UINT64_MAX) {
+            rel.tv_sec = (time_t)(ns / 1000000000ull);
+            rel.tv_nsec = (long)(ns % 1000000000ull);
+            rp = &rel;
+        }
+        if (op->c) {
+            int idle = CS_IDLE;
+            if (__atomic_compare_exchange_n(&op->cstate, &idle, CS_SLEEP, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+                futex_wait(&op->cstate, CS_SLEEP, rp);
+                int sl = CS_SLEEP; /* timeout or a stray wake-up: back to idle unless the answer is in */
+                __atomic_compare_exchange_n(&op->cstate, &sl, CS_IDLE, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+            }
+        } else {
+            /* waiting to retry: woken early when a connection comes up */
+            int g = __atomic_load_n(&cl->gen, __ATOMIC_ACQUIRE);
+            __atomic_add_fetch(&cl->gen_waiters, 1, __ATOMIC_ACQ_REL);
+            if (!is_closed(cl)) futex_wait(&cl->gen, g, rp);
+            __atomic_sub_fetch(&cl->gen_waiters, 1, __ATOMIC_ACQ_REL);
+        }
+    }
+    fill_out(op, out);
+    return op->result;
 }
 
 static void fill_out(tk_op *op, tk_lease *out) {
@@ -1254,30 +1489,27 @@ tk_status tk_acquire(tk_client *cl, const void *key, size_t klen, uint32_t lease
     if (!tk_key_valid(key, klen)) return bad_arg(out, "key must be 1..250 bytes of UTF-8 without control characters");
     if (lease_ms == 0) return bad_arg(out, "lease must be at least 1 ms");
     if (is_closed(cl)) return TK_E_CLOSED;
-    tk_op *op = op_new(cl, K_ACQUIRE, key, klen);
-    if (!op) return TK_E_NOMEM;
+    tk_op op;
+    op_init(&op, cl, K_ACQUIRE, key, klen);
     uint64_t now = tk_now_ns();
-    op->lease = lease_ms;
-    op->wait = wait_ms;
-    op->start = now;
-    op->budget_end = now + (uint64_t)wait_ms * MS;
-    op->conn_giveup = now + (uint64_t)cl->connect_timeout_ms * MS;
-    if (op->budget_end > op->conn_giveup) op->conn_giveup = op->budget_end;
-    tk_status st = tk_op_wait(op, out);
-    tk_op_free(op);
-    return st;
+    op.lease = lease_ms;
+    op.wait = wait_ms;
+    op.start = now;
+    op.budget_end = now + (uint64_t)wait_ms * MS;
+    op.conn_giveup = now + (uint64_t)cl->connect_timeout_ms * MS;
+    if (op.budget_end > op.conn_giveup) op.conn_giveup = op.budget_end;
+    return op_wait_blocking(&op, out);
 }
 
 static tk_status release_until(tk_client *cl, const void *key, size_t klen, uint64_t token, uint64_t deadline,
                                uint8_t *code) {
-    tk_op *op = op_new(cl, K_RELEASE, key, klen);
-    if (!op) return TK_E_NOMEM;
-    op->token = token;
-    op->deadline = deadline;
+    tk_op op;
+    op_init(&op, cl, K_RELEASE, key, klen);
+    op.token = token;
+    op.deadline = deadline;
     tk_lease tmp;
-    tk_status st = tk_op_wait(op, &tmp);
+    tk_status st = op_wait_blocking(&op, &tmp);
     if (code) *code = st == TK_OK ? 0 : tmp.code;
-    tk_op_free(op);
     return st;
 }
 
@@ -1376,7 +1608,8 @@ tk_client *tk_client_new(const tk_config *cfg) {
         errno = ENOMEM;
         return NULL;
     }
-    cl->pid = getpid();
+    pthread_once(&g_fork_once, fork_init);
+    cl->fork_gen = __atomic_load_n(&g_fork_gen, __ATOMIC_RELAXED);
     if (cfg->token) {
         cl->tlen = strlen(cfg->token);
         memcpy(cl->token, cfg->token, cl->tlen);
@@ -1464,6 +1697,7 @@ void tk_client_close(tk_client *cl) {
         return;
     }
     __atomic_store_n(&cl->closed, 1, __ATOMIC_RELEASE);
+    bump_gen(cl);
     pthread_cond_broadcast(&cl->cv);
     int n = cl->nconns;
     pthread_mutex_unlock(&cl->mu);
@@ -1488,7 +1722,9 @@ void tk_client_free(tk_client *cl) {
         conn *cn = cl->conns[i];
         close(cn->efd);
         free(cn->wbuf);
+        free(cn->obuf);
         pthread_mutex_destroy(&cn->mu);
+        pthread_cond_destroy(&cn->wcv);
         free(cn);
     }
     if (cl->ssl_ctx) SSL_CTX_free(cl->ssl_ctx);
