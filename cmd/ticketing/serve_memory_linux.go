@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/ticketing/ticketing/cmd/ticketing/internal/servemem"
 )
 
 // trimStartupPages drops this process's resident pages of the executable's
@@ -17,7 +19,16 @@ import (
 // and backed by the file (the kernel refuses writes to a running executable),
 // so MADV_DONTNEED only unmaps them: whatever the server does run faults back
 // in from the page cache. The writable data segment is never touched.
+//
+// In `ticketing serve` the segments were recorded (and split into one-page
+// VMAs, so a fault maps one page, not 64 KiB) by package servemem before
+// the other packages' initializers ran: servemem.Trim drops them. The scan
+// of /proc/self/maps below is the fallback for a process servemem did not
+// recognize as serve (tests that call Main in-process).
 func trimStartupPages() {
+	if servemem.Trim() {
+		return
+	}
 	exe, err := os.Readlink("/proc/self/exe")
 	if err != nil {
 		return
