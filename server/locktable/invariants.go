@@ -6,52 +6,89 @@ import "fmt"
 // first violation found, or nil. It walks every structure (O(keys + waiters +
 // timers)), so it is meant for tests, fuzzing and debug builds, not the hot path.
 //
-// It checks: a key is held (token > 0, lease armed, not idle) or idle (token 0,
+// It checks: every entry is found by its key through the index, and the index
+// holds exactly the entries (hash bytes right, no slot cut off from its home
+// by an empty one, load ≤ 0.8); the pages are the entries' plus at most one
+// spare; a key is held (token > 0, lease armed, not idle) or idle (token 0,
 // no waiters, in the idle list); queues are well linked, FIFO by arrival, and
 // only behind a holder; every waiter is indexed by owner and by connection and
-// has its wait armed; the timer heap holds exactly the leases and waits, in
-// heap order, with correct back indexes; held tokens are distinct; the
-// counters ActiveKeys and Waiters match; the idle cache and free lists are
-// within their bound.
+// has its wait armed; the lease and wait heaps hold exactly the leases and
+// waits, in heap order, with correct back indexes; held tokens are distinct;
+// the counters ActiveKeys and Waiters match; the idle cache and free lists
+// are within their bound.
 func (t *Table) CheckInvariants() error {
 	held, waiters := 0, 0
 	tokens := make(map[uint64]string)
-	for k, st := range t.keys {
-		if st.key != k {
-			return fmt.Errorf("key %q: entry names key %q", k, st.key)
+	if want := (int(t.n) + pageSize - 1) / pageSize; len(t.pages) < want || len(t.pages) > want+1 {
+		return fmt.Errorf("%d entries in %d pages", t.n, len(t.pages))
+	}
+	inIdle := make(map[uint32]bool)
+	var iprev uint32 = noEntry
+	for i := t.idle.head; i != noEntry; i = idleNext(t.ent(i)) {
+		if i >= t.n || inIdle[i] || idlePrev(t.ent(i)) != iprev || t.ent(i).token != 0 {
+			return fmt.Errorf("idle list: bad entry %d", i)
 		}
-		if st.token == 0 {
-			if !st.inIdle {
+		inIdle[i] = true
+		iprev = i
+	}
+	if t.idle.tail != iprev || len(inIdle) != t.idle.n {
+		return fmt.Errorf("idle list: n = %d, walked %d", t.idle.n, len(inIdle))
+	}
+	if t.idle.n > t.limits.IdleCache {
+		return fmt.Errorf("idle list: %d entries > IdleCache %d", t.idle.n, t.limits.IdleCache)
+	}
+	long := 0
+	for i := range t.n {
+		e := t.ent(i)
+		k := t.keyString(i)
+		if e.klen > inlineKey {
+			long++
+			if len(k) != int(e.klen) {
+				return fmt.Errorf("entry %d: long key %q, length %d", i, k, e.klen)
+			}
+		}
+		if j := t.findString(k); j != i {
+			return fmt.Errorf("key %q: entry %d, index finds %d", k, i, j)
+		}
+		q := t.queues[i]
+		if e.token == 0 {
+			if !inIdle[i] {
 				return fmt.Errorf("key %q: free but not in the idle list", k)
 			}
-			if st.head != nil || st.tail != nil || st.depth != 0 {
-				return fmt.Errorf("key %q: free with a queue (depth %d)", k, st.depth)
+			if q != nil {
+				return fmt.Errorf("key %q: free with a queue", k)
 			}
-			if t.armed(&st.lease) {
+			if e.hpos != 0 {
 				return fmt.Errorf("key %q: free with its lease armed", k)
 			}
 			continue
 		}
 		held++
-		if st.inIdle {
+		if inIdle[i] {
 			return fmt.Errorf("key %q: held but in the idle list", k)
 		}
-		if other, dup := tokens[st.token]; dup {
-			return fmt.Errorf("keys %q and %q hold the same token %d", other, k, st.token)
+		if other, dup := tokens[e.token]; dup {
+			return fmt.Errorf("keys %q and %q hold the same token %d", other, k, e.token)
 		}
-		tokens[st.token] = k
-		if !t.armed(&st.lease) || st.lease.w != nil || st.lease.st() != st {
+		tokens[e.token] = k
+		if e.hpos == 0 || int(e.hpos) > len(t.leases) || t.leases[e.hpos-1] != i {
 			return fmt.Errorf("key %q: held without its lease armed", k)
+		}
+		if q == nil {
+			continue
+		}
+		if q.e != i {
+			return fmt.Errorf("key %q: queue names entry %d", k, q.e)
 		}
 		n := 0
 		var prev *waiter
-		for w := st.head; w != nil; w = w.next {
+		for w := q.head; w != nil; w = w.next {
 			n++
 			if w.prev != prev {
 				return fmt.Errorf("key %q: waiter %d has a bad prev link", k, n)
 			}
-			if w.st != st {
-				return fmt.Errorf("key %q: waiter %d points at key %q", k, n, w.st.key)
+			if w.q != q {
+				return fmt.Errorf("key %q: waiter %d points at another queue", k, n)
 			}
 			if t.waiters[w.owner] != w {
 				return fmt.Errorf("key %q: waiter %v not indexed by owner", k, w.owner)
@@ -64,13 +101,21 @@ func (t *Table) CheckInvariants() error {
 			}
 			prev = w
 		}
-		if st.tail != prev {
+		if q.tail != prev {
 			return fmt.Errorf("key %q: bad tail", k)
 		}
-		if n != int(st.depth) {
-			return fmt.Errorf("key %q: depth %d, queue has %d", k, st.depth, n)
+		if n == 0 || n != int(q.depth) {
+			return fmt.Errorf("key %q: depth %d, queue has %d", k, q.depth, n)
 		}
 		waiters += n
+	}
+	if long != len(t.long) {
+		return fmt.Errorf("%d long keys, %d in the long-key map", long, len(t.long))
+	}
+	for i, q := range t.queues {
+		if i >= t.n || q.e != i || t.ent(i).token == 0 {
+			return fmt.Errorf("queue of entry %d: not a held entry's", i)
+		}
 	}
 	if held != t.active {
 		return fmt.Errorf("active = %d, held keys = %d", t.active, held)
@@ -78,24 +123,33 @@ func (t *Table) CheckInvariants() error {
 	if waiters != t.queued || waiters != len(t.waiters) {
 		return fmt.Errorf("queued = %d, owner index = %d, waiters in queues = %d", t.queued, len(t.waiters), waiters)
 	}
-	// idle list
-	idle := 0
-	var iprev *lockState
-	for st := t.idle.head; st != nil; st = st.inext {
-		idle++
-		if st.iprev != iprev || !st.inIdle || st.token != 0 || t.keys[st.key] != st {
-			return fmt.Errorf("idle list: bad entry %q", st.key)
+	if int(t.n) != held+t.idle.n {
+		return fmt.Errorf("%d key entries, %d held + %d idle", t.n, held, t.idle.n)
+	}
+	// the index: every slot names an entry with its hash byte, reachable
+	// from its home slot without crossing an empty slot
+	used := 0
+	for j, s := range t.slots {
+		if s == 0 {
+			continue
 		}
-		iprev = st
+		used++
+		i := s - 1
+		if i >= t.n {
+			return fmt.Errorf("index slot %d names entry %d of %d", j, i, t.n)
+		}
+		h := t.hashOf(i)
+		if t.tags[j] != tag(h) {
+			return fmt.Errorf("index slot %d: bad hash byte", j)
+		}
+		for p := home(h, len(t.slots)); p != j; p = (p + 1) % len(t.slots) {
+			if t.slots[p] == 0 {
+				return fmt.Errorf("index slot %d: empty slot %d between it and its home", j, p)
+			}
+		}
 	}
-	if t.idle.tail != iprev || idle != t.idle.n {
-		return fmt.Errorf("idle list: n = %d, walked %d", t.idle.n, idle)
-	}
-	if idle > t.limits.IdleCache {
-		return fmt.Errorf("idle list: %d entries > IdleCache %d", idle, t.limits.IdleCache)
-	}
-	if len(t.keys) != held+idle {
-		return fmt.Errorf("%d key entries, %d held + %d idle", len(t.keys), held, idle)
+	if used != int(t.n) || t.ixN != used || (used > 0 && used*5 > len(t.slots)*4) {
+		return fmt.Errorf("index: %d slots used of %d, %d entries, ixN %d", used, len(t.slots), t.n, t.ixN)
 	}
 	// per-connection lists
 	byConn := 0
@@ -116,29 +170,40 @@ func (t *Table) CheckInvariants() error {
 	if byConn != len(t.waiters) {
 		return fmt.Errorf("per-connection lists hold %d waiters, owner index %d", byConn, len(t.waiters))
 	}
-	// timer heap
-	h := t.timers.items
-	if len(h) != held+waiters {
-		return fmt.Errorf("%d timers armed, want %d leases + %d waits", len(h), held, waiters)
+	// timer heaps
+	if len(t.leases) != held {
+		return fmt.Errorf("%d leases armed, %d held keys", len(t.leases), held)
+	}
+	for p, i := range t.leases {
+		if i >= t.n || t.ent(i).hpos != uint32(p)+1 {
+			return fmt.Errorf("lease heap %d: entry %d has hpos %d", p, i, t.ent(min(i, t.n-1)).hpos)
+		}
+		if p > 0 && t.lessLease(p, (p-1)/2) {
+			return fmt.Errorf("lease heap order broken at %d", p)
+		}
+	}
+	h := t.waits.items
+	if len(h) != waiters {
+		return fmt.Errorf("%d waits armed, want %d", len(h), waiters)
 	}
 	for i, x := range h {
 		if x.idx != i {
 			return fmt.Errorf("timer %d has idx %d", i, x.idx)
 		}
-		if x.w != nil && &x.w.wait != x {
-			return fmt.Errorf("timer %d is neither a lease nor a wait", i)
+		if x.w == nil || &x.w.wait != x {
+			return fmt.Errorf("timer %d is not a wait", i)
 		}
-		if i > 0 && t.timers.less(i, (i-1)/2) {
-			return fmt.Errorf("timer heap order broken at %d", i)
+		if i > 0 && t.waits.less(i, (i-1)/2) {
+			return fmt.Errorf("wait heap order broken at %d", i)
 		}
 	}
-	if t.nFreeStates > t.limits.IdleCache || t.nFreeWaiters > t.limits.IdleCache {
-		return fmt.Errorf("free lists hold %d states, %d waiters > %d", t.nFreeStates, t.nFreeWaiters, t.limits.IdleCache)
+	if t.nFreeQueues > t.limits.IdleCache || t.nFreeWaiters > t.limits.IdleCache {
+		return fmt.Errorf("free lists hold %d queues, %d waiters > %d", t.nFreeQueues, t.nFreeWaiters, t.limits.IdleCache)
 	}
 	return nil
 }
 
-// armed reports whether x is in the timer heap.
+// armed reports whether x is in the wait heap.
 func (t *Table) armed(x *timer) bool {
-	return x.idx >= 0 && x.idx < len(t.timers.items) && t.timers.items[x.idx] == x
+	return x.idx >= 0 && x.idx < len(t.waits.items) && t.waits.items[x.idx] == x
 }

@@ -586,13 +586,13 @@ func TestIdleCache(t *testing.T) {
 		f := newFx(t, Limits{})
 		H := own(1, 1)
 		f.acq(t0, H, "k", 100, 0, effG(H, first, 0))
-		st := f.tb.keys["k"]
+		st := f.tb.findString("k")
 		f.rel(t0, H, "k", first, effO(H))
-		if f.tb.keys["k"] != st || !st.inIdle || f.tb.ActiveKeys() != 0 || f.counts.Keys() != 0 {
+		if f.tb.findString("k") != st || f.tb.idle.n != 1 || f.tb.idle.head != st || f.tb.ActiveKeys() != 0 || f.counts.Keys() != 0 {
 			t.Fatal("released key not kept idle")
 		}
 		f.acq(t0, H, "k", 100, 0, effG(H, first+1, 0))
-		if f.tb.keys["k"] != st || st.inIdle {
+		if f.tb.findString("k") != st || f.tb.idle.n != 0 {
 			t.Fatal("re-acquire did not reuse the idle entry")
 		}
 		key := []byte("k")
@@ -613,12 +613,12 @@ func TestIdleCache(t *testing.T) {
 			k := fmt.Sprint("k", i)
 			f.acq(t0, H, k, 100, 0, effG(H, first+uint64(i), 0))
 			f.rel(t0, H, k, first+uint64(i), effO(H))
-			if len(f.tb.keys) > 3 {
-				t.Fatalf("%d key entries kept, IdleCache 3", len(f.tb.keys))
+			if f.tb.n > 3 {
+				t.Fatalf("%d key entries kept, IdleCache 3", f.tb.n)
 			}
 		}
 		for _, k := range []string{"k7", "k8", "k9"} { // the newest are kept
-			if st := f.tb.keys[k]; st == nil || !st.inIdle {
+			if st := f.tb.findString(k); st == noEntry || f.tb.ent(st).token != 0 {
 				t.Fatalf("%s not in the idle cache", k)
 			}
 		}
@@ -627,8 +627,8 @@ func TestIdleCache(t *testing.T) {
 			f.acq(t0, H, fmt.Sprint("b", i), 100, 0, effG(H, first+10+uint64(i), 0))
 		}
 		f.advance(t0+100*ms, 100)
-		if len(f.tb.keys) != 3 || f.tb.nFreeStates > 3 {
-			t.Fatalf("after a burst: %d entries, %d free states", len(f.tb.keys), f.tb.nFreeStates)
+		if f.tb.n != 3 || len(f.tb.pages) > 1 || len(f.tb.slots) > 64 {
+			t.Fatalf("after a burst: %d entries, %d pages, %d index slots", f.tb.n, len(f.tb.pages), len(f.tb.slots))
 		}
 	})
 	t.Run("none", func(t *testing.T) {
@@ -639,8 +639,8 @@ func TestIdleCache(t *testing.T) {
 		f.rel(t0, H, "k", first, effO(H))
 		f.delivered(effG(own(2, 2), first+1, 0))
 		f.rel(t0, H, "k", first+1, effO(H))
-		if len(f.tb.keys) != 0 {
-			t.Fatalf("%d entries kept with no idle cache", len(f.tb.keys))
+		if f.tb.n != 0 {
+			t.Fatalf("%d entries kept with no idle cache", f.tb.n)
 		}
 		f.acq(t0, H, "k", 100, 0, effG(H, first+2, 0))
 	})

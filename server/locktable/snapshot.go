@@ -42,10 +42,16 @@ func (t *Table) Snapshot() State {
 // state machine's lock and sorts and encodes it after).
 func (t *Table) SnapshotUnordered() State {
 	s := State{Keys: make([]KeyState, 0, t.active)}
-	for st := range t.activeStates() {
-		ks := KeyState{Key: st.key, Token: st.token, Holder: st.holder, Grant: st.grant, Deadline: st.lease.at}
-		for w := st.head; w != nil; w = w.next {
-			ks.Waiters = append(ks.Waiters, WaiterState{Owner: w.owner, LeaseMS: w.leaseMS, Enqueued: w.enqueued, Deadline: w.wait.at})
+	for i := range t.n {
+		e := t.ent(i)
+		if e.token == 0 {
+			continue
+		}
+		ks := KeyState{Key: t.keyString(i), Token: e.token, Holder: e.holder, Grant: e.grant, Deadline: e.lease}
+		if q := t.queueOf(i); q != nil {
+			for w := q.head; w != nil; w = w.next {
+				ks.Waiters = append(ks.Waiters, WaiterState{Owner: w.owner, LeaseMS: w.leaseMS, Enqueued: w.enqueued, Deadline: w.wait.at})
+			}
 		}
 		s.Keys = append(s.Keys, ks)
 	}
@@ -61,25 +67,30 @@ func (s *State) Sort() {
 // fresh from New). The TokenSource is not touched; the caller restores it so
 // that it continues above every token in s.
 func (t *Table) Restore(s State) error {
-	if len(t.keys) != 0 || t.active != 0 {
+	if t.n != 0 || t.active != 0 {
 		return fmt.Errorf("locktable: restore into a non-empty table")
 	}
 	for _, ks := range s.Keys {
 		if ks.Token == 0 {
 			return fmt.Errorf("locktable: restore: key %q has no holder", ks.Key)
 		}
-		st := t.newState([]byte(ks.Key))
+		if t.findString(ks.Key) != noEntry {
+			return fmt.Errorf("locktable: restore: key %q twice", ks.Key)
+		}
+		i := t.newEntry([]byte(ks.Key))
 		t.activate()
-		st.token, st.holder, st.grant = ks.Token, ks.Holder, ks.Grant
-		st.lease.at = ks.Deadline
-		t.arm(&st.lease)
+		e := t.ent(i)
+		e.token, e.holder, e.grant, e.lease = ks.Token, ks.Holder, ks.Grant, ks.Deadline
+		t.seq++
+		e.seq = t.seq
+		t.pushLease(i)
 		for _, ws := range ks.Waiters {
 			if t.waiters[ws.Owner] != nil {
 				return fmt.Errorf("locktable: restore: owner %v queued twice", ws.Owner)
 			}
 			w := t.newWaiter()
-			w.owner, w.st, w.leaseMS, w.enqueued = ws.Owner, st, ws.LeaseMS, ws.Enqueued
-			t.enqueue(st, w, ws.Deadline)
+			w.owner, w.leaseMS, w.enqueued = ws.Owner, ws.LeaseMS, ws.Enqueued
+			t.enqueue(i, w, ws.Deadline)
 		}
 	}
 	return nil
@@ -109,25 +120,35 @@ type Due struct {
 // (only the leader's clock decides, and the decision is replicated). The
 // order is unspecified; fn returning false stops early.
 func (t *Table) Due(now int64, fn func(Due) bool) {
-	t.dueFrom(0, now, fn)
+	if t.dueLeases(0, now, fn) {
+		t.dueWaits(0, now, fn)
+	}
 }
 
-func (t *Table) dueFrom(i int, now int64, fn func(Due) bool) bool {
-	if i >= len(t.timers.items) || t.timers.items[i].at > now {
+func (t *Table) dueLeases(p int, now int64, fn func(Due) bool) bool {
+	if p >= len(t.leases) {
 		return true
 	}
-	x := t.timers.items[i]
-	var d Due
-	if x.w != nil {
-		d = Due{Kind: DueWait, Key: x.w.st.key, Owner: x.w.owner, At: x.at}
-	} else {
-		st := x.st()
-		d = Due{Kind: DueLease, Key: st.key, Token: st.token, At: x.at, Grant: st.grant}
+	i := t.leases[p]
+	e := t.ent(i)
+	if e.lease > now {
+		return true
 	}
-	if !fn(d) {
+	if !fn(Due{Kind: DueLease, Key: t.keyString(i), Token: e.token, At: e.lease, Grant: e.grant}) {
 		return false
 	}
-	return t.dueFrom(2*i+1, now, fn) && t.dueFrom(2*i+2, now, fn)
+	return t.dueLeases(2*p+1, now, fn) && t.dueLeases(2*p+2, now, fn)
+}
+
+func (t *Table) dueWaits(p int, now int64, fn func(Due) bool) bool {
+	if p >= len(t.waits.items) || t.waits.items[p].at > now {
+		return true
+	}
+	x := t.waits.items[p]
+	if !fn(Due{Kind: DueWait, Key: t.keyString(x.w.q.e), Owner: x.w.owner, At: x.at}) {
+		return false
+	}
+	return t.dueWaits(2*p+1, now, fn) && t.dueWaits(2*p+2, now, fn)
 }
 
 // ShiftLeases moves every lease deadline by delta ns (a new cluster leader
@@ -135,15 +156,10 @@ func (t *Table) dueFrom(i int, now int64, fn func(Due) bool) bool {
 // clock; protocol.md §7, docs/architecture.md). It never shortens a lease
 // when delta ≥ 0.
 func (t *Table) ShiftLeases(delta int64) {
-	for _, x := range t.timers.items {
-		if x.w == nil { // a lease
-			x.at += delta
-		}
-	}
-	// A uniform shift of one kind of entry can break heap order with the
-	// other kind: rebuild.
-	for i := len(t.timers.items)/2 - 1; i >= 0; i-- {
-		t.timers.down(i)
+	// A uniform shift keeps the lease heap in order; leases and waits are
+	// in separate heaps, so nothing needs rebuilding.
+	for _, i := range t.leases {
+		t.ent(i).lease += delta
 	}
 }
 

@@ -16,6 +16,7 @@
 package locktable
 
 import (
+	"hash/maphash"
 	"math"
 	"slices"
 	"time" // Duration only: the table reads no clock
@@ -111,13 +112,23 @@ func (c *Counters) Add(o Counters) {
 
 // Table is one lock table (or one shard of it).
 type Table struct {
-	keys    map[string]*lockState
+	// the keys (entries.go)
+	pages  []*[pageSize]entry
+	n      uint32            // entries in use, numbered 0..n-1
+	long   map[uint32]string // keys longer than inlineKey, by entry
+	seed   maphash.Seed
+	slots  []uint32 // index: 1 + entry number; 0 = empty
+	tags   []uint8  // index: a hash byte per slot
+	ixN    int      // entries in the index (== n)
+	leases []uint32 // heap of the held entries by lease deadline
+	idle   idleList // free entries kept for reuse, oldest first
+
+	queues  map[uint32]*kqueue // queues of the keys that have waiters, by entry
 	waiters map[Owner]*waiter  // queued acquires by owner (cancel)
 	byConn  map[uint64]*waiter // head of each connection's list of queued acquires
-	timers  timerHeap
-	idle    stateList // free keys kept for reuse, oldest first
-	active  int       // keys in this table held or queued on
-	queued  int       // waiters in this table
+	waits   timerHeap          // wait deadlines
+	active  int                // keys in this table held or queued on
+	queued  int                // waiters in this table
 	limits  Limits
 	counts  Counts
 	tokens  TokenSource
@@ -128,33 +139,23 @@ type Table struct {
 
 	// recycled structs, each list capped at the idle cache size so memory
 	// falls back after a burst
-	freeStates   *lockState
 	freeWaiters  *waiter
-	nFreeStates  int
+	freeQueues   *kqueue
 	nFreeWaiters int
+	nFreeQueues  int
 }
 
-type lockState struct {
-	key    string
-	token  uint64 // current holder's fencing token; 0 = free
-	holder uint64 // holder's connection (information only: locks outlive connections)
-	lease  timer  // lease deadline; armed while held
-	grant  int64  // grant instant (ns)
-	head   *waiter
-	tail   *waiter
-	// idle list links (while free with no waiters), or free-list link
-	iprev, inext *lockState
-	// depth (waiters queued; bounded by memory, far below 2^31) and inIdle
-	// share one word; with the lease timer's back pointer gone (timer.st)
-	// the state is 112 bytes, the 112-byte size class instead of 128
-	// (issue #21; TestLockStateSize, TestHeldLockBytesNoAlloc)
-	depth  int32
-	inIdle bool
+// kqueue is the FIFO queue of one held key's waiters.
+type kqueue struct {
+	e          uint32 // the key's entry
+	depth      int32  // waiters queued (bounded by memory, far below 2^31)
+	head, tail *waiter
+	nextFree   *kqueue
 }
 
 type waiter struct {
 	owner    Owner
-	st       *lockState
+	q        *kqueue
 	leaseMS  uint32
 	enqueued int64 // instant it joined the queue (ns)
 	wait     timer // wait deadline
@@ -173,7 +174,9 @@ func New(limits Limits, tokens TokenSource, counts Counts, sink Sink) *Table {
 		limits.IdleCache = 0 // no idle cache (a negative bound used to panic)
 	}
 	return &Table{
-		keys:    make(map[string]*lockState),
+		seed:    maphash.MakeSeed(), // the index's layout decides no output
+		idle:    idleList{head: noEntry, tail: noEntry},
+		queues:  make(map[uint32]*kqueue),
 		waiters: make(map[Owner]*waiter),
 		byConn:  make(map[uint64]*waiter),
 		limits:  limits,
@@ -201,6 +204,14 @@ func (t *Table) Holders() int {
 
 func msToNs(ms uint32) int64 { return int64(ms) * 1e6 }
 
+// queueOf returns entry i's queue, nil when it has no waiters.
+func (t *Table) queueOf(i uint32) *kqueue {
+	if t.queued == 0 {
+		return nil
+	}
+	return t.queues[i]
+}
+
 // Acquire applies acquire(key, lease_ms, wait_ms) from owner at now (§5).
 // key must already be valid (§2.1); leaseMS ≥ 1. It returns G with a fresh
 // token when the key is free, T when wait is 0 and the key is held, B
@@ -212,26 +223,27 @@ func (t *Table) Acquire(now int64, owner Owner, key []byte, leaseMS, waitMS uint
 	if t.queued > 0 && t.waiters[owner] != nil { // queued: no map load when nothing waits
 		return Effect{Owner: owner, Status: wire.StatusError, Code: wire.CodeDuplicateReqID}
 	}
-	st := t.keys[string(key)] // no allocation for the lookup
-	if st == nil || st.token == 0 {
+	i := t.findBytes(key)
+	if i == noEntry || t.ent(i).token == 0 {
 		if t.limits.MaxKeys > 0 && t.counts.Keys() >= int64(t.limits.MaxKeys) {
 			t.counter.Busy++
 			return Effect{Owner: owner, Status: wire.StatusBusy, Code: wire.CodeOverloaded}
 		}
-		if st == nil {
-			st = t.newState(key)
+		if i == noEntry {
+			i = t.newEntry(key)
 		} else {
-			t.idle.remove(st)
+			t.idleRemove(i)
 		}
 		t.activate()
-		t.grant(now, st, owner.Conn, leaseMS)
-		return Effect{Owner: owner, Status: wire.StatusGranted, Token: st.token}
+		t.grant(now, i, owner.Conn, leaseMS)
+		return Effect{Owner: owner, Status: wire.StatusGranted, Token: t.ent(i).token}
 	}
 	if waitMS == 0 {
 		t.counter.Timeouts++
 		return Effect{Owner: owner, Status: wire.StatusTimeout}
 	}
-	if t.limits.MaxWaitersPerKey > 0 && int(st.depth) >= t.limits.MaxWaitersPerKey {
+	q := t.queueOf(i)
+	if t.limits.MaxWaitersPerKey > 0 && q != nil && int(q.depth) >= t.limits.MaxWaitersPerKey {
 		t.counter.Busy++
 		return Effect{Owner: owner, Status: wire.StatusBusy, Code: wire.CodeQueueFull}
 	}
@@ -241,24 +253,28 @@ func (t *Table) Acquire(now int64, owner Owner, key []byte, leaseMS, waitMS uint
 	}
 	w := t.newWaiter()
 	w.owner = owner
-	w.st = st
 	w.leaseMS = leaseMS
 	w.enqueued = now
-	t.enqueue(st, w, addNs(now, msToNs(waitMS)))
+	t.enqueue(i, w, addNs(now, msToNs(waitMS)))
 	return Effect{Owner: owner, Status: Queued}
 }
 
-// enqueue links w (owner, st, leaseMS, enqueued set) at the tail of st's
+// enqueue links w (owner, leaseMS, enqueued set) at the tail of entry i's
 // queue and into the owner and connection indexes, and arms its wait deadline.
-func (t *Table) enqueue(st *lockState, w *waiter, deadline int64) {
-	w.prev = st.tail
-	if st.tail != nil {
-		st.tail.next = w
-	} else {
-		st.head = w
+func (t *Table) enqueue(i uint32, w *waiter, deadline int64) {
+	q := t.queues[i]
+	if q == nil {
+		q = t.newQueue(i)
 	}
-	st.tail = w
-	st.depth++
+	w.q = q
+	w.prev = q.tail
+	if q.tail != nil {
+		q.tail.next = w
+	} else {
+		q.head = w
+	}
+	q.tail = w
+	q.depth++
 	if h := t.byConn[w.owner.Conn]; h != nil {
 		w.cnext = h
 		h.cprev = w
@@ -276,14 +292,14 @@ func (t *Table) enqueue(st *lockState, w *waiter, deadline int64) {
 // holder's (the queue head, if any, is granted at once with a new token:
 // direct handoff), N otherwise.
 func (t *Table) Release(now int64, owner Owner, key []byte, token uint64) Effect {
-	st := t.keys[string(key)]
-	if st == nil || st.token == 0 || st.token != token {
+	i := t.findBytes(key)
+	if i == noEntry || t.ent(i).token == 0 || t.ent(i).token != token {
 		t.counter.NotHolder++
 		return Effect{Owner: owner, Status: wire.StatusNotHolder}
 	}
 	t.counter.Releases++
-	t.timers.remove(&st.lease)
-	t.handoffOrFree(now, st)
+	t.removeLease(i)
+	t.handoffOrFree(now, i)
 	return Effect{Owner: owner, Status: wire.StatusReleased}
 }
 
@@ -292,7 +308,7 @@ func (t *Table) Release(now int64, owner Owner, key []byte, token uint64) Effect
 // its acquire is answered T through the Sink, and Cancel returns O; otherwise N.
 func (t *Table) Cancel(now int64, owner Owner, key []byte, target uint32) Effect {
 	w := t.waiters[Owner{Conn: owner.Conn, ReqID: target}]
-	if w == nil || w.st.key != string(key) {
+	if w == nil || !keyEq(t, w.q.e, key) {
 		t.counter.NotHolder++
 		return Effect{Owner: owner, Status: wire.StatusNotHolder}
 	}
@@ -337,13 +353,32 @@ func (t *Table) DrainWaiters() int {
 	return len(ws)
 }
 
+// next returns the earliest armed timer by (deadline, arm order): a lease
+// (entry number, w nil) or a wait (w). ok is false when none is armed.
+func (t *Table) next() (at int64, lease uint32, w *waiter, ok bool) {
+	if len(t.leases) > 0 {
+		e := t.ent(t.leases[0])
+		if len(t.waits.items) == 0 {
+			return e.lease, t.leases[0], nil, true
+		}
+		x := t.waits.items[0]
+		if e.lease < x.at || (e.lease == x.at && e.seq < x.seq) {
+			return e.lease, t.leases[0], nil, true
+		}
+		return x.at, noEntry, x.w, true
+	}
+	if len(t.waits.items) > 0 {
+		x := t.waits.items[0]
+		return x.at, noEntry, x.w, true
+	}
+	return 0, noEntry, nil, false
+}
+
 // NextDeadline returns the earliest pending lease or wait deadline (ns), and
 // false when none is armed.
 func (t *Table) NextDeadline() (int64, bool) {
-	if len(t.timers.items) == 0 {
-		return 0, false
-	}
-	return t.timers.items[0].at, true
+	at, _, _, ok := t.next()
+	return at, ok
 }
 
 // Advance applies every lease expiry and wait timeout due at or before now,
@@ -351,16 +386,18 @@ func (t *Table) NextDeadline() (int64, bool) {
 // to the queue head (a new token); timed-out waiters are answered T.
 func (t *Table) Advance(now int64) int {
 	n := 0
-	for len(t.timers.items) > 0 && t.timers.items[0].at <= now {
-		x := t.timers.items[0]
-		if x.w != nil {
-			t.timeoutWaiter(x.w)
+	for {
+		at, i, w, ok := t.next()
+		if !ok || at > now {
+			return n
+		}
+		if w != nil {
+			t.timeoutWaiter(w)
 		} else {
-			t.expire(now, x.st())
+			t.expire(now, i)
 		}
 		n++
 	}
-	return n
 }
 
 // Expire ends the lease of key's holder at now if token is still the holder's
@@ -368,11 +405,11 @@ func (t *Table) Advance(now int64) int {
 // whether anything changed. The cluster uses it to replicate an expiry the
 // leader's timer decided.
 func (t *Table) Expire(now int64, key []byte, token uint64) bool {
-	st := t.keys[string(key)]
-	if st == nil || st.token == 0 || st.token != token {
+	i := t.findBytes(key)
+	if i == noEntry || t.ent(i).token == 0 || t.ent(i).token != token {
 		return false
 	}
-	t.expire(now, st)
+	t.expire(now, i)
 	return true
 }
 
@@ -393,44 +430,50 @@ func (t *Table) timeoutWaiter(w *waiter) {
 	t.dropWaiter(w)
 }
 
-func (t *Table) expire(now int64, st *lockState) {
+func (t *Table) expire(now int64, i uint32) {
 	t.counter.Expiries++
-	t.timers.remove(&st.lease)
-	t.handoffOrFree(now, st)
+	t.removeLease(i)
+	t.handoffOrFree(now, i)
 }
 
-// handoffOrFree grants st to its first waiter whose wait has not elapsed
-// (waiters whose wait elapsed are answered T: they are never granted), or
-// frees it. The lease timer must already be disarmed.
-func (t *Table) handoffOrFree(now int64, st *lockState) {
-	for w := st.head; w != nil; w = st.head {
+// handoffOrFree grants entry i to its first waiter whose wait has not
+// elapsed (waiters whose wait elapsed are answered T: they are never
+// granted), or frees it. The lease must already be disarmed. Entry numbers
+// may change afterwards (a free entry beyond the idle cache is removed).
+func (t *Table) handoffOrFree(now int64, i uint32) {
+	for q := t.queueOf(i); q != nil; q = t.queueOf(i) {
+		w := q.head
 		if w.wait.at <= now {
 			t.timeoutWaiter(w)
 			continue
 		}
 		owner, leaseMS, enq := w.owner, w.leaseMS, w.enqueued
 		t.dropWaiter(w)
-		t.grant(now, st, owner.Conn, leaseMS)
+		t.grant(now, i, owner.Conn, leaseMS)
 		t.counter.Handoffs++
 		t.sink.Deliver(Effect{
 			Owner:  owner,
 			Status: wire.StatusGranted,
-			Token:  st.token,
+			Token:  t.ent(i).token,
 			Queued: wire.QueuedUnits(time.Duration(now - enq)),
 		})
 		return
 	}
-	st.token = 0
-	st.holder = 0
-	t.deactivate(st)
+	e := t.ent(i)
+	e.token = 0
+	e.holder = 0
+	t.deactivate(i)
 }
 
-func (t *Table) grant(now int64, st *lockState, conn uint64, leaseMS uint32) {
-	st.token = t.tokens.Next()
-	st.holder = conn
-	st.grant = now
-	st.lease.at = addNs(now, msToNs(leaseMS)+t.limits.LeaseSlack)
-	t.arm(&st.lease)
+func (t *Table) grant(now int64, i uint32, conn uint64, leaseMS uint32) {
+	e := t.ent(i)
+	e.token = t.tokens.Next()
+	e.holder = conn
+	e.grant = now
+	e.lease = addNs(now, msToNs(leaseMS)+t.limits.LeaseSlack)
+	t.seq++
+	e.seq = t.seq
+	t.pushLease(i)
 	t.counter.Grants++
 }
 
@@ -443,11 +486,11 @@ func addNs(now, d int64) int64 {
 	return math.MaxInt64
 }
 
-// arm pushes x on the timer heap with the next arm sequence number.
+// arm pushes wait timer x on the wait heap with the next arm sequence number.
 func (t *Table) arm(x *timer) {
 	t.seq++
 	x.seq = t.seq
-	t.timers.push(x)
+	t.waits.push(x)
 }
 
 func cmpU64(a, b uint64) int {
@@ -460,21 +503,23 @@ func cmpU64(a, b uint64) int {
 	return 0
 }
 
-// dropWaiter unlinks w from its key queue, its connection list, the owner
-// index and the timer heap, and recycles it.
+// dropWaiter unlinks w from its key queue (freeing the queue when it empties),
+// its connection list, the owner index and the wait heap, and recycles it.
 func (t *Table) dropWaiter(w *waiter) {
-	st := w.st
+	q := w.q
 	if w.prev != nil {
 		w.prev.next = w.next
 	} else {
-		st.head = w.next
+		q.head = w.next
 	}
 	if w.next != nil {
 		w.next.prev = w.prev
 	} else {
-		st.tail = w.prev
+		q.tail = w.prev
 	}
-	st.depth--
+	if q.depth--; q.depth == 0 {
+		t.dropQueue(q)
+	}
 	if w.cprev != nil {
 		w.cprev.cnext = w.cnext
 	} else if w.cnext != nil {
@@ -486,7 +531,7 @@ func (t *Table) dropWaiter(w *waiter) {
 		w.cnext.cprev = w.cprev
 	}
 	delete(t.waiters, w.owner)
-	t.timers.remove(&w.wait)
+	t.waits.remove(&w.wait)
 	t.queued--
 	t.counts.AddWaiters(-1)
 	if t.nFreeWaiters < t.limits.IdleCache {
@@ -508,18 +553,28 @@ func (t *Table) newWaiter() *waiter {
 	return &waiter{}
 }
 
-func (t *Table) newState(key []byte) *lockState {
-	st := t.freeStates
-	if st != nil {
-		t.freeStates = st.inext
-		t.nFreeStates--
-		st.inext = nil
+func (t *Table) newQueue(i uint32) *kqueue {
+	q := t.freeQueues
+	if q != nil {
+		t.freeQueues = q.nextFree
+		t.nFreeQueues--
+		*q = kqueue{}
 	} else {
-		st = &lockState{}
+		q = &kqueue{}
 	}
-	st.key = string(key)
-	t.keys[st.key] = st
-	return st
+	q.e = i
+	t.queues[i] = q
+	return q
+}
+
+func (t *Table) dropQueue(q *kqueue) {
+	delete(t.queues, q.e)
+	*q = kqueue{}
+	if t.nFreeQueues < t.limits.IdleCache {
+		q.nextFree = t.freeQueues
+		t.freeQueues = q
+		t.nFreeQueues++
+	}
 }
 
 func (t *Table) activate() {
@@ -527,60 +582,15 @@ func (t *Table) activate() {
 	t.counts.AddKeys(1)
 }
 
-// deactivate moves a free key with no waiters to the idle cache, evicting the
-// oldest idle key beyond the cache size.
-func (t *Table) deactivate(st *lockState) {
+// deactivate moves free entry i (no waiters) to the idle cache, removing the
+// oldest idle entries beyond the cache size.
+func (t *Table) deactivate(i uint32) {
 	t.active--
 	t.counts.AddKeys(-1)
-	t.idle.pushBack(st)
+	t.idlePush(i)
 	for t.idle.n > t.limits.IdleCache {
-		old := t.idle.front()
-		t.idle.remove(old)
-		delete(t.keys, old.key)
-		if t.nFreeStates < t.limits.IdleCache {
-			*old = lockState{inext: t.freeStates}
-			t.freeStates = old
-			t.nFreeStates++
-		} else {
-			*old = lockState{} // left to the GC
-		}
+		old := t.idle.head
+		t.idleRemove(old)
+		t.removeEntry(old)
 	}
-}
-
-// stateList is an intrusive doubly linked list of idle lockStates.
-type stateList struct {
-	head, tail *lockState
-	n          int
-}
-
-func (l *stateList) pushBack(st *lockState) {
-	st.iprev, st.inext = l.tail, nil
-	if l.tail != nil {
-		l.tail.inext = st
-	} else {
-		l.head = st
-	}
-	l.tail = st
-	st.inIdle = true
-	l.n++
-}
-
-func (l *stateList) front() *lockState { return l.head }
-
-func (l *stateList) remove(st *lockState) {
-	if !st.inIdle {
-		return
-	}
-	if st.iprev != nil {
-		st.iprev.inext = st.inext
-	} else {
-		l.head = st.inext
-	}
-	if st.inext != nil {
-		st.inext.iprev = st.iprev
-	} else {
-		l.tail = st.iprev
-	}
-	st.iprev, st.inext, st.inIdle = nil, nil, false
-	l.n--
 }

@@ -1,27 +1,12 @@
 package locktable
 
-import "unsafe"
-
-// timer is one armed deadline: a waiter's wait (w set) or a holder's lease
-// (w nil: the timer is the lease field of its lockState, found by st()).
-// Leaving out a back pointer to the lockState keeps a held lock at 112 bytes
-// of state, the 112-byte size class instead of 128 (issue #21).
+// timer is one armed wait deadline of a waiter (leases are in Table.leases,
+// a heap of entry numbers).
 type timer struct {
 	at  int64  // deadline, ns
 	seq uint64 // arm order: equal deadlines fire in the order they were armed
 	idx int    // position in the heap; -1 when not armed
 	w   *waiter
-}
-
-// leaseOffset is the offset of the lease timer inside a lockState.
-const leaseOffset = unsafe.Offsetof(lockState{}.lease)
-
-// st returns the lockState whose lease x is. x must be a lease timer (w nil):
-// every lease timer is the lease field of a lockState, so stepping back by
-// the field's offset stays inside that one allocation (unsafe.Pointer rule 3;
-// checkptr under -race verifies it).
-func (x *timer) st() *lockState {
-	return (*lockState)(unsafe.Add(unsafe.Pointer(x), -int(leaseOffset)))
 }
 
 // timerHeap is an indexed binary min-heap of deadlines, so a release or a
@@ -65,6 +50,9 @@ func (h *timerHeap) remove(x *timer) {
 			h.up(i)
 		}
 	}
+	if c := cap(h.items); c > 1024 && len(h.items) < c/4 { // memory falls back after a burst
+		h.items = append(make([]*timer, 0, c/2), h.items...)
+	}
 }
 
 func (h *timerHeap) up(j int) {
@@ -94,6 +82,80 @@ func (h *timerHeap) down(i0 int) bool {
 			break
 		}
 		h.swap(i, j)
+		i = j
+	}
+	return i > i0
+}
+
+// The lease heap: an indexed binary min-heap of entry numbers by (lease
+// deadline, arm order); entry.hpos is 1 + the position.
+
+func (t *Table) lessLease(i, j int) bool {
+	a, b := t.ent(t.leases[i]), t.ent(t.leases[j])
+	return a.lease < b.lease || (a.lease == b.lease && a.seq < b.seq)
+}
+
+func (t *Table) swapLease(i, j int) {
+	h := t.leases
+	h[i], h[j] = h[j], h[i]
+	t.ent(h[i]).hpos = uint32(i) + 1
+	t.ent(h[j]).hpos = uint32(j) + 1
+}
+
+func (t *Table) pushLease(i uint32) {
+	t.leases = append(t.leases, i)
+	j := len(t.leases) - 1
+	t.ent(i).hpos = uint32(j) + 1
+	t.upLease(j)
+}
+
+func (t *Table) removeLease(i uint32) {
+	e := t.ent(i)
+	if e.hpos == 0 {
+		return
+	}
+	p := int(e.hpos - 1)
+	last := len(t.leases) - 1
+	if p != last {
+		t.swapLease(p, last)
+	}
+	t.leases = t.leases[:last]
+	e.hpos = 0
+	if p != last && !t.downLease(p) {
+		t.upLease(p)
+	}
+	if c := cap(t.leases); c > 1024 && len(t.leases) < c/4 { // memory falls back after a burst
+		t.leases = append(make([]uint32, 0, c/2), t.leases...)
+	}
+}
+
+func (t *Table) upLease(j int) {
+	for j > 0 {
+		i := (j - 1) / 2
+		if !t.lessLease(j, i) {
+			break
+		}
+		t.swapLease(i, j)
+		j = i
+	}
+}
+
+func (t *Table) downLease(i0 int) bool {
+	i := i0
+	n := len(t.leases)
+	for {
+		l := 2*i + 1
+		if l >= n {
+			break
+		}
+		j := l
+		if r := l + 1; r < n && t.lessLease(r, l) {
+			j = r
+		}
+		if !t.lessLease(j, i) {
+			break
+		}
+		t.swapLease(i, j)
 		i = j
 	}
 	return i > i0

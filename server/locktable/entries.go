@@ -1,0 +1,286 @@
+package locktable
+
+import "hash/maphash"
+
+// The compact store of keys (issue #21: 64 bytes of entry per held lock
+// instead of a 112-byte lock state, its key string, a map slot and a timer
+// pointer).
+//
+// Every key the table knows (held, or idle in the cache) is one fixed-size
+// entry, numbered densely 0..n-1 and kept in fixed-size pages: growing never
+// copies, and the pages hold no pointers (the collector does not scan them).
+// Removing an entry moves the last one into its place, so the entries stay
+// dense and trailing pages are released when keys go away. An entry is found
+// by key through an open-addressing index of entry numbers (linear probing,
+// one stored hash byte per slot, backward-shift deletion: no tombstones), and
+// lease deadlines are in a heap of entry numbers. Keys up to inlineKey bytes
+// live inside the entry; longer ones (at most 250 bytes, §2.1) in a side map.
+
+const (
+	pageBits  = 10
+	pageSize  = 1 << pageBits // entries per page (64 KiB)
+	inlineKey = 19            // bytes of key kept inside the entry
+	noEntry   = ^uint32(0)
+)
+
+// entry is one key: 64 bytes (TestLockStateSize).
+type entry struct {
+	token  uint64 // current holder's fencing token; 0 = free (the entry is in the idle list)
+	holder uint64 // held: the holder's connection; free: idle list links (idlePrev, idleNext)
+	grant  int64  // grant instant (ns)
+	lease  int64  // lease deadline (ns), armed while held
+	seq    uint64 // arm order of the lease: equal deadlines fire in arm order
+	hpos   uint32 // 1 + position of the lease in Table.leases; 0 = not armed
+	klen   uint8
+	key    [inlineKey]byte // the key when klen ≤ inlineKey (else Table.long)
+}
+
+func (t *Table) ent(i uint32) *entry { return &t.pages[i>>pageBits][i&(pageSize-1)] }
+
+// keyString returns entry i's key (it allocates for an inline key).
+func (t *Table) keyString(i uint32) string {
+	e := t.ent(i)
+	if e.klen <= inlineKey {
+		return string(e.key[:e.klen])
+	}
+	return t.long[i]
+}
+
+func keyEq[K string | []byte](t *Table, i uint32, key K) bool {
+	e := t.ent(i)
+	if int(e.klen) != len(key) {
+		return false
+	}
+	if e.klen <= inlineKey {
+		return string(e.key[:e.klen]) == string(key)
+	}
+	return t.long[i] == string(key)
+}
+
+func (t *Table) hashOf(i uint32) uint64 {
+	e := t.ent(i)
+	if e.klen <= inlineKey {
+		return maphash.Bytes(t.seed, e.key[:e.klen])
+	}
+	return maphash.String(t.seed, t.long[i])
+}
+
+func (t *Table) findBytes(key []byte) uint32 {
+	if t.ixN == 0 {
+		return noEntry
+	}
+	return find(t, maphash.Bytes(t.seed, key), key)
+}
+
+func (t *Table) findString(key string) uint32 {
+	if t.ixN == 0 {
+		return noEntry
+	}
+	return find(t, maphash.String(t.seed, key), key)
+}
+
+func home(h uint64, n int) int { return int(uint64(uint32(h)) * uint64(n) >> 32) }
+func tag(h uint64) uint8       { return uint8(h >> 56) }
+
+func find[K string | []byte](t *Table, h uint64, key K) uint32 {
+	n := len(t.slots)
+	tg := tag(h)
+	for j := home(h, n); ; {
+		s := t.slots[j]
+		if s == 0 {
+			return noEntry
+		}
+		if t.tags[j] == tg && keyEq(t, s-1, key) {
+			return s - 1
+		}
+		if j++; j == n {
+			j = 0
+		}
+	}
+}
+
+// slotOf returns the index slot that holds entry i (which must be indexed).
+func (t *Table) slotOf(i uint32, h uint64) int {
+	n := len(t.slots)
+	for j := home(h, n); ; {
+		if t.slots[j] == i+1 {
+			return j
+		}
+		if j++; j == n {
+			j = 0
+		}
+	}
+}
+
+func (t *Table) place(i uint32, h uint64) {
+	n := len(t.slots)
+	j := home(h, n)
+	for t.slots[j] != 0 {
+		if j++; j == n {
+			j = 0
+		}
+	}
+	t.slots[j] = i + 1
+	t.tags[j] = tag(h)
+}
+
+// resize rebuilds the index with size slots from the entries.
+func (t *Table) resize(size int) {
+	t.slots = make([]uint32, size)
+	t.tags = make([]uint8, size)
+	for i := range t.n {
+		t.place(i, t.hashOf(i))
+	}
+}
+
+// newEntry adds key as a new free entry (not yet in the idle list) and
+// returns its number. The key must not be in the table.
+func (t *Table) newEntry(key []byte) uint32 {
+	if (t.ixN+1)*5 > len(t.slots)*4 { // load ≤ 0.8
+		t.resize(max(16, len(t.slots)*3/2))
+	}
+	i := t.n
+	if int(i>>pageBits) == len(t.pages) {
+		t.pages = append(t.pages, new([pageSize]entry))
+	}
+	t.n++
+	e := t.ent(i)
+	e.klen = uint8(len(key))
+	if len(key) <= inlineKey {
+		copy(e.key[:], key)
+	} else {
+		if t.long == nil {
+			t.long = make(map[uint32]string)
+		}
+		t.long[i] = string(key)
+	}
+	t.place(i, t.hashOf(i))
+	t.ixN++
+	return i
+}
+
+// removeEntry deletes free entry i (already out of the idle list): the last
+// entry moves into its place, trailing pages and an oversized index are
+// released.
+func (t *Table) removeEntry(i uint32) {
+	// backward-shift deletion of i's slot
+	n := len(t.slots)
+	hole := t.slotOf(i, t.hashOf(i))
+	for j := hole + 1; ; j++ {
+		if j == n {
+			j = 0
+		}
+		s := t.slots[j]
+		if s == 0 {
+			break
+		}
+		k := home(t.hashOf(s-1), n)
+		// move j into the hole unless its home lies cyclically in (hole, j]
+		if (j-k+n)%n >= (j-hole+n)%n {
+			t.slots[hole], t.tags[hole] = s, t.tags[j]
+			hole = j
+		}
+	}
+	t.slots[hole], t.tags[hole] = 0, 0
+	t.ixN--
+	if t.ent(i).klen > inlineKey {
+		delete(t.long, i)
+	}
+
+	last := t.n - 1
+	if i != last {
+		t.moveEntry(last, i)
+	}
+	*t.ent(last) = entry{}
+	t.n--
+	if p := len(t.pages); p > 1 && int(t.n) <= (p-2)*pageSize { // keep one spare page
+		t.pages[p-1] = nil
+		t.pages = t.pages[:p-1]
+	}
+	if n > 64 && t.ixN*5 < n { // load < 0.2: shrink to 0.5
+		t.resize(max(16, t.ixN*2))
+	}
+}
+
+// moveEntry moves entry from into the free place to, fixing every reference.
+func (t *Table) moveEntry(from, to uint32) {
+	e := t.ent(from)
+	t.slots[t.slotOf(from, t.hashOf(from))] = to + 1
+	if e.klen > inlineKey {
+		t.long[to] = t.long[from]
+		delete(t.long, from)
+	}
+	*t.ent(to) = *e
+	d := t.ent(to)
+	if d.hpos != 0 {
+		t.leases[d.hpos-1] = to
+	}
+	if d.token == 0 { // idle
+		p, nx := idlePrev(d), idleNext(d)
+		if p != noEntry {
+			setIdleNext(t.ent(p), to)
+		} else {
+			t.idle.head = to
+		}
+		if nx != noEntry {
+			setIdlePrev(t.ent(nx), to)
+		} else {
+			t.idle.tail = to
+		}
+	}
+	if len(t.queues) > 0 {
+		if q := t.queues[from]; q != nil {
+			delete(t.queues, from)
+			t.queues[to] = q
+			q.e = to
+		}
+	}
+}
+
+// The idle list links of a free entry are in its holder word.
+
+func idlePrev(e *entry) uint32 { return uint32(e.holder >> 32) }
+func idleNext(e *entry) uint32 { return uint32(e.holder) }
+func setIdlePrev(e *entry, p uint32) {
+	e.holder = uint64(p)<<32 | e.holder&0xffffffff
+}
+func setIdleNext(e *entry, nx uint32) {
+	e.holder = e.holder&^0xffffffff | uint64(nx)
+}
+
+// idleList is the list of free entries kept for reuse, oldest first.
+type idleList struct {
+	head, tail uint32
+	n          int
+}
+
+// idlePush appends free entry i to the idle list.
+func (t *Table) idlePush(i uint32) {
+	e := t.ent(i)
+	e.holder = uint64(t.idle.tail)<<32 | uint64(noEntry)
+	if t.idle.tail != noEntry {
+		setIdleNext(t.ent(t.idle.tail), i)
+	} else {
+		t.idle.head = i
+	}
+	t.idle.tail = i
+	t.idle.n++
+}
+
+// idleRemove unlinks free entry i from the idle list.
+func (t *Table) idleRemove(i uint32) {
+	e := t.ent(i)
+	p, nx := idlePrev(e), idleNext(e)
+	if p != noEntry {
+		setIdleNext(t.ent(p), nx)
+	} else {
+		t.idle.head = nx
+	}
+	if nx != noEntry {
+		setIdlePrev(t.ent(nx), p)
+	} else {
+		t.idle.tail = p
+	}
+	e.holder = 0
+	t.idle.n--
+}
