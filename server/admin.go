@@ -217,8 +217,8 @@ func (s *Server) Locks(prefix string, limit int) wire.LocksReply {
 			if s.node != nil {
 				// As the cluster enforces it (issue #13): an inherited
 				// lease by the InheritedDeadline rule.
-				if grant, at, ok := t.HolderTimes(li.Key); ok {
-					d := s.node.EnforcedDeadline(grant, at)
+				if _, at, ok := t.HolderTimes(li.Key); ok {
+					d := s.node.EnforcedDeadline(li.Token, at)
 					e.LeaseRemainingMS = max(d-now, 0) / 1e6
 				}
 			}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/hashicorp/raft"
 
@@ -20,6 +21,11 @@ type LeaderMeta struct {
 	ClientAddr  string `json:"client_addr"`
 	Incarnation uint32 `json:"incarnation"`
 	Start       int64  `json:"start"` // leader's wall clock at its start, ns
+	// Shift moves every held lease's deadline into this leader's clock
+	// (ns, added on every node when the LeaderStart is applied): the
+	// offset between the previous leader's clock and this one's, as
+	// this leader measured it with its monotonic clock (FSM.InheritShift).
+	Shift int64 `json:"shift,omitempty"`
 }
 
 // NodeMeta is a member's replicated metadata.
@@ -46,6 +52,17 @@ type FSM struct {
 	applied uint64
 	out     locktable.Sink // called with mu held; must not block
 
+	// The clock the lease deadlines in the table are in is the current
+	// leader's wall clock (each LeaderStart shifts them into it). base is
+	// this node's estimate of that clock against its own monotonic one:
+	// the least (mono at apply − batch time) over the batches applied
+	// since that LeaderStart; it is late by at most the quickest apply's
+	// delay, so deadlines mapped through it are never early.
+	mono     func() int64 // monotonic ns (tests replace it)
+	lastTime int64        // the last applied batch's time, ns (snapshotted)
+	base     int64
+	baseOK   bool
+
 	// Bytes of log applied since the last snapshot (entry data plus
 	// logEntryOverhead each) and the size of that snapshot: what the
 	// node's snapshot trigger sizes the in-memory log by (node.go
@@ -62,6 +79,8 @@ const logEntryOverhead = 128
 // table's sink, called with the FSM lock held: it must not block).
 func NewFSM(limits locktable.Limits, out locktable.Sink) *FSM {
 	f := &FSM{limits: limits, out: out, nodes: map[string]NodeMeta{}}
+	origin := time.Now()
+	f.mono = func() int64 { return int64(time.Since(origin)) }
 	f.tokens = locktable.NewCounter(1)
 	f.tokens.Restore(0)
 	f.table = locktable.New(limits, f.tokens, &f.counts, out)
@@ -84,10 +103,31 @@ func (f *FSM) Apply(l *raft.Log) any {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.applied = l.Index
+	f.lastTime = b.Time
+	if off := f.mono() - b.Time; !f.baseOK || off < f.base {
+		f.base, f.baseOK = off, true
+	}
 	for i := range b.Cmds {
 		f.apply(b.Time, &b.Cmds[i])
 	}
 	return nil
+}
+
+// InheritShift is what a new leader whose wall clock reads wallNow (ns)
+// adds to every held lease's deadline to move it into its own clock: the
+// offset from the previous leader's clock, measured against this node's
+// monotonic clock when it applied that leader's batches (docs/architecture.md
+// "Leases across leader changes"). Whatever this node's wall clock says, an
+// inherited lease then ends when it would have by the granting leader's
+// clock, late by at most the quickest of those applies' delay — never early.
+// 0 when nothing was applied yet (then no lease is held).
+func (f *FSM) InheritShift(wallNow int64) int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.baseOK {
+		return 0
+	}
+	return f.base - (f.mono() - wallNow)
 }
 
 func (f *FSM) apply(now int64, c *Command) {
@@ -118,6 +158,13 @@ func (f *FSM) apply(now int64, c *Command) {
 		}
 		m.Start = now
 		f.leader = m
+		// Deadlines move into the new leader's clock, and this node's
+		// estimate of the clock follows: the LeaderStart's batch is the
+		// first sample of it.
+		if m.Shift != 0 {
+			f.table.ShiftLeases(m.Shift)
+		}
+		f.base = f.mono() - now
 		// Waiters queued on other nodes' connections are gone with their
 		// leader (protocol.md §7): drop them silently. So are this node's
 		// own, from an earlier term of its leadership: when it stopped
@@ -158,6 +205,7 @@ type fsmState struct {
 	LastToken uint64              `json:"last_token"`
 	Leader    LeaderMeta          `json:"leader"`
 	Nodes     map[string]NodeMeta `json:"nodes"`
+	Time      int64               `json:"time,omitempty"` // the last applied batch's time, ns
 }
 
 // state captures the FSM's state (keys in no particular order); the caller
@@ -167,7 +215,7 @@ func (f *FSM) state() fsmState {
 	for k, v := range f.nodes {
 		nodes[k] = v
 	}
-	return fsmState{Table: f.table.SnapshotUnordered(), LastToken: f.tokens.Last(), Leader: f.leader, Nodes: nodes}
+	return fsmState{Table: f.table.SnapshotUnordered(), LastToken: f.tokens.Last(), Leader: f.leader, Nodes: nodes, Time: f.lastTime}
 }
 
 // Snapshot implements raft.FSM.
@@ -208,6 +256,18 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	f.nodes = s.Nodes
 	if f.nodes == nil {
 		f.nodes = map[string]NodeMeta{}
+	}
+	// The snapshot's deadlines are in the clock of the leader that wrote
+	// its last batch, which was at or before s.Time by that clock (a
+	// snapshot from an earlier version: its latest grant): mapped from
+	// now, they are late by the snapshot's age, never early.
+	f.lastTime, f.baseOK = s.Time, false
+	ref := s.Time
+	for _, ks := range s.Table.Keys {
+		ref = max(ref, ks.Grant)
+	}
+	if ref != 0 {
+		f.base, f.baseOK = f.mono()-ref, true
 	}
 	return nil
 }
@@ -287,6 +347,13 @@ func (f *FSM) StateDigest() (locktable.State, uint64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.table.Snapshot(), f.tokens.Last()
+}
+
+// LastToken returns the last fencing token granted.
+func (f *FSM) LastToken() uint64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.tokens.Last()
 }
 
 // Counts returns active keys and waiters.

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
@@ -114,8 +115,8 @@ type Node struct {
 	serving     atomic.Bool
 	handover    atomic.Bool   // stop taking commands: leadership is being handed over
 	cleanLoss   atomic.Bool   // every command of ours was applied before leadership went
-	leaderStart atomic.Int64  // wall ns when this node started serving as leader
 	lostGen     atomic.Uint64 // counts completed onLost calls (Handover waits for one)
+	inherited   atomic.Uint64 // the last token granted before this node started leading
 	memberMu    sync.Mutex    // one membership change at a time
 	removed     atomic.Bool   // learned it was removed from the configuration (removed.go)
 	removedWhy  atomic.Value  // string: how it learned
@@ -427,9 +428,16 @@ func (n *Node) lead(ctx context.Context, loops *sync.WaitGroup) {
 		n.log.Warn("leader barrier failed", "err", err)
 		return
 	}
-	meta, _ := json.Marshal(LeaderMeta{ID: n.cfg.NodeID, ClientAddr: n.cfg.ClientAddr, Incarnation: n.incarnation})
+	// Every earlier entry is applied: move the inherited leases into this
+	// node's clock (docs/architecture.md "Leases across leader changes").
+	now := n.now().UnixNano()
+	shift := n.fsm.InheritShift(now)
+	if time.Duration(shift).Abs() > n.cfg.MaxClockSkew {
+		n.log.Warn("inherited leases moved into this node's clock by more than max_clock_skew: its clock is off", "shift", time.Duration(shift).Round(time.Millisecond))
+	}
+	meta, _ := json.Marshal(LeaderMeta{ID: n.cfg.NodeID, ClientAddr: n.cfg.ClientAddr, Incarnation: n.incarnation, Shift: shift})
 	node, _ := json.Marshal(NodeMeta{ID: n.cfg.NodeID, ClientAddr: n.cfg.ClientAddr, PeerAddr: n.cfg.PeerAddr, Incarnation: n.incarnation, Durable: n.cfg.DataDir != ""})
-	b := Batch{Time: n.now().UnixNano(), Cmds: []Command{
+	b := Batch{Time: now, Cmds: []Command{
 		{Op: OpLeaderStart, Key: meta, Arg: uint64(n.incarnation)},
 		{Op: OpNodeMeta, Key: node},
 	}}
@@ -437,12 +445,14 @@ func (n *Node) lead(ctx context.Context, loops *sync.WaitGroup) {
 		n.log.Warn("leader start failed", "err", err)
 		return
 	}
+	// Applied here, and nothing else can be until this node serves: the
+	// leases held now are the inherited ones.
+	n.inherited.Store(n.fsm.LastToken())
 	select {
 	case <-ctx.Done():
 		return
 	default:
 	}
-	n.leaderStart.Store(b.Time)
 	// Sample the clocks before serving (bounded by firstVerdictWait): a
 	// leader that served at once would answer its first acquires
 	// B CLOCK_UNHEALTHY ("not sampled yet") after every election and
@@ -479,8 +489,9 @@ func (n *Node) lead(ctx context.Context, loops *sync.WaitGroup) {
 const firstVerdictWait = time.Second
 
 // runTimers proposes the expiries and wait timeouts that the leader's clock
-// says are due. Leases granted before this leader started are given the
-// documented extension (docs/architecture.md "Leases across leader changes").
+// says are due. Inherited leases were moved into its clock by its
+// LeaderStart and end max_clock_skew after their deadline
+// (docs/architecture.md "Leases across leader changes").
 func (n *Node) runTimers(ctx context.Context) {
 	const tick = 5 * time.Millisecond
 	t := time.NewTicker(tick)
@@ -494,16 +505,13 @@ func (n *Node) runTimers(ctx context.Context) {
 		}
 		now := n.now()
 		nowNs := now.UnixNano()
-		start := n.leaderStart.Load()
-		healthy, _ := n.clock.Healthy()
+		inherited := n.inherited.Load()
 		skew := int64(n.cfg.MaxClockSkew)
 		var cmds []Command
 		n.fsm.With(func(tb *locktable.Table) {
 			tb.Due(nowNs, func(d locktable.Due) bool {
-				if d.Kind == locktable.DueLease && d.Grant < start {
-					if nowNs < InheritedDeadline(d.Grant, d.At, start, skew, healthy) {
-						return true
-					}
+				if d.Kind == locktable.DueLease && d.Token <= inherited && nowNs < InheritedDeadline(d.At, skew) {
+					return true
 				}
 				if at, ok := proposed[d]; ok && now.Sub(at) < time.Second {
 					return true
@@ -529,31 +537,31 @@ func (n *Node) runTimers(ctx context.Context) {
 	}
 }
 
-// EnforcedDeadline is when this node, as the serving leader, expires a lease
-// granted at grant with the recorded deadline at (both ns): for a lease
-// inherited from an earlier leader, InheritedDeadline (with this leader's
-// clock health); otherwise at. On a node that does not serve it is at (the
-// leader enforces).
-func (n *Node) EnforcedDeadline(grant, at int64) int64 {
-	start := n.leaderStart.Load()
-	if n.serving.Load() && grant < start {
-		healthy, _ := n.clock.Healthy()
-		return InheritedDeadline(grant, at, start, int64(n.cfg.MaxClockSkew), healthy)
+// EnforcedDeadline is when this node, as the serving leader, expires the
+// lease with token and recorded deadline at (ns): InheritedDeadline for a
+// lease granted before it started leading, otherwise at. On a node that
+// does not serve it is at (the leader enforces).
+func (n *Node) EnforcedDeadline(token uint64, at int64) int64 {
+	if n.serving.Load() && token <= n.inherited.Load() {
+		return InheritedDeadline(at, int64(n.cfg.MaxClockSkew))
 	}
 	return at
 }
 
-// InheritedDeadline is when a leader that started serving at leaderStart
-// expires a lease granted at grant (by an earlier leader's clock) whose
-// deadline was at: with verified clocks, at + maxSkew (a lease is extended
-// by at most the skew bound, however many elections happen); unverified,
-// additionally never before a full lease from leaderStart.
-func InheritedDeadline(grant, at, leaderStart, maxSkew int64, clockHealthy bool) int64 {
-	d := at + maxSkew
-	if !clockHealthy {
-		d = max(d, leaderStart+(at-grant))
+// InheritedDeadline is when a new leader expires a lease granted before it
+// started leading, whose recorded deadline is at (ns, already moved into
+// this leader's clock by its LeaderStart: FSM.InheritShift): max_clock_skew
+// later, a margin for a granting leader's clock that stepped within the
+// bound during its term. The margin is added to the deadline as granted
+// (moved, never extended, by each LeaderStart), so however many leader
+// changes happen, a lease ends within grant + lease + max_clock_skew (+ the
+// milliseconds each take-over's measurement may be late), whatever the new
+// leader's own clock says; and never before its holder's deadline.
+func InheritedDeadline(at, maxSkew int64) int64 {
+	if at > math.MaxInt64-maxSkew {
+		return math.MaxInt64
 	}
-	return d
+	return at + maxSkew
 }
 
 // Shutdown hands leadership to a caught-up voter when this node leads

@@ -75,36 +75,3 @@ func TestProposerDropPendingAnswersMoved(t *testing.T) {
 		t.Fatalf("pending not cleared")
 	}
 }
-
-// The inherited-deadline rule (docs/architecture.md "Leases across leader
-// changes"): a lease granted by an earlier leader ends at its deadline +
-// max_clock_skew when the clocks are verified, and additionally never
-// before a full lease from the new leader's start when they are not.
-func TestInheritedDeadline(t *testing.T) {
-	const (
-		ms   = int64(1e6)
-		skew = 500 * ms
-	)
-	for _, tc := range []struct {
-		name                   string
-		grant, at, leaderStart int64
-		healthy                bool
-		want                   int64
-	}{
-		{"verified: deadline + skew", 0, 20000 * ms, 5000 * ms, true, 20500 * ms},
-		{"verified: a late start changes nothing", 0, 20000 * ms, 19000 * ms, true, 20500 * ms},
-		{"verified: already past", 0, 1000 * ms, 5000 * ms, true, 1500 * ms},
-		{"unverified: a full lease from the start", 0, 20000 * ms, 5000 * ms, false, 25000 * ms},
-		{"unverified: deadline + skew when later", 0, 20000 * ms, -10000 * ms, false, 20500 * ms},
-		{"unverified: handed-off lease counts from its own grant", 3000 * ms, 8000 * ms, 6000 * ms, false, 11000 * ms},
-	} {
-		if got := InheritedDeadline(tc.grant, tc.at, tc.leaderStart, skew, tc.healthy); got != tc.want {
-			t.Errorf("%s: %d ms, want %d ms", tc.name, got/ms, tc.want/ms)
-		}
-		// Never earlier than the deadline the old leader set: a holder's
-		// client-side deadline stays conservative.
-		if got := InheritedDeadline(tc.grant, tc.at, tc.leaderStart, skew, tc.healthy); got < tc.at {
-			t.Errorf("%s: ends before the granted deadline", tc.name)
-		}
-	}
-}
