@@ -22,6 +22,7 @@ final class Call {
     long seq;
     long sentNanos;
     boolean pending;
+    java.net.Socket drainSock; // set with ENQ_WRITE: the caller writes the batch (Conn.drain)
 
     // The outcome, written before the handler runs.
     Wire.Response resp;

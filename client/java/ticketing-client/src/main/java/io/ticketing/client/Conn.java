@@ -22,14 +22,17 @@ import javax.net.ssl.SSLSocket;
 /**
  * One persistent connection to one address, kept by one supervisor thread (dial, handshake,
  * write batches; after a loss back off and dial again, until close) and, while up, one reader
- * thread. Senders append their frame to the write buffer under {@link #mu}; the writer swaps the
- * buffer out and writes it; {@code taken} tells which calls may have reached the socket.
- * Handlers run after the lock is released. Internal.
+ * thread. Senders append their frame to the write buffer under {@link #mu}. Whoever finds nobody
+ * writing takes the writer role: a sender itself (no thread hand-off, see {@link #drain}) when the
+ * socket cannot block, else the supervisor. The writer swaps the buffer out and writes everything
+ * queued meanwhile with one write; {@code taken} tells which calls may have reached the socket.
+ * The reader decodes every answer of one read, matches them under one lock acquisition and runs
+ * the handlers after the lock is released. Internal.
  */
 final class Conn {
     private static final Logger LOG = Logger.getLogger("io.ticketing.client");
     private static final SecureRandom RANDOM = new SecureRandom();
-    static final int ENQ_OK = 0, ENQ_DOWN = 1, ENQ_FULL = 2;
+    static final int ENQ_OK = 0, ENQ_DOWN = 1, ENQ_FULL = 2, ENQ_WRITE = 3;
     private static final int MAX_WRITE_BUFFER = 4 << 20;
 
     final TicketingClient cl;
@@ -52,6 +55,8 @@ final class Conn {
     private int wlen;
     private long seq;
     private long taken;
+    private Socket writer; // the socket whose output a thread (a sender or the supervisor) owns now
+    private OutputStream out;
     private Thread supervisor;
 
     Conn(TicketingClient cl, String addr) {
@@ -98,8 +103,15 @@ final class Conn {
                 }
             }
             Socket s;
+            OutputStream o;
             try {
                 s = connect();
+                try {
+                    o = s.getOutputStream();
+                } catch (IOException e) {
+                    closeQuietly(s);
+                    throw e;
+                }
             } catch (Throwable e) {
                 if (cl.isClosed()) {
                     return;
@@ -108,7 +120,7 @@ final class Conn {
                 attempt++;
                 continue;
             }
-            if (!install(s)) {
+            if (!install(s, o)) {
                 closeQuietly(s);
                 return;
             }
@@ -224,7 +236,7 @@ final class Conn {
                 "ticketing: connect to " + addr + " failed (attempt " + n + "): " + e);
     }
 
-    private boolean install(Socket s) {
+    private boolean install(Socket s, OutputStream o) {
         mu.lock();
         try {
             if (cl.isClosed()) {
@@ -240,6 +252,8 @@ final class Conn {
             seq = 0;
             taken = 0;
             wlen = 0;
+            writer = null;
+            out = o;
         } finally {
             mu.unlock();
         }
@@ -253,30 +267,53 @@ final class Conn {
         reader.start();
         Throwable cause = null;
         try {
-            OutputStream out = s.getOutputStream();
-            byte[] spare = new byte[8192];
+            OutputStream o = s.getOutputStream();
             while (true) {
                 byte[] buf;
                 int n;
                 mu.lock();
                 try {
-                    while (sock == s && wlen == 0) {
+                    while (sock == s && (wlen == 0 || writer == s)) {
                         kick.await();
                     }
                     if (sock != s) {
                         break;
                     }
-                    buf = wbuf;
+                    // Let the senders that are runnable now append their frames first (as the
+                    // Go client does): then one write carries many frames, and the server
+                    // reads many per read. A yield costs far less than a write syscall.
+                    mu.unlock();
+                    try {
+                        Thread.yield();
+                    } finally {
+                        mu.lock();
+                    }
+                    if (sock != s) {
+                        break;
+                    }
+                    if (wlen == 0 || writer == s) {
+                        continue;
+                    }
+                    writer = s;
                     n = wlen;
-                    wbuf = spare.length >= 8192 && spare.length <= (1 << 20) ? spare : new byte[8192];
-                    wlen = 0;
-                    taken = seq;
+                    buf = takeLocked();
                 } finally {
                     mu.unlock();
                 }
-                out.write(buf, 0, n);
-                out.flush();
-                spare = buf;
+                try {
+                    o.write(buf, 0, n);
+                    o.flush();
+                } finally {
+                    mu.lock();
+                    try {
+                        if (writer == s) {
+                            writer = null;
+                        }
+                        giveBackLocked(buf);
+                    } finally {
+                        mu.unlock();
+                    }
+                }
             }
         } catch (InterruptedException e) {
             cause = new ClientClosedException("client closed");
@@ -291,7 +328,95 @@ final class Conn {
         }
     }
 
-    /** Queues c's frame under a fresh req_id. */
+    private byte[] spare = new byte[8192];
+
+    /** Swaps the write buffer out (the caller owns the writer role). */
+    private byte[] takeLocked() {
+        byte[] buf = wbuf;
+        wbuf = spare != null ? spare : new byte[8192];
+        spare = null;
+        wlen = 0;
+        taken = seq;
+        if (STATS) {
+            WRITES.increment();
+        }
+        return buf;
+    }
+
+    private void giveBackLocked(byte[] buf) {
+        if (spare == null && buf.length <= (1 << 20)) {
+            spare = buf;
+        }
+    }
+
+    /** Counts frames, writes and reads (-Dio.ticketing.client.stats=true: printed on close). */
+    static final boolean STATS = Boolean.getBoolean("io.ticketing.client.stats");
+    static final java.util.concurrent.atomic.LongAdder WRITES = new java.util.concurrent.atomic.LongAdder();
+    static final java.util.concurrent.atomic.LongAdder FRAMES = new java.util.concurrent.atomic.LongAdder();
+    static final java.util.concurrent.atomic.LongAdder INLINE = new java.util.concurrent.atomic.LongAdder();
+    static final java.util.concurrent.atomic.LongAdder READS = new java.util.concurrent.atomic.LongAdder();
+
+    /**
+     * Writes c's frame, as the writer role {@link #enqueue} gave this sender for {@code s} on an
+     * idle connection: no hand-off to the supervisor (the latency of a lone caller), and nothing
+     * else unanswered, so the write cannot block. What others queue meanwhile goes to the
+     * supervisor, which batches. Call with no lock held.
+     */
+    void drain(Socket s) {
+        OutputStream o;
+        byte[] buf;
+        int n;
+        mu.lock();
+        try {
+            if (writer != s) {
+                return; // the connection went down meanwhile
+            }
+            if (sock != s || wlen == 0) {
+                writer = null;
+                return;
+            }
+            o = out;
+            n = wlen;
+            buf = takeLocked();
+            if (STATS) {
+                INLINE.increment();
+            }
+        } finally {
+            mu.unlock();
+        }
+        try {
+            o.write(buf, 0, n);
+            o.flush();
+        } catch (Throwable e) {
+            mu.lock();
+            try {
+                if (writer == s) {
+                    writer = null;
+                }
+            } finally {
+                mu.unlock();
+            }
+            kill(s, e);
+            return;
+        }
+        mu.lock();
+        try {
+            giveBackLocked(buf);
+            if (writer == s) {
+                writer = null;
+            }
+            if (sock == s && wlen > 0) {
+                kick.signal();
+            }
+        } finally {
+            mu.unlock();
+        }
+    }
+
+    /**
+     * Queues c's frame under a fresh req_id. {@link #ENQ_WRITE}: queued, and the caller took the
+     * writer role: it must call {@link #drain} with {@code c.drainSock} once it holds no lock.
+     */
     int enqueue(Call c) {
         mu.lock();
         try {
@@ -302,6 +427,16 @@ final class Conn {
                 return ENQ_FULL;
             }
             enqueueLocked(c);
+            if (writer == sock) {
+                return ENQ_OK; // the writer takes it with its next batch
+            }
+            if (pending.size() == 1) {
+                // Idle: this frame alone is unanswered, so nothing is in the socket's buffers
+                // and the caller's own write cannot block.
+                writer = sock;
+                c.drainSock = sock;
+                return ENQ_WRITE;
+            }
             kick.signal();
             return ENQ_OK;
         } finally {
@@ -321,6 +456,9 @@ final class Conn {
         }
         c.sentNanos = System.nanoTime(); // t_send (protocol.md §5): before the frame can be written
         byte[] f = c.encode(id);
+        if (STATS) {
+            FRAMES.increment();
+        }
         if (wlen + f.length > wbuf.length) {
             byte[] nb = new byte[Math.max(wbuf.length * 2, wlen + f.length)];
             System.arraycopy(wbuf, 0, nb, 0, wlen);
@@ -352,7 +490,9 @@ final class Conn {
             if (c.op == Wire.OP_ACQUIRE && c.counts && up) {
                 Call cc = new Call(Wire.OP_CANCEL, c.key, (c.reqId & 0xffffffffL) << 32, false, x -> {});
                 enqueueLocked(cc);
-                kick.signal();
+                if (writer != sock) {
+                    kick.signal();
+                }
             }
             return true;
         } finally {
@@ -435,6 +575,7 @@ final class Conn {
         int start = 0;
         int end = 0;
         List<Call> batch = new ArrayList<>();
+        List<Wire.Response> resps = new ArrayList<>();
         Throwable cause;
         try {
             InputStream in = s.getInputStream();
@@ -456,42 +597,54 @@ final class Conn {
                     break;
                 }
                 end += n;
+                if (STATS) {
+                    READS.increment();
+                }
                 String perr = null;
-                mu.lock();
-                try {
-                    while (true) {
-                        Wire.Response r;
-                        try {
-                            r = Wire.parseResponse(buf, start, end - start);
-                        } catch (Wire.DecodeException e) {
-                            perr = e.getMessage();
-                            break;
-                        }
-                        if (r == null) {
-                            break;
-                        }
-                        start += Wire.HEADER_LEN + r.payload().length;
-                        Call c = pending.get(r.reqId());
-                        if (c == null) {
-                            continue;
-                        }
-                        if (r.status() == Wire.ST_ERROR && r.code() == Wire.CODE_DUPLICATE_REQ_ID) {
-                            continue; // never complete an outstanding request with a code-25 E (§2.1)
-                        }
-                        if (!Call.fits(c.op, r.status())) {
-                            perr = "'" + (char) c.op + "' answered with '" + (char) r.status() + "'";
-                            break;
-                        }
-                        pending.remove(r.reqId());
-                        c.pending = false;
-                        if (c.counts) {
-                            inflight--;
-                        }
-                        c.resp = r;
-                        batch.add(c);
+                // Decode every complete answer of this read without the lock, then match them
+                // under one acquisition.
+                while (true) {
+                    Wire.Response r;
+                    try {
+                        r = Wire.parseResponse(buf, start, end - start);
+                    } catch (Wire.DecodeException e) {
+                        perr = e.getMessage();
+                        break;
                     }
-                } finally {
-                    mu.unlock();
+                    if (r == null) {
+                        break;
+                    }
+                    start += Wire.HEADER_LEN + r.payload().length;
+                    resps.add(r);
+                }
+                if (!resps.isEmpty()) {
+                    mu.lock();
+                    try {
+                        for (int i = 0; i < resps.size(); i++) {
+                            Wire.Response r = resps.get(i);
+                            Call c = pending.get(r.reqId());
+                            if (c == null) {
+                                continue;
+                            }
+                            if (r.status() == Wire.ST_ERROR && r.code() == Wire.CODE_DUPLICATE_REQ_ID) {
+                                continue; // never complete an outstanding request with a code-25 E (§2.1)
+                            }
+                            if (!Call.fits(c.op, r.status())) {
+                                perr = "'" + (char) c.op + "' answered with '" + (char) r.status() + "'";
+                                break;
+                            }
+                            pending.remove(r.reqId());
+                            c.pending = false;
+                            if (c.counts) {
+                                inflight--;
+                            }
+                            c.resp = r;
+                            batch.add(c);
+                        }
+                    } finally {
+                        mu.unlock();
+                    }
+                    resps.clear();
                 }
                 for (Call c : batch) {
                     cl.complete(c);

@@ -426,7 +426,10 @@ public final class TicketingClient implements AutoCloseable {
         }
     }
 
-    /** Leader first, then round robin over every connection. */
+    /**
+     * Leader first, then round robin over every connection. {@link Conn#ENQ_WRITE}: queued, and
+     * the caller must call {@link #drain(Call)} once it holds no lock.
+     */
     int tryEnqueue(Call c) {
         int r = rr.getAndIncrement() & Integer.MAX_VALUE;
         int res = Conn.ENQ_DOWN;
@@ -437,7 +440,7 @@ public final class TicketingClient implements AutoCloseable {
             for (int i = 0; i < n; i++) {
                 Conn cn = ep.conns.get((r + i) % n);
                 int x = cn.enqueue(c);
-                if (x == Conn.ENQ_OK) {
+                if (x == Conn.ENQ_OK || x == Conn.ENQ_WRITE) {
                     return x;
                 }
                 if (x == Conn.ENQ_FULL) {
@@ -453,7 +456,7 @@ public final class TicketingClient implements AutoCloseable {
         int n = conns.size();
         for (int i = 0; i < n; i++) {
             int x = conns.get((r + i) % n).enqueue(c);
-            if (x == Conn.ENQ_OK) {
+            if (x == Conn.ENQ_OK || x == Conn.ENQ_WRITE) {
                 return x;
             }
             if (x == Conn.ENQ_FULL) {
@@ -461,6 +464,15 @@ public final class TicketingClient implements AutoCloseable {
             }
         }
         return res;
+    }
+
+    /** Writes the batch c's enqueue made the caller responsible for. */
+    static void drain(Call c) {
+        java.net.Socket s = c.drainSock;
+        if (s != null) {
+            c.drainSock = null;
+            c.conn.drain(s);
+        }
     }
 
     /** Remembers the leader an M answer named (adding its address when new). */
@@ -776,13 +788,21 @@ public final class TicketingClient implements AutoCloseable {
             connGiveUp = Math.max(budgetEnd, now + connectTimeoutNanos);
         }
 
-        synchronized void attempt() {
+        void attempt() {
+            Call w = attemptLocked();
+            if (w != null) {
+                drain(w);
+            }
+        }
+
+        /** One try; returns the call whose batch this thread must write, if any. */
+        private synchronized Call attemptLocked() {
             if (finished) {
-                return;
+                return null;
             }
             if (isClosed()) {
                 fail(new ClientClosedException("client closed"));
-                return;
+                return null;
             }
             if (waitedForConnection && waitMs > 0) {
                 // Time spent waiting for a connection or a slot comes out of the
@@ -796,17 +816,18 @@ public final class TicketingClient implements AutoCloseable {
             // shortened to 0 (a slot is what it has been waiting for).
             Call c = new Call(Wire.OP_ACQUIRE, key, (leaseMs << 32) | waitMs, waitMs > 0 || waitedForConnection && queues, this::onAnswer);
             int r = tryEnqueue(c);
-            if (r == Conn.ENQ_OK) {
+            if (r == Conn.ENQ_OK || r == Conn.ENQ_WRITE) {
                 call = c;
-                return;
+                return r == Conn.ENQ_WRITE ? c : null;
             }
             long limit = r == Conn.ENQ_FULL ? budgetEnd : connGiveUp;
             if (System.nanoTime() >= limit) {
                 fail(r == Conn.ENQ_FULL ? new AcquireTimeoutException("no free max_inflight slot within the wait") : connectError());
-                return;
+                return null;
             }
             waitedForConnection = true;
             schedule(this::attempt, POLL_NANOS);
+            return null;
         }
 
         private void fail(TicketingException e) {
@@ -1109,22 +1130,34 @@ public final class TicketingClient implements AutoCloseable {
             }
         }
 
-        synchronized void attempt() {
+        void attempt() {
+            Call w = attemptLocked();
+            if (w != null) {
+                drain(w);
+            }
+        }
+
+        private synchronized Call attemptLocked() {
             if (finished) {
-                return;
+                return null;
             }
             if (isClosed()) {
                 finish(new IndeterminateException("client closed before the release was confirmed", -1, new ClientClosedException("client closed")));
-                return;
+                return null;
             }
             if (System.nanoTime() >= deadline) {
                 finish(giveUp());
-                return;
+                return null;
             }
             Call c = new Call(Wire.OP_RELEASE, key, token, false, this::onAnswer);
-            if (tryEnqueue(c) != Conn.ENQ_OK) {
+            int r = tryEnqueue(c);
+            if (r == Conn.ENQ_WRITE) {
+                return c;
+            }
+            if (r != Conn.ENQ_OK) {
                 schedule(this::attempt, POLL_NANOS * 2);
             }
+            return null;
         }
 
         synchronized void onAnswer(Call c) {
@@ -1189,6 +1222,9 @@ public final class TicketingClient implements AutoCloseable {
     public void close() {
         if (!closed.compareAndSet(false, true)) {
             return;
+        }
+        if (Conn.STATS) {
+            System.err.printf("ticketing stats: frames=%d writes=%d (by the caller: %d) reads=%d%n", Conn.FRAMES.sum(), Conn.WRITES.sum(), Conn.INLINE.sum(), Conn.READS.sum());
         }
         Pool p = pool;
         if (p != null) {

@@ -28,15 +28,15 @@ object Bench {
             coroutines(cl, 8, 1.0)
             if (lang != "kotlin") {
                 for (callers in intArrayOf(64, 1)) {
-                    report("java", "blocking", callers, seconds, blocking(cl, callers, seconds))
+                    report("java", "blocking", callers, seconds, measured { blocking(cl, callers, seconds) })
                 }
                 for (callers in intArrayOf(64, 1)) {
-                    report("java", "async", callers, seconds, async(cl, callers, seconds))
+                    report("java", "async", callers, seconds, measured { async(cl, callers, seconds) })
                 }
             }
             if (lang != "java") {
                 for (callers in intArrayOf(64, 1)) {
-                    report("kotlin", "coroutines", callers, seconds, coroutines(cl, callers, seconds))
+                    report("kotlin", "coroutines", callers, seconds, measured { coroutines(cl, callers, seconds) })
                 }
             }
         }
@@ -44,7 +44,22 @@ object Bench {
 
     private fun key(lang: String, i: Int) = "bench/$lang/$i"
 
+    private val os = java.lang.management.ManagementFactory.getOperatingSystemMXBean() as? com.sun.management.OperatingSystemMXBean
+    private var cpuMark = 0L
+
+    /** Marks the process CPU time at the start of a configuration. */
+    private fun <T> measured(f: () -> T): T {
+        cpuMark = os?.processCpuTime ?: 0L
+        return f()
+    }
+
     private fun report(lang: String, api: String, callers: Int, seconds: Double, pairs: Long) {
+        // The client's CPU per pair (all threads of this process): a figure that a loaded machine
+        // disturbs far less than pairs/s. On stderr, so stdout stays the BENCH lines.
+        val cpu = (os?.processCpuTime ?: 0L) - cpuMark
+        if (os != null && pairs > 0) {
+            System.err.println("CPU {\"lang\":\"$lang\",\"api\":\"$api\",\"callers\":$callers,\"client_cpu_us_per_pair\":${"%.1f".format(java.util.Locale.ROOT, cpu / 1e3 / pairs)}}")
+        }
         val pps = pairs / seconds
         println("BENCH {\"lang\":\"$lang\",\"api\":\"$api\",\"callers\":$callers,\"pairs\":$pairs,\"seconds\":$seconds,\"pairs_per_sec\":${"%.1f".format(java.util.Locale.ROOT, pps)}}")
         System.out.flush()
