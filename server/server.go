@@ -269,13 +269,17 @@ func (s *Server) nanotime() int64 { return int64(time.Since(s.start)) }
 // while some goroutine holds the shard lock. It is appended to the owning
 // connection's output and its writer is woken.
 func (s *Server) Deliver(e locktable.Effect) {
-	s.connsMu.RLock()
-	c := s.conns[e.Owner.Conn]
-	s.connsMu.RUnlock()
-	if c == nil {
-		return
+	if c := s.connOf(e.Owner.Conn); c != nil {
+		c.deliver(e, nil)
 	}
-	c.deliver(e)
+}
+
+// connOf is the registered connection with id, or nil.
+func (s *Server) connOf(id uint64) *conn {
+	s.connsMu.RLock()
+	c := s.conns[id]
+	s.connsMu.RUnlock()
+	return c
 }
 
 // Memory after a connection flood (issue #22 item 7): each connection costs
