@@ -253,7 +253,7 @@ func TestClusterOperations(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		complete := len(v.Nodes) == 3
+		complete := len(v.Nodes) == 3 && v.LeaderID != "" // the follower may not know the leader's address yet
 		for _, n := range v.Nodes {
 			complete = complete && n.Status != nil && n.Err == nil
 		}

@@ -122,9 +122,41 @@ func RemoveNode(ctx context.Context, c *client.Client, id string) ([]wire.Member
 func TransferLeader(ctx context.Context, c *client.Client, id string) (string, error) {
 	var lr wire.LeaderReply
 	if err := c.Admin(ctx, wire.CmdTransferLeader, idBody{ID: id}, &lr); err != nil {
-		return "", changeError(err)
+		err = changeError(err)
+		var ce *ChangeError
+		if id != "" && errors.As(err, &ce) && strings.Contains(ce.Msg, "no voter") {
+			explainNoVoter(ctx, c, id, ce)
+		}
+		return "", err
 	}
 	return lr.Leader, nil
+}
+
+// explainNoVoter turns the leader's "no voter" refusal of a transfer to id
+// into what it means, from the members (asked of the same leader): an id
+// that is not a member (listing the members), the leader itself, or a
+// non-voter. The refusal stands unchanged when the members are unknown.
+func explainNoVoter(ctx context.Context, c *client.Client, id string, ce *ChangeError) {
+	var mr wire.MembersReply
+	if c.Admin(ctx, wire.CmdMembers, nil, &mr) != nil || len(mr.Members) == 0 {
+		return
+	}
+	ids := make([]string, 0, len(mr.Members))
+	for _, m := range mr.Members {
+		ids = append(ids, m.ID)
+		if m.ID != id {
+			continue
+		}
+		switch {
+		case m.Role == wire.NodeLeader:
+			ce.Kind, ce.Msg = ErrInvalidChange, fmt.Sprintf("%s is the leader already", id)
+		case !m.Voter:
+			ce.Kind, ce.Msg = ErrInvalidChange, fmt.Sprintf("%s is not a voter: only a voter can lead", id)
+		}
+		return
+	}
+	ce.Kind = ErrInvalidChange
+	ce.Msg = fmt.Sprintf("unknown node id %q: the members are %s", id, strings.Join(ids, ", "))
 }
 
 // ChangeError is the leader's refusal of a changing query (E BAD_ADMIN).

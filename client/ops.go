@@ -185,13 +185,23 @@ func (rd *redirects) follow(ctx context.Context, cl *Client, addr string, waitMS
 	rd.rounds++
 	d := cl.redirectDelay(rd.rounds)
 	if waitMS == 0 || time.Until(budgetEnd) <= d {
-		return fmt.Errorf("%w: %d consecutive redirects (last to %q)", ErrNoLeader, rd.moves, addr)
+		return noLeaderErr(rd.moves, addr)
 	}
 	if err := cl.sleepRedirect(ctx, d, cl.leader.Load(), &rd.woken); err != nil {
 		return err
 	}
 	rd.moves = 0
 	return nil
+}
+
+// noLeaderErr is ErrNoLeader after moves consecutive M answers, the last
+// naming leader: said so an operator can act on it (no leader elected, or
+// the named leader not reached).
+func noLeaderErr(moves int, leader string) error {
+	if leader == "" {
+		return fmt.Errorf("%w elected (the nodes answered %d times in a row that they know none: an election is under way, or a majority of the nodes is down)", ErrNoLeader, moves)
+	}
+	return fmt.Errorf("%w: leader unreachable at %s (redirected there %d times in a row, it did not answer as the leader)", ErrNoLeader, leader, moves)
 }
 
 // TryAcquire is Acquire with wait 0: one attempt, answered at once; a held
@@ -297,7 +307,7 @@ func (cl *Client) Admin(ctx context.Context, cmd string, args any, out any) erro
 			cl.follow(string(payload))
 			moves++
 			if moves > maxMoves {
-				return opErr("admin", "", fmt.Errorf("%w: %d consecutive redirects", ErrNoLeader, moves))
+				return opErr("admin", "", noLeaderErr(moves, string(payload)))
 			}
 		default:
 			return opErr("admin", "", &ProtocolError{Code: code, Msg: string(payload)})

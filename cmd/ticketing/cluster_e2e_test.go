@@ -186,6 +186,8 @@ func TestE2ECluster(t *testing.T) {
 		t.Errorf("bench through a follower: %v: addr %s outcomes %v", err, br.Addr, br.Outcomes)
 	}
 
+	e2eTransferUnknownID(t, e, lj.Leader)
+
 	// transfer-leader to that follower, sent to the old leader's follower
 	// address list alike.
 	p = e.expect(0, "node", "transfer-leader", "--id", follower.ID)
@@ -245,6 +247,13 @@ func TestE2ECluster(t *testing.T) {
 		t.Errorf("health json with %s killed: %v %s", victim.ID, err, p.out.String())
 	}
 	e.token(e.expect(0, "acquire", "e2e/after-kill", "--lease", "5s", "--wait", "5s"))
+
+	// The leader dies too: one of three voters left, no leader.
+	if lj = e.nodeList(); lj.Leader == "" || nodes[lj.Leader] == nil {
+		t.Fatalf("no leader to kill: %+v", lj)
+	}
+	nodes[lj.Leader].kill9(t)
+	e2eNoLeaderElected(t, e)
 }
 
 // processRunning: pid exists and is not a zombie.

@@ -599,7 +599,7 @@ func nodeChangeError(op string, err error) error {
 	case errors.Is(err, client.ErrIndeterminate):
 		return withExit(ExitIndeterminate, fmt.Errorf("%s: %w (the change may have happened: check `ticketing node list`)", op, err))
 	case errors.Is(err, client.ErrNoLeader):
-		return withExit(ExitBusy, fmt.Errorf("%s: %w (no leader within --timeout; retry)", op, err))
+		return withExit(ExitBusy, fmt.Errorf("%s: %w; none within --timeout: retry once there is one", op, err))
 	case errors.Is(err, client.ErrConnect), errors.Is(err, client.ErrAuth):
 		// errors.go's mapping (7, 8)
 	case errors.Is(err, context.DeadlineExceeded):

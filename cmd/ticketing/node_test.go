@@ -228,7 +228,7 @@ func TestNodeAddRun(t *testing.T) {
 		{"not a cluster", []error{changeErr(admin.ErrNotCluster, "not a cluster")}, nil, ExitUsage, "not a cluster (--addr names a single server, not a cluster)", 1},
 		{"catch-up failed", []error{changeErr(admin.ErrChangeFailed, "membership change refused: learner n4 did not catch up")}, nil, ExitError, "did not catch up", 1},
 		{"no leader, then one", []error{opErr(client.ErrNoLeader), opErr(client.ErrNoLeader)}, nil, 0, "", 3},
-		{"no leader at all", repeatErr(opErr(client.ErrNoLeader), 1000), nil, ExitBusy, "no leader within --timeout", -1},
+		{"no leader at all", repeatErr(opErr(client.ErrNoLeader), 1000), nil, ExitBusy, "none within --timeout: retry once there is one", -1},
 		{"connection lost", []error{opErr(fmt.Errorf("%w: connection lost after the query was written", client.ErrIndeterminate))}, nil,
 			ExitIndeterminate, "check `ticketing node list`", 1},
 		{"no answer within --wait", []error{opErr(context.DeadlineExceeded)}, nil, ExitIndeterminate, "no answer within --wait", 1},

@@ -127,14 +127,29 @@ func writeDeployment(ios Streams, o *Options, spec *Spec) error {
 		fmt.Fprintf(ios.ErrOut, "deploy: --force: replaced the tokens in %s/secrets; every node and client needs the new ones\n", outAbs)
 	}
 	for _, n := range spec.Nodes {
-		if n.Removed && exists(filepath.Join(outAbs, n.ID+".env")) {
-			fmt.Fprintf(w, "  %-22s        removed   no longer generated: delete it (and %s's data) once the node is gone\n", n.ID+".env", n.ID)
+		if !n.Removed {
+			continue
+		}
+		for _, name := range removedFiles(n.ID, spec) {
+			path := filepath.Join(outAbs, name)
+			if !exists(path) {
+				continue
+			}
+			if n.ID != o.Remove {
+				fmt.Fprintf(w, "  %-22s        stale     %s was removed: delete this file\n", name, n.ID)
+				continue
+			}
+			if err := os.Remove(path); err != nil {
+				return fmt.Errorf("deploy: --remove %s: %w", n.ID, err)
+			}
+			fmt.Fprintf(w, "  %-22s        deleted   %s's file\n", name, n.ID)
 		}
 	}
 	fmt.Fprintln(w)
 	if o.Remove != "" {
-		fmt.Fprintf(w, "Removed %s from the deployment: client.env no longer names it.\n", o.Remove)
-		fmt.Fprintf(w, "It must never start again under its id; `ticketing node remove --id %s` takes it out of the cluster.\n", o.Remove)
+		fmt.Fprintf(w, "Removed %s from the deployment: its files here are deleted and client.env no longer names it.\n", o.Remove)
+		fmt.Fprintf(w, "On %s's host, once it is stopped, delete its copy of %s.env and its data directory: it must never start again under its id.\n", o.Remove, o.Remove)
+		fmt.Fprintf(w, "`ticketing node remove --id %s` takes it out of the cluster.\n", o.Remove)
 		fmt.Fprintf(w, "Reload the CLI settings: set -a; . %s/client.env; set +a\n", outAbs)
 	} else {
 		nextSteps(w, spec, outAbs, o.Add != "")
@@ -146,6 +161,16 @@ func writeDeployment(ios Streams, o *Options, spec *Spec) error {
 		}
 	}
 	return nil
+}
+
+// removedFiles are the files of node id that a deployment in --out holds
+// and that --remove deletes: its env file and, with TLS, its key pair.
+func removedFiles(id string, spec *Spec) []string {
+	names := []string{id + ".env"}
+	if spec.TLSDir != "" {
+		names = append(names, filepath.Join("tls", id+".crt"), filepath.Join("tls", id+".key"))
+	}
+	return names
 }
 
 // writeDeployFile writes content with mode, atomically (a temp file in the
