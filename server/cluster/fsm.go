@@ -238,8 +238,8 @@ func (f *FSM) LogBytes() (sinceSnapshot, snapshot int64) {
 // Restore implements raft.FSM.
 func (f *FSM) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
-	var s fsmState
-	if err := json.NewDecoder(rc).Decode(&s); err != nil {
+	s, err := decodeSnapshot(rc)
+	if err != nil {
 		return fmt.Errorf("cluster: restore snapshot: %w", err)
 	}
 	f.mu.Lock()
@@ -272,7 +272,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	return nil
 }
 
-// fsmSnapshot is a captured state, encoded by Persist as JSON (keys
+// fsmSnapshot is a captured state, encoded by Persist (snapcodec.go, keys
 // sorted) straight into raft's sink: no second copy of the encoding.
 type fsmSnapshot struct {
 	st   fsmState
@@ -283,7 +283,7 @@ func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
 	s.st.Table.Sort()
 	cw := &countingWriter{w: sink}
 	bw := bufio.NewWriterSize(cw, 64<<10)
-	err := json.NewEncoder(bw).Encode(&s.st)
+	err := encodeSnapshot(bw, &s.st)
 	if err == nil {
 		err = bw.Flush()
 	}
