@@ -120,6 +120,9 @@ type Node struct {
 	memberMu    sync.Mutex    // one membership change at a time
 	removed     atomic.Bool   // learned it was removed from the configuration (removed.go)
 	removedWhy  atomic.Value  // string: how it learned
+	wasMember   atomic.Bool   // its own configuration listed it at some point
+	selfAbsent  atomic.Bool   // its own latest configuration leaves it out, after listing it
+	peerLeader  atomic.Value  // string: the serving leader's client address, as its peers last said
 	closeOnce   sync.Once
 	done        chan struct{}
 	wg          sync.WaitGroup
@@ -343,6 +346,14 @@ func (n *Node) Serving() bool { return n.serving.Load() }
 // unknown (protocol.md §7: never its raft address).
 func (n *Node) LeaderClientAddr() string {
 	_, id := n.raft.LeaderWithID()
+	if id == "" && n.outside() {
+		// Removed: raft hears from no leader any more, but the cluster
+		// goes on; name the leader its peers named (removed.go), so that
+		// `health` and clients asking here reach the cluster's
+		// configuration, not this node's stale one.
+		a, _ := n.peerLeader.Load().(string)
+		return a
+	}
 	if id == "" || string(id) == n.cfg.NodeID && (n.handover.Load() || !n.serving.Load()) {
 		// No leader, or ourselves while not (or no longer) serving: naming
 		// ourselves would send clients in a loop.

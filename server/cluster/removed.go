@@ -57,7 +57,14 @@ func (n *Node) removalLoop() {
 			return
 		case <-t.C:
 		}
-		if n.removed.Load() || n.raft.State() == raft.Leader {
+		selfAbsent := n.checkOwnConfiguration()
+		if n.removed.Load() {
+			if _, id := n.raft.LeaderWithID(); id == "" {
+				n.probeRemoval() // keeps the leader it names fresh (LeaderClientAddr)
+			}
+			continue
+		}
+		if n.raft.State() == raft.Leader {
 			absent = 0
 			continue
 		}
@@ -65,7 +72,7 @@ func (n *Node) removalLoop() {
 			n.markRemoved("its own applied log records its removal")
 			continue
 		}
-		if _, id := n.raft.LeaderWithID(); id != "" && time.Since(n.raft.LastContact()) < removalProbeAfter {
+		if _, id := n.raft.LeaderWithID(); !selfAbsent && id != "" && time.Since(n.raft.LastContact()) < removalProbeAfter {
 			absent = 0
 			continue
 		}
@@ -74,7 +81,12 @@ func (n *Node) removalLoop() {
 			n.markRemoved("the leader's configuration lists it as removed")
 		case removalAbsent:
 			absent++
-			if absent >= removalConfirmations {
+			switch {
+			case selfAbsent:
+				// Its own configuration and the serving leader's agree:
+				// removed while it was connected (raft sent it the change).
+				n.markRemoved("its own configuration and the leader's leave it out")
+			case absent >= removalConfirmations:
 				n.markRemoved(fmt.Sprintf("the leader's configuration left it out on %d probes in a row", absent))
 			}
 		default:
@@ -82,6 +94,31 @@ func (n *Node) removalLoop() {
 		}
 	}
 }
+
+// checkOwnConfiguration records whether this node's own latest raft
+// configuration lists it, and reports whether it leaves it out after having
+// listed it (a node still joining has never been listed: not removed).
+func (n *Node) checkOwnConfiguration() bool {
+	cf := n.raft.GetConfiguration()
+	if cf.Error() != nil {
+		return n.selfAbsent.Load()
+	}
+	servers := cf.Configuration().Servers
+	listed := false
+	for _, s := range servers {
+		listed = listed || string(s.ID) == n.cfg.NodeID
+	}
+	if listed {
+		n.wasMember.Store(true)
+	}
+	absent := !listed && len(servers) > 0 && n.wasMember.Load()
+	n.selfAbsent.Store(absent)
+	return absent
+}
+
+// outside reports whether this node knows it is out of the configuration:
+// removed, or left out of its own latest configuration.
+func (n *Node) outside() bool { return n.removed.Load() || n.selfAbsent.Load() }
 
 type removalVerdict int
 
@@ -116,10 +153,14 @@ func (n *Node) askPeer(addr string) removalVerdict {
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
 	var st struct {
-		Role string `json:"role"`
+		Role       string `json:"role"`
+		ClientAddr string `json:"client_addr"`
 	}
 	if err := pc.query(ctx, `{"cmd":"status"}`, &st); err != nil || st.Role != wire.NodeLeader {
 		return removalUnknown
+	}
+	if st.ClientAddr != "" {
+		n.peerLeader.Store(st.ClientAddr)
 	}
 	var mr wire.MembersReply
 	if err := pc.query(ctx, `{"cmd":"members"}`, &mr); err != nil {
