@@ -23,13 +23,14 @@ const (
 	noEntry   = ^uint32(0)
 )
 
-// entry is one key: 64 bytes (TestLockStateSize).
+// entry is one key: 56 bytes (TestLockStateSize). Leases with equal
+// deadlines fire in arm order, which is token order: a table arms each lease
+// with the token its grant just drew, strictly above every earlier one.
 type entry struct {
 	token  uint64 // current holder's fencing token; 0 = free (the entry is in the idle list)
 	holder uint64 // held: the holder's connection; free: idle list links (idlePrev, idleNext)
 	grant  int64  // grant instant (ns)
 	lease  int64  // lease deadline (ns), armed while held
-	seq    uint64 // arm order of the lease: equal deadlines fire in arm order
 	hpos   uint32 // 1 + position of the lease in Table.leases; 0 = not armed
 	klen   uint8
 	key    [inlineKey]byte // the key when klen ≤ inlineKey (else Table.long)

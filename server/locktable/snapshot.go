@@ -81,8 +81,7 @@ func (t *Table) Restore(s State) error {
 		t.activate()
 		e := t.ent(i)
 		e.token, e.holder, e.grant, e.lease = ks.Token, ks.Holder, ks.Grant, ks.Deadline
-		t.seq++
-		e.seq = t.seq
+		t.lastTok = max(t.lastTok, e.token)
 		t.pushLease(i)
 		for _, ws := range ks.Waiters {
 			if t.waiters[ws.Owner] != nil {

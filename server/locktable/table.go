@@ -135,7 +135,8 @@ type Table struct {
 	sink    Sink
 	counter Counters
 
-	seq uint64 // arm order of timers: ties between equal deadlines go FIFO
+	seq     uint64 // arm order of waits: ties between equal deadlines go FIFO
+	lastTok uint64 // token of the last lease armed (leases are ordered by token)
 
 	// recycled structs, each list capped at the idle cache size so memory
 	// falls back after a burst
@@ -157,8 +158,9 @@ type waiter struct {
 	owner    Owner
 	q        *kqueue
 	leaseMS  uint32
-	enqueued int64 // instant it joined the queue (ns)
-	wait     timer // wait deadline
+	enqueued int64  // instant it joined the queue (ns)
+	wait     timer  // wait deadline
+	after    uint64 // token of the last lease armed before the wait: a tie with a lease goes to the earlier armed
 	prev     *waiter
 	next     *waiter
 	cprev    *waiter // per-connection list
@@ -285,6 +287,7 @@ func (t *Table) enqueue(i uint32, w *waiter, deadline int64) {
 	t.counts.AddWaiters(1)
 	w.wait.at = deadline
 	w.wait.w = w
+	w.after = t.lastTok
 	t.arm(&w.wait)
 }
 
@@ -362,7 +365,7 @@ func (t *Table) next() (at int64, lease uint32, w *waiter, ok bool) {
 			return e.lease, t.leases[0], nil, true
 		}
 		x := t.waits.items[0]
-		if e.lease < x.at || (e.lease == x.at && e.seq < x.seq) {
+		if e.lease < x.at || (e.lease == x.at && e.token <= x.w.after) {
 			return e.lease, t.leases[0], nil, true
 		}
 		return x.at, noEntry, x.w, true
@@ -471,8 +474,7 @@ func (t *Table) grant(now int64, i uint32, conn uint64, leaseMS uint32) {
 	e.holder = conn
 	e.grant = now
 	e.lease = addNs(now, msToNs(leaseMS)+t.limits.LeaseSlack)
-	t.seq++
-	e.seq = t.seq
+	t.lastTok = e.token
 	t.pushLease(i)
 	t.counter.Grants++
 }

@@ -92,7 +92,7 @@ func (h *timerHeap) down(i0 int) bool {
 
 func (t *Table) lessLease(i, j int) bool {
 	a, b := t.ent(t.leases[i]), t.ent(t.leases[j])
-	return a.lease < b.lease || (a.lease == b.lease && a.seq < b.seq)
+	return a.lease < b.lease || (a.lease == b.lease && a.token < b.token)
 }
 
 func (t *Table) swapLease(i, j int) {
