@@ -2,12 +2,16 @@
  *
  * Threading: a tk_client is safe to share between any number of threads.
  * Each connection has one background I/O thread (connect, handshake, TLS,
- * reads and writes, reconnect with backoff 0.1 s doubling to 3.2 s, forever);
- * callers only append frames to a connection's write buffer under that
- * connection's mutex and wait for their answer. Lock order inside the
- * library: op mutex -> client mutex -> connection mutex; completions are
- * delivered after the connection mutex is released, so a slow caller never
- * stalls the I/O thread.
+ * reads, reconnect with backoff 0.1 s doubling to 3.2 s, forever). Callers
+ * append frames to a connection's write buffer under that connection's mutex
+ * (held only to append or match, never across a system call); on plain TCP
+ * the caller then writes every queued frame in one send() itself (TLS: the
+ * I/O thread writes), and a burst of callers woken by one read writes its
+ * next frames in one send(). The I/O thread reads many answers per read and
+ * wakes only the callers whose answers arrived (a futex per blocking call,
+ * no broadcast). Lock order inside the library: op mutex -> client mutex ->
+ * connection mutex; completions are delivered after the connection mutex is
+ * released, so a slow caller never stalls the I/O thread.
  *
  * Ownership of a lock lives in its token (tk_lease.token), never in a thread:
  * any thread, or another process that knows the token, may release it.

@@ -65,6 +65,7 @@ typedef struct call {
     int fail;
     tk_status fail_st;
     int embedded; /* lives inside its tk_op: moved to the heap before the I/O thread may own it */
+    int token;    /* completed by dispatch: the caller holds one of cn->tokens until it settles */
     struct call *hnext;
 } call;
 
@@ -87,6 +88,9 @@ struct conn {
     int direct;    /* plain TCP and up: callers write themselves (TLS: the I/O thread only) */
     int sfd;       /* the socket callers write to (valid while writer == W_CALLER) */
     pthread_cond_t wcv; /* writer left W_CALLER while the connection is down */
+    int tokens; /* callers given an answer by dispatch that have not yet slept again or
+                 * returned: while any, their frames wait for the last one, which writes
+                 * them all in one send() (a burst of answers becomes one write) */
     uint64_t seq, taken;
     int kicked;
     /* I/O thread only */
@@ -159,6 +163,7 @@ struct tk_op {
     uint8_t code;
     char msg[128];
     int reported;
+    conn *held; /* holds a token of this connection (blocking ops) */
     call inl; /* the op's call, no allocation per request (last: op_init clears what precedes it) */
 };
 
@@ -394,6 +399,10 @@ static void conn_flush_caller(conn *cn) {
 /* cn->mu held, frames queued; gets them written and releases cn->mu. */
 static void conn_push_unlock(conn *cn) {
     if (cn->direct && cn->writer == W_NONE) {
+        if (cn->tokens > 0) { /* a caller about to run writes them with its own */
+            pthread_mutex_unlock(&cn->mu);
+            return;
+        }
         cn->writer = W_CALLER;
         conn_flush_caller(cn);
         return;
@@ -406,6 +415,17 @@ static void conn_push_unlock(conn *cn) {
     cn->kicked = 1;
     pthread_mutex_unlock(&cn->mu);
     if (kick) wake_fd(cn->efd);
+}
+
+/* A caller given its answer by dispatch is about to sleep or return. */
+static void conn_settle(conn *cn) {
+    pthread_mutex_lock(&cn->mu);
+    if (--cn->tokens == 0 && cn->wlen && cn->direct && cn->writer == W_NONE) {
+        cn->writer = W_CALLER;
+        conn_flush_caller(cn);
+        return;
+    }
+    pthread_mutex_unlock(&cn->mu);
 }
 
 static int conn_enqueue(conn *cn, call *c) {
@@ -584,6 +604,10 @@ static long dispatch(conn *cn, const uint8_t *buf, size_t len) {
             }
             c->payload[c->plen] = 0;
             c->fail = F_NONE;
+            if (c->owner == OWN_OP && !c->opref->async) {
+                c->token = 1;
+                cn->tokens++;
+            }
             *tail = c;
             tail = &c->hnext;
         }
@@ -1254,6 +1278,7 @@ static void op_step(tk_op *op) {
     c->klen = op->klen;
     c->counts = 0;
     c->fail = F_NONE;
+    c->token = 0;
     c->embedded = 1;
     c->hnext = NULL;
     c->owner = OWN_OP;
@@ -1336,9 +1361,17 @@ static tk_status op_wait_blocking(tk_op *op, tk_lease *out) {
         if (__atomic_load_n(&op->cstate, __ATOMIC_ACQUIRE) == CS_DONE) {
             op->cstate = CS_IDLE;
             op->completed = 1;
+            if (op->inl.token) {
+                op->inl.token = 0;
+                op->held = op->inl.cn;
+            }
         }
         op_step(op);
         if (op->done) break;
+        if (op->held) { /* about to sleep: the frames queued meanwhile go out now */
+            conn_settle(op->held);
+            op->held = NULL;
+        }
         if (op->completed) continue;
         uint64_t ns = op_wait_ns(op);
         if (ns == 0) continue;
@@ -1363,6 +1396,7 @@ static tk_status op_wait_blocking(tk_op *op, tk_lease *out) {
             __atomic_sub_fetch(&cl->gen_waiters, 1, __ATOMIC_ACQ_REL);
         }
     }
+    if (op->held) conn_settle(op->held);
     fill_out(op, out);
     return op->result;
 }
