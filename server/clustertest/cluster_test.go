@@ -109,16 +109,28 @@ func TestSnapshotsBoundTheLogByBytes(t *testing.T) {
 	cc := servertest.Dial(t, l.Client, servertest.Options{})
 	key := strings.Repeat("k", 240)
 	// About 1,000 entries of ~400 bytes each: 6× the floor, an eighth of
-	// raft's backstop.
-	for i := range 500 {
+	// raft's backstop. A leader change on a loaded machine answers U or M:
+	// follow the new leader and go on with the next key (each key is used
+	// once, so an undecided one changes nothing); a few such changes are
+	// tolerated, more fail the test.
+	done, changes := 0, 0
+	for i := 0; done < 500; i++ {
 		k := fmt.Sprintf("%s%04d", key, i)
 		r := cc.Acquire(k, 10000, 0)
-		if r.Status != wire.StatusGranted {
-			t.Fatalf("acquire %d: %s", i, servertest.Describe(r))
+		if r.Status == wire.StatusGranted {
+			r = cc.Release(k, r.Value)
+			if r.Status == wire.StatusReleased {
+				done++
+				continue
+			}
 		}
-		if r := cc.Release(k, r.Value); r.Status != wire.StatusReleased {
-			t.Fatalf("release %d: %s", i, servertest.Describe(r))
+		if (r.Status != wire.StatusUnknown && r.Status != wire.StatusMoved) || changes == 5 {
+			t.Fatalf("key %d: %s (after %d leader changes)", i, servertest.Describe(r), changes)
 		}
+		changes++
+		t.Logf("key %d: %s: following the new leader", i, servertest.Describe(r))
+		cc.Close()
+		cc = servertest.Dial(t, c.WaitLeader(10*time.Second).Client, servertest.Options{})
 	}
 	c.WaitSameDigest(10 * time.Second)
 	for _, n := range c.Running() {
