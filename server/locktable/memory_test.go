@@ -97,7 +97,7 @@ func TestLockStateSize(t *testing.T) {
 // pages, the index, the lease heap and the long-key map fall back after.
 func TestCompactTableShrinks(t *testing.T) {
 	f := newFx(t, Limits{IdleCache: 8})
-	const n = 5000
+	const n = 3000
 	keys := make([][]byte, n)
 	toks := make([]uint64, n)
 	for i := range keys {
@@ -131,7 +131,7 @@ func TestCompactTableShrinks(t *testing.T) {
 			}
 			f.rel(t0, own(2, uint32(i)), string(keys[i]), d[0].Token, effO(own(2, uint32(i))))
 		}
-		if k%500 == 0 {
+		if k%1000 == 0 {
 			f.check()
 		}
 	}
