@@ -80,6 +80,14 @@ test)
     cat "$tmp/asan.log"; exit 1
   fi
   tail -n 3 "$tmp/asan.log"
+  echo "== ThreadSanitizer tests"
+  build "$here/build-tsan" -DTK_TSAN=ON
+  if ! "$here/build-tsan/tk_tests" --gtest_list_tests >"$tmp/tsan.log" 2>&1; then
+    echo "ThreadSanitizer cannot start on this kernel (e.g. vm.mmap_rnd_bits too high): skipped"; tail -n 2 "$tmp/tsan.log"
+  elif ! TSAN_OPTIONS=halt_on_error=1 ctest --test-dir "$here/build-tsan" -j"$JOBS" --output-on-failure >"$tmp/tsan.log" 2>&1; then
+    cat "$tmp/tsan.log"; exit 1
+  fi
+  tail -n 3 "$tmp/tsan.log"
   echo "== tests (ctest)"
   ctest --test-dir "$here/build" -j"$JOBS" --output-on-failure
   ;;
