@@ -176,6 +176,13 @@ func TestE2ECluster(t *testing.T) {
 	e.expect(6, "release", "--addr", follower.ClientAddr, "e2e/cluster", strconv.FormatUint(tok-1, 10))
 	e.expect(0, "release", "--addr", follower.ClientAddr, "e2e/cluster", strconv.FormatUint(tok, 10))
 
+	// #12 item 14: locks and status read from the leader, and say so.
+	for _, n := range lj.Nodes {
+		if n.ID == lj.Leader {
+			e2eReadsFromLeader(t, e, n, follower)
+		}
+	}
+
 	// #12 item 7: bench given a follower drives the leader and counts grants.
 	bp := e.expect(0, "bench", "--addr", follower.ClientAddr, "--duration", "0.5s", "--conns", "1", "--pipeline", "1", "--keys", "10", "--progress=false", "-o", "json")
 	var br struct {

@@ -17,6 +17,7 @@ type LocksOptions struct {
 	Output string
 	Prefix string
 	Limit  int
+	Local  bool // the first node that answers, not the cluster's leader
 
 	Connect func(ctx context.Context, addrs []string) (adminClient, error)
 }
@@ -32,8 +33,12 @@ func newCmdLocks(fac *Factory, runF func(context.Context, *IO, *LocksOptions) er
 		Long: `List held keys: key, holder's fencing token, lease left, queue depth and the
 age of the oldest waiter, deepest queue first. Keys with unusual characters
 are shown quoted and escaped. Needs the admin token (default: the client
-token). --output json prints the server's locks reply (protocol.md §8), with
-each token a decimal string (tokens exceed 2^53).`,
+token). In a cluster the leader answers (found through the first node in
+--addr that answers; with --local, that first node answers), and a line on
+stderr names it; when no leader could be reached, the node asked answers and
+the line says its view may lag. --output json prints the server's locks
+reply (protocol.md §8), with each token a decimal string (tokens exceed
+2^53), and "answered_by": {"id", "addr", "role"}.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			opts, err := locksOptions(fac, cmd)
@@ -45,6 +50,7 @@ each token a decimal string (tokens exceed 2^53).`,
 	}
 	cmd.Flags().String("prefix", "", "only keys starting with this prefix")
 	cmd.Flags().Int("limit", wire.LocksDefaultLimit, fmt.Sprintf("show at most this many keys (1..%d)", wire.LocksMaxLimit))
+	cmd.Flags().Bool("local", false, "in a cluster: the first node in --addr that answers, not the leader")
 	addConnFlags(cmd)
 	addOutputFlag(cmd)
 	return cmd
@@ -55,7 +61,7 @@ func locksOptions(fac *Factory, cmd *cobra.Command) (*LocksOptions, error) {
 	if err != nil {
 		return nil, err
 	}
-	opts := &LocksOptions{Prefix: v.GetString("prefix"), Limit: v.GetInt("limit")}
+	opts := &LocksOptions{Prefix: v.GetString("prefix"), Limit: v.GetInt("limit"), Local: v.GetBool("local")}
 	if opts.Limit < 1 || opts.Limit > wire.LocksMaxLimit {
 		return nil, usageError("--limit %d: want 1..%d", opts.Limit, wire.LocksMaxLimit)
 	}
@@ -72,17 +78,25 @@ func locksOptions(fac *Factory, cmd *cobra.Command) (*LocksOptions, error) {
 func runLocks(ctx context.Context, ios *IO, opts *LocksOptions) error {
 	ctx, cancel := withTimeout(ctx, 2*opts.Conn.Timeout)
 	defer cancel()
-	ac, err := opts.Connect(ctx, opts.Conn.Addrs)
+	r, err := readLeader(ctx, opts.Conn.Addrs, opts.Local, opts.Connect)
 	if err != nil {
 		return err
 	}
-	defer ac.Close()
-	lr, err := ac.Locks(ctx, opts.Prefix, opts.Limit)
+	defer r.ac.Close()
+	lr, err := r.ac.Locks(ctx, opts.Prefix, opts.Limit)
 	if err != nil {
 		return err
+	}
+	switch {
+	case r.stale != "":
+		fmt.Fprintln(ios.ErrOut, "note: "+r.stale)
+	case r.by.inCluster() && opts.Output != "json":
+		fmt.Fprintln(ios.ErrOut, "answered by "+r.by.String())
 	}
 	if opts.Output == "json" {
-		return writeJSON(ios, locksOut(lr))
+		out := locksOut(lr)
+		out.AnsweredBy = r.by
+		return writeJSON(ios, out)
 	}
 	if len(lr.Locks) == 0 {
 		if opts.Prefix != "" {
@@ -133,6 +147,8 @@ type locksJSON struct {
 	Locks     []lockEntryJSON `json:"locks"`
 	// ClockUnverified is the reply's clock_unverified.
 	ClockUnverified bool `json:"clock_unverified,omitempty"`
+	// AnsweredBy is the node that gave the reply (not the server's).
+	AnsweredBy answeredBy `json:"answered_by"`
 }
 
 type lockEntryJSON struct {

@@ -15,6 +15,7 @@ import (
 type StatusOptions struct {
 	Conn   ConnOptions
 	Output string
+	Local  bool // the first node that answers, not the cluster's leader
 
 	Connect func(ctx context.Context, addrs []string) (adminClient, error)
 }
@@ -27,10 +28,14 @@ func newCmdStatus(fac *Factory, runF func(context.Context, *IO, *StatusOptions) 
 	cmd := &cobra.Command{
 		Use:   "status",
 		Short: "Show a server's status and counters",
-		Long: `Show the status of the first server in --addr that answers: its role, uptime,
-keys, holders, waiters, connections, whether it can grant now, and its
-cumulative counters. Needs the admin token (default: the client token).
---output json prints the server's status reply (protocol.md §8).`,
+		Long: `Show a server's status: its role, uptime, keys, holders, waiters,
+connections, whether it can grant now, and its cumulative counters. In a
+cluster, the leader's (found through the first node in --addr that
+answers); with --local, that first node's own. The node, address and role
+rows say which node answered; when no leader could be reached, the node
+asked answers and a note on stderr says its view may lag. Needs the admin
+token (default: the client token). --output json prints the server's status
+reply (protocol.md §8) with "answered_by": {"id", "addr", "role"}.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			opts, err := statusOptions(fac, cmd)
@@ -40,6 +45,7 @@ cumulative counters. Needs the admin token (default: the client token).
 			return runF(cmd.Context(), ios, opts)
 		},
 	}
+	cmd.Flags().Bool("local", false, "in a cluster: the first node in --addr that answers, not the leader")
 	addConnFlags(cmd)
 	addOutputFlag(cmd)
 	return cmd
@@ -50,7 +56,7 @@ func statusOptions(fac *Factory, cmd *cobra.Command) (*StatusOptions, error) {
 	if err != nil {
 		return nil, err
 	}
-	opts := &StatusOptions{}
+	opts := &StatusOptions{Local: v.GetBool("local")}
 	if opts.Output, err = getOutput(v); err != nil {
 		return nil, err
 	}
@@ -64,29 +70,38 @@ func statusOptions(fac *Factory, cmd *cobra.Command) (*StatusOptions, error) {
 func runStatus(ctx context.Context, ios *IO, opts *StatusOptions) error {
 	ctx, cancel := withTimeout(ctx, 2*opts.Conn.Timeout)
 	defer cancel()
-	ac, err := opts.Connect(ctx, opts.Conn.Addrs)
+	r, err := readLeader(ctx, opts.Conn.Addrs, opts.Local, opts.Connect)
 	if err != nil {
 		return err
 	}
-	defer ac.Close()
-	st, err := ac.Status(ctx)
-	if err != nil {
-		return err
+	defer r.ac.Close()
+	if r.stale != "" {
+		fmt.Fprintln(ios.ErrOut, "note: "+r.stale)
 	}
 	if opts.Output == "json" {
-		return writeJSON(ios, st)
+		return writeJSON(ios, statusJSON{StatusReply: r.st, AnsweredBy: r.by})
 	}
-	return renderTable(ios.Out, nil, statusRows(&st))
+	rows := statusRows(&r.st)
+	rows = append(rows[:1:1], append([][]string{{"address", orDash(r.by.Addr)}}, rows[1:]...)...)
+	return renderTable(ios.Out, nil, rows)
+}
+
+// statusJSON is status's --output json: the server's reply (protocol.md
+// §8) and which node gave it.
+type statusJSON struct {
+	wire.StatusReply
+	AnsweredBy answeredBy `json:"answered_by"`
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }
 
 // statusRows is the text form of a status reply: one field per row.
 func statusRows(st *wire.StatusReply) [][]string {
-	orDash := func(s string) string {
-		if s == "" {
-			return "-"
-		}
-		return s
-	}
 	withMax := func(n, max int64) string {
 		if max > 0 {
 			return fmt.Sprintf("%d (max %d)", n, max)
