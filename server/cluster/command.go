@@ -9,6 +9,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 )
 
 // Op is a replicated command kind.
@@ -62,7 +63,18 @@ var errBadBatch = errors.New("cluster: malformed log entry")
 
 // AppendBatch encodes b: magic, time, count, then per command
 // op u8 | conn u64 | req_id u32 | arg u64 | key_len u16 | key.
+// It grows dst once, to the exact size: raft keeps the entry's bytes in
+// its log, so spare capacity would be held with them.
 func AppendBatch(dst []byte, b *Batch) []byte {
+	n := 13
+	for i := range b.Cmds {
+		n += 23 + len(b.Cmds[i].Key)
+	}
+	if dst == nil {
+		dst = make([]byte, 0, n)
+	} else {
+		dst = slices.Grow(dst, n)
+	}
 	dst = append(dst, batchMagic)
 	dst = binary.BigEndian.AppendUint64(dst, uint64(b.Time))
 	dst = binary.BigEndian.AppendUint32(dst, uint32(len(b.Cmds)))
@@ -79,7 +91,11 @@ func AppendBatch(dst []byte, b *Batch) []byte {
 }
 
 // DecodeBatch decodes an entry made by AppendBatch. Keys alias data.
-func DecodeBatch(data []byte) (Batch, error) {
+func DecodeBatch(data []byte) (Batch, error) { return decodeBatchInto(nil, data) }
+
+// decodeBatchInto is DecodeBatch with the commands decoded into cmds[:0]
+// when it has room (the state machine reuses one slice for every entry).
+func decodeBatchInto(cmds []Command, data []byte) (Batch, error) {
 	var b Batch
 	if len(data) < 13 || data[0] != batchMagic {
 		return b, errBadBatch
@@ -90,7 +106,11 @@ func DecodeBatch(data []byte) (Batch, error) {
 	if uint64(n) > uint64(len(p))/23 {
 		return b, fmt.Errorf("%w: %d commands in %d bytes", errBadBatch, n, len(p))
 	}
-	b.Cmds = make([]Command, n)
+	if uint64(cap(cmds)) >= uint64(n) {
+		b.Cmds = cmds[:n]
+	} else {
+		b.Cmds = make([]Command, n)
+	}
 	for i := range b.Cmds {
 		if len(p) < 23 {
 			return b, errBadBatch

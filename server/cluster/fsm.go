@@ -52,6 +52,9 @@ type FSM struct {
 	applied uint64
 	out     locktable.Sink // called with mu held; must not block
 
+	decodeMu sync.Mutex
+	decoded  []Command // decodeMu: Apply's commands, reused entry after entry
+
 	// The clock the lease deadlines in the table are in is the current
 	// leader's wall clock (each LeaderStart shifts them into it). base is
 	// this node's estimate of that clock against its own monotonic one:
@@ -93,7 +96,12 @@ func (f *FSM) Apply(l *raft.Log) any {
 	if l.Type != raft.LogCommand {
 		return nil
 	}
-	b, err := DecodeBatch(l.Data)
+	// raft applies from one goroutine (runFSM); decodeMu only keeps
+	// direct callers (tests) from sharing the slice.
+	f.decodeMu.Lock()
+	defer f.decodeMu.Unlock()
+	b, err := decodeBatchInto(f.decoded, l.Data)
+	f.decoded = b.Cmds[:0]
 	if err != nil {
 		// Skipping a committed entry would leave this node's table apart
 		// from every other node's (an entry from a newer version, or a
@@ -110,6 +118,7 @@ func (f *FSM) Apply(l *raft.Log) any {
 	for i := range b.Cmds {
 		f.apply(b.Time, &b.Cmds[i])
 	}
+	clear(b.Cmds) // the keys alias the entry: do not keep it alive
 	return nil
 }
 

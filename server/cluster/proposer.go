@@ -35,6 +35,7 @@ type proposer struct {
 	n       *Node
 	mu      sync.Mutex
 	pending []Command
+	spare   []Command // mu: the queue's other slice (run swaps them)
 	kick    chan struct{}
 	sem     chan struct{} // one token per entry in flight
 	flights chan flight   // entries in flight, in log order (waitFlights)
@@ -48,7 +49,7 @@ type proposer struct {
 // flight is one proposed entry whose future is not answered yet.
 type flight struct {
 	f    raft.ApplyFuture
-	cmds []Command
+	data []byte // the entry: decoded again only when it failed
 }
 
 func newProposer(n *Node) *proposer {
@@ -135,15 +136,27 @@ func (p *proposer) run() {
 				<-p.sem
 				break
 			}
-			cmds := make([]Command, n)
-			copy(cmds, p.pending[:n])
-			rest := copy(p.pending, p.pending[n:])
-			clear(p.pending[rest:])
-			p.pending = p.pending[:rest]
+			// The queue is swapped for the spare one (no copy) unless it
+			// holds more than one batch.
+			var cmds []Command
+			if n == len(p.pending) {
+				cmds, p.pending = p.pending, p.spare[:0]
+			} else {
+				cmds = append(p.spare[:0], p.pending[:n]...)
+				rest := copy(p.pending, p.pending[n:])
+				clear(p.pending[rest:])
+				p.pending = p.pending[:rest]
+			}
+			p.spare = nil
 			p.mu.Unlock()
 			b := Batch{Time: p.n.now().UnixNano(), Cmds: cmds}
+			data := AppendBatch(nil, &b)
+			clear(cmds) // the keys: the entry has its own copy
+			p.mu.Lock()
+			p.spare = cmds[:0]
+			p.mu.Unlock()
 			// Never blocks: flights has room for every slot of sem.
-			p.flights <- flight{f: p.n.raft.Apply(AppendBatch(nil, &b), 5*time.Second), cmds: cmds}
+			p.flights <- flight{f: p.n.raft.Apply(data, 5*time.Second), data: data}
 		}
 	}
 }
@@ -175,7 +188,8 @@ func (p *proposer) waitFlights() {
 		err := fl.f.Error()
 		<-p.sem
 		if err != nil {
-			p.fail(fl.cmds, err)
+			b, _ := DecodeBatch(fl.data) // made by AppendBatch: decodes
+			p.fail(b.Cmds, err)
 		}
 	}
 }

@@ -31,7 +31,7 @@ func TestWaitFlightsAnswersInOrderAndFreesSlots(t *testing.T) {
 	ok, lost := fakeFuture{ready: make(chan struct{})}, fakeFuture{err: raft.ErrNotLeader, ready: make(chan struct{})}
 	for i, f := range []fakeFuture{ok, lost} {
 		p.sem <- struct{}{}
-		p.flights <- flight{f: f, cmds: []Command{{Op: OpAcquire, Conn: ConnID(inc, 1), ReqID: uint32(i + 1), Key: []byte("k")}}}
+		p.flights <- flight{f: f, data: AppendBatch(nil, &Batch{Cmds: []Command{{Op: OpAcquire, Conn: ConnID(inc, 1), ReqID: uint32(i + 1), Key: []byte("k")}}})}
 	}
 	time.Sleep(10 * time.Millisecond)
 	if len(p.sem) != 2 {
