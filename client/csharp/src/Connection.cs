@@ -35,24 +35,33 @@ namespace Ticketing
         public Response Resp;
         public Fail Fail;
         public int Claim;        // 1: the caller took the answer; 2: a canceller did (compensation)
+        public long WatchUntil;  // the release window's end, for the Watchdog
+        public volatile bool TimedOut; // the Watchdog dropped it: no answer within the window
         public Exception FailErr;
-        public readonly TaskCompletionSource<bool> Done = new TaskCompletionSource<bool>(TaskCreationOptions.RunContinuationsAsynchronously);
+        public bool Sync;        // the caller blocks in Task.Wait (no continuation to keep off our threads)
+        // Completed only through Completions.Post: inline for Sync, else by a thread-pool drainer.
+        public readonly TaskCompletionSource<bool> Done = new TaskCompletionSource<bool>();
 
-        public byte[] Frame()
+        /// <summary>Encodes the frame into b at off (room checked by the caller); its length.</summary>
+        public int WriteFrame(byte[] b, int off)
         {
             switch (Op)
             {
-                case Wire.OpAcquire: return Wire.EncodeAcquire(ReqId, Key, A1, A2);
-                case Wire.OpRelease: return Wire.EncodeRelease(ReqId, Key, TokenArg);
-                case Wire.OpCancel: return Wire.EncodeCancel(ReqId, Key, A1);
-                default: return Wire.EncodePing(ReqId);
+                case Wire.OpAcquire: return Wire.WriteRequest(b, off, Op, ReqId, ((ulong)A1 << 32) | A2, Key);
+                case Wire.OpRelease: return Wire.WriteRequest(b, off, Op, ReqId, TokenArg, Key);
+                case Wire.OpCancel: return Wire.WriteRequest(b, off, Op, ReqId, (ulong)A1 << 32, Key);
+                default: return Wire.WriteRequest(b, off, Wire.OpPing, ReqId, 0, null);
             }
         }
+
+        public int FrameLen { get { return Wire.HeaderLen + (Key == null || Op == Wire.OpPing ? 0 : Key.Length); } }
     }
 
     /// <summary>
     /// One persistent connection to one address. A supervisor thread connects, runs the
-    /// handshake and then reads; a writer thread writes every frame queued so far in one write.
+    /// handshake and then reads; a writer thread writes every frame queued so far in one write
+    /// (frames are encoded straight into a buffer swapped with the writer's, so a burst of calls
+    /// costs one write and one wake-up, and none when the writer is already busy).
     /// Both are dedicated threads, so a caller blocked in a synchronous Acquire never waits for a
     /// thread-pool thread. A call whose frame the writer took (Seq &lt; taken) may have reached the
     /// server ("lost" when the connection dies); any other was never sent ("unsent").
@@ -61,13 +70,13 @@ namespace Ticketing
     {
         const int ReadSize = 64 * 1024;
         const int MaxWriteBuffer = 4 << 20;
+        const int WriteSize = 16 * 1024;
 
         readonly TicketingClient client;
         public readonly string Addr;
         readonly string host;
         readonly int port;
         readonly object mu = new object();
-        readonly AutoResetEvent kick = new AutoResetEvent(false);
         Thread thread;
 
         bool up;
@@ -78,7 +87,9 @@ namespace Ticketing
         int inflight;
         readonly Dictionary<uint, Call> pending = new Dictionary<uint, Call>();
         uint nextId;
-        MemoryStream wbuf = new MemoryStream();
+        byte[] wbuf = new byte[WriteSize]; // frames not yet taken by the writer (mu)
+        int wlen;
+        bool writerIdle;                   // the writer waits on mu for frames
         long seq, taken;
 
         public Connection(TicketingClient client, string addr)
@@ -104,11 +115,10 @@ namespace Ticketing
         {
             lock (mu)
             {
-                if (!up || wbuf.Length > MaxWriteBuffer) return Enq.Down;
+                if (!up || wlen > MaxWriteBuffer) return Enq.Down;
                 if (c.Counts && inflight >= maxInflight) return Enq.Full;
                 EnqueueLocked(c);
             }
-            kick.Set();
             return Enq.Ok;
         }
 
@@ -122,8 +132,19 @@ namespace Ticketing
             pending[id] = c;
             if (c.Counts) inflight++;
             if (c.Op == Wire.OpAcquire) c.SentTicks = Clock.Now; // t_send (protocol.md §5)
-            var f = c.Frame();
-            wbuf.Write(f, 0, f.Length);
+            int need = wlen + c.FrameLen;
+            if (need > wbuf.Length)
+            {
+                var nb = new byte[Math.Max(need, wbuf.Length * 2)];
+                Buffer.BlockCopy(wbuf, 0, nb, 0, wlen);
+                wbuf = nb;
+            }
+            wlen += c.WriteFrame(wbuf, wlen);
+            if (writerIdle)
+            {
+                writerIdle = false;
+                Monitor.Pulse(mu);
+            }
         }
 
         uint AllocId()
@@ -149,16 +170,18 @@ namespace Ticketing
                 if (c.Op == Wire.OpAcquire && c.Counts)
                     EnqueueLocked(new Call { Op = Wire.OpCancel, Key = c.Key, A1 = c.ReqId, Owner = Owner.Dropped });
             }
-            kick.Set();
             return true;
         }
 
-        /// <summary>Gives a pending call to another owner; false when already answered.</summary>
-        public bool Reown(Call c, Owner o, Releaser.Job job)
+        /// <summary>
+        /// Gives a pending call of owner from to owner o; false when already answered (or another
+        /// owner took it first).
+        /// </summary>
+        public bool Reown(Call c, Owner from, Owner o, Releaser.Job job)
         {
             lock (mu)
             {
-                if (!c.Pending) return false;
+                if (!c.Pending || c.Owner != from) return false;
                 c.Owner = o;
                 c.Job = job;
                 return true;
@@ -170,7 +193,7 @@ namespace Ticketing
             Socket s;
             lock (mu) s = sock;
             if (s != null) Kill(s, new ObjectDisposedException("TicketingClient", "the client was closed"));
-            kick.Set();
+            lock (mu) Monitor.PulseAll(mu);
         }
 
         void Run()
@@ -209,7 +232,7 @@ namespace Ticketing
                 var writer = new Thread(() => WriteLoop(s, st)) { IsBackground = true, Name = "ticketing writer " + Addr };
                 writer.Start();
                 ReadLoop(s, st);
-                kick.Set();
+                lock (mu) Monitor.PulseAll(mu);
                 writer.Join();
                 attempt = 1;
             }
@@ -326,7 +349,7 @@ namespace Ticketing
                 inflight = 0;
                 nextId = 0;
                 seq = taken = 0;
-                wbuf = new MemoryStream();
+                wlen = 0;
             }
             client.Changed();
             return true;
@@ -334,19 +357,28 @@ namespace Ticketing
 
         void WriteLoop(Socket s, Stream st)
         {
+            var mine = new byte[WriteSize];
             while (true)
             {
-                kick.WaitOne();
-                byte[] data;
+                int n;
                 lock (mu)
                 {
+                    while (up && ReferenceEquals(sock, s) && wlen == 0)
+                    {
+                        writerIdle = true;
+                        Monitor.Wait(mu);
+                    }
+                    writerIdle = false;
                     if (!up || !ReferenceEquals(sock, s)) return;
-                    if (wbuf.Length == 0) continue;
-                    data = wbuf.ToArray();
-                    wbuf = new MemoryStream();
+                    // Swap buffers: callers go on encoding into the writer's old one.
+                    var t = wbuf;
+                    wbuf = mine.Length >= WriteSize * 64 ? new byte[WriteSize] : mine;
+                    mine = t;
+                    n = wlen;
+                    wlen = 0;
                     taken = seq;
                 }
-                try { st.Write(data, 0, data.Length); st.Flush(); }
+                try { st.Write(mine, 0, n); st.Flush(); }
                 catch (Exception e) { Kill(s, e); return; }
             }
         }
@@ -382,9 +414,11 @@ namespace Ticketing
             catch (Exception e) { Kill(s, e); }
         }
 
+        readonly List<Call> done = new List<Call>(); // the reader's, reused per read
+
         int Dispatch(byte[] buf, int start, int end)
         {
-            var done = new List<Call>();
+            done.Clear();
             bool freed = false;
             Exception err = null;
             lock (mu)
@@ -407,6 +441,7 @@ namespace Ticketing
                 }
             }
             foreach (var c in done) client.Complete(c);
+            done.Clear();
             if (freed) client.Changed();
             if (err != null) throw err;
             return start;
@@ -430,10 +465,10 @@ namespace Ticketing
                     c.FailErr = cause;
                 }
                 inflight = 0;
-                wbuf = new MemoryStream();
+                wlen = 0;
+                Monitor.PulseAll(mu);
             }
             Close(s);
-            kick.Set();
             if (!(cause is ObjectDisposedException)) client.ConnectionLost(this, cause, calls.Count);
             foreach (var c in calls) client.Complete(c);
             client.Changed();

@@ -17,7 +17,8 @@ namespace Ticketing
     {
         readonly TicketingClient client;
         readonly long deadlineTicks;
-        readonly CancellationTokenSource ending;
+        readonly object endingMu = new object();
+        CancellationTokenSource ending; // created on first use of LeaseEndingToken (a timer is not free)
         int released; // 1 once the server confirmed (O)
 
         internal Lease(TicketingClient client, byte[] key, ulong token, long deadlineTicks)
@@ -28,13 +29,11 @@ namespace Ticketing
             this.deadlineTicks = deadlineTicks;
             var left = Remaining;
             Deadline = DateTime.UtcNow + left;
-            // Cancelled shortly before the local deadline: 10 % of what is left, at most 1 s.
-            var margin = TimeSpan.FromTicks(Math.Min(left.Ticks / 10, TimeSpan.FromSeconds(1).Ticks));
-            ending = new CancellationTokenSource();
-            var when = left - margin;
-            if (when <= TimeSpan.Zero) ending.Cancel();
-            else ending.CancelAfter(when);
+            // Cancelled shortly before the local deadline: 10 % of the lease, at most 1 s.
+            endMarginTicks = Clock.Ticks(TimeSpan.FromTicks(Math.Min(left.Ticks / 10, TimeSpan.FromSeconds(1).Ticks)));
         }
+
+        readonly long endMarginTicks;
 
         /// <summary>The key (UTF-8 decoded).</summary>
         public string Key { get { return Encoding.UTF8.GetString(KeyBytes); } }
@@ -62,7 +61,29 @@ namespace Ticketing
         }
 
         /// <summary>Cancelled shortly before the local deadline: stop the work it protects.</summary>
-        public CancellationToken LeaseEndingToken { get { return ending.Token; } }
+        public CancellationToken LeaseEndingToken
+        {
+            get
+            {
+                lock (endingMu)
+                {
+                    if (ending == null)
+                    {
+                        if (IsReleased) return new CancellationToken(true);
+                        ending = new CancellationTokenSource();
+                        var when = Clock.Span(deadlineTicks - endMarginTicks - Clock.Now);
+                        if (when <= TimeSpan.Zero) ending.Cancel();
+                        else ending.CancelAfter(when);
+                    }
+                    return ending.Token;
+                }
+            }
+        }
+
+        void DisposeEnding()
+        {
+            lock (endingMu) if (ending != null) ending.Dispose();
+        }
 
         /// <summary>True once the server confirmed the release.</summary>
         public bool IsReleased { get { return Volatile.Read(ref released) == 1; } }
@@ -77,7 +98,7 @@ namespace Ticketing
             if (IsReleased) return;
             await client.ReleaseAsync(KeyBytes, Token, ct).ConfigureAwait(false);
             Volatile.Write(ref released, 1);
-            ending.Dispose();
+            DisposeEnding();
         }
 
         /// <summary>Synchronous Release (blocks the calling thread only).</summary>
@@ -86,7 +107,7 @@ namespace Ticketing
             if (IsReleased) return;
             client.Release(KeyBytes, Token);
             Volatile.Write(ref released, 1);
-            ending.Dispose();
+            DisposeEnding();
         }
 
         /// <summary>Releases; never throws (a failed release ends with the lease, and is logged).</summary>

@@ -47,16 +47,21 @@ namespace Ticketing
             }
         }
 
-        public void Adopt(Call c, TicketingClient.RelState st)
+        /// <summary>
+        /// Takes over a caller's pending release attempt (dropped when the queue is full or the
+        /// releaser stopped). False when the attempt was answered or timed out first.
+        /// </summary>
+        public bool Adopt(Call c, TicketingClient.RelState st)
         {
             var j = new Job { St = st, Call = c };
             lock (mu)
             {
-                if (stopped || count >= TicketingClient.ReleaseQueueLen) { c.Conn.Reown(c, Owner.Dropped, null); return; }
-                if (!c.Conn.Reown(c, Owner.Releaser, j)) return;
+                if (stopped || count >= TicketingClient.ReleaseQueueLen) return c.Conn.Reown(c, Owner.Caller, Owner.Dropped, null);
+                if (!c.Conn.Reown(c, Owner.Caller, Owner.Releaser, j)) return false;
                 count++;
                 incoming.Add(j);
                 Monitor.Pulse(mu);
+                return true;
             }
         }
 
@@ -113,7 +118,7 @@ namespace Ticketing
                     if (j.Done) continue;
                     if (now >= j.St.Deadline)
                     {
-                        if (j.Call != null) j.Call.Conn.Reown(j.Call, Owner.Dropped, null);
+                        if (j.Call != null) j.Call.Conn.Reown(j.Call, Owner.Releaser, Owner.Dropped, null);
                         Finish(j, new IndeterminateException(j.St.GiveUp(null)));
                         continue;
                     }

@@ -36,6 +36,9 @@ namespace Ticketing
         internal readonly TimeSpan ConnectTimeout;
         internal Action<string, int, TimeSpan> OnReconnect;
         readonly Releaser releaser;
+        readonly Watchdog watchdog;
+        readonly Completions completions;
+        readonly Action<object> wakeCall;
         readonly ManualResetEventSlim closedEvent = new ManualResetEventSlim(false);
         volatile bool closed;
         volatile Pool pool;
@@ -88,6 +91,10 @@ namespace Ticketing
                 }
             }
             releaser = new Releaser(this);
+            completions = new Completions(log);
+            watchdog = new Watchdog(completions);
+            completions.Watchdog = watchdog;
+            wakeCall = o => completions.Post((Call)o, false);
             int per = addresses.Count == 1 ? 2 : 1;
             var eps = addresses.Select(a => new Endpoint { Addr = a, Conns = Enumerable.Range(0, per).Select(_ => new Connection(this, a)).ToArray() }).ToArray();
             pool = new Pool { Eps = eps, Conns = eps.SelectMany(e => e.Conns).ToArray(), ByAddr = eps.ToDictionary(e => e.Addr), Extra = 0 };
@@ -188,6 +195,7 @@ namespace Ticketing
             {
                 ct.ThrowIfCancellationRequested();
                 var c = op.NewCall();
+                c.Sync = true;
                 Send(c, op.ConnGiveUp, op.BudgetEnd, ct);
                 try
                 {
@@ -236,7 +244,7 @@ namespace Ticketing
             var cn = c.Conn;
             if (cn != null && cn.Abandon(c))
             {
-                c.Done.TrySetResult(false); // wake the awaiting caller; the reader still owns the call
+                completions.Post(c, false); // wake the waiting caller; the reader still owns the call
                 return true;
             }
             // Answered already: unless the caller took the answer first, a grant is released.
@@ -360,17 +368,19 @@ namespace Ticketing
                 }
                 catch (TicketingConnectionException e) { throw new IndeterminateException(st.GiveUp(e), e); }
                 catch (OperationCanceledException) { releaser.Submit(st); throw; }
-                var window = Task.Delay(Clock.Span(Math.Max(0, st.Deadline - Clock.Now)), ct);
-                var first = await Task.WhenAny(c.Done.Task, window).ConfigureAwait(false);
-                if (first != c.Done.Task)
+                // The window's end comes from the watchdog, cancellation from ct: no timer per call.
+                c.WatchUntil = st.Deadline;
+                watchdog.Watch(c);
+                bool answered;
+                var reg = ct.CanBeCanceled ? ct.Register(wakeCall, c) : default(CancellationTokenRegistration);
+                try { answered = await c.Done.Task.ConfigureAwait(false); }
+                finally { reg.Dispose(); }
+                if (!answered)
                 {
-                    if (ct.IsCancellationRequested)
-                    {
-                        releaser.Adopt(c, st);
-                        throw new OperationCanceledException(ct);
-                    }
-                    if (c.Conn.Reown(c, Owner.Dropped, null)) throw new IndeterminateException(st.GiveUp(cause));
-                    await c.Done.Task.ConfigureAwait(false);
+                    if (c.TimedOut) throw new IndeterminateException(st.GiveUp(cause));
+                    if (releaser.Adopt(c, st)) throw new OperationCanceledException(ct);
+                    // Answered meanwhile (settled below), or the window closed first.
+                    if (c.Owner == Owner.Dropped) throw new IndeterminateException(st.GiveUp(cause));
                 }
                 TimeSpan pause;
                 if (Settle(st, c, ref cause, out pause)) return;
@@ -394,6 +404,7 @@ namespace Ticketing
             while (true)
             {
                 var c = NextReleaseAttempt(st, cause);
+                c.Sync = true;
                 try { Send(c, st.Deadline, st.Deadline, ct); }
                 catch (TicketingConnectionException e) { throw new IndeterminateException(st.GiveUp(e), e); }
                 catch (OperationCanceledException) { releaser.Submit(st); throw; }
@@ -402,7 +413,7 @@ namespace Ticketing
                 catch (OperationCanceledException) { releaser.Adopt(c, st); throw; }
                 if (!answered)
                 {
-                    if (c.Conn.Reown(c, Owner.Dropped, null)) throw new IndeterminateException(st.GiveUp(cause));
+                    if (c.Conn.Reown(c, Owner.Caller, Owner.Dropped, null)) throw new IndeterminateException(st.GiveUp(cause));
                     c.Done.Task.Wait();
                 }
                 TimeSpan pause;
@@ -692,7 +703,7 @@ namespace Ticketing
         {
             switch (c.Owner)
             {
-                case Owner.Caller: c.Done.TrySetResult(true); break;
+                case Owner.Caller: completions.Post(c, true); break;
                 case Owner.Abandoned:
                     if (c.Fail == Fail.None && c.Resp.Status == Status.Granted) Compensate(c.Key, c.Resp.Value);
                     break;
@@ -908,6 +919,7 @@ namespace Ticketing
             Changed();
             foreach (var c in conns) c.Shutdown();
             releaser.Stop();
+            watchdog.Stop();
             // Background threads: wait briefly for them, never long (a TLS read may not
             // notice its socket closing at once on every runtime).
             var until = Clock.Now + Clock.Ticks(TimeSpan.FromSeconds(1));

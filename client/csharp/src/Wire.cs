@@ -327,6 +327,19 @@ namespace Ticketing
             return b;
         }
 
+        /// <summary>
+        /// Encodes a request header (op, key length, req_id, the 8-byte argument) and the key into
+        /// b at off; returns the frame's length. The caller makes room.
+        /// </summary>
+        public static int WriteRequest(byte[] b, int off, byte op, uint reqId, ulong arg, byte[] key)
+        {
+            int kl = key == null ? 0 : key.Length;
+            b[off] = op; b[off + 1] = (byte)kl; b[off + 2] = 0; b[off + 3] = 0;
+            PutU32(b, off + 4, reqId); PutU64(b, off + 8, arg);
+            if (kl > 0) Buffer.BlockCopy(key, 0, b, off + HeaderLen, kl);
+            return HeaderLen + kl;
+        }
+
         /// <summary>P.</summary>
         public static byte[] EncodePing(uint reqId) { return Header(OpPing, 0, reqId, 0, 0); }
 

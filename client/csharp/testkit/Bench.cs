@@ -1,5 +1,5 @@
 // acquire+release pairs through one TicketingClient: 64 concurrent tasks, then 1.
-// Env: TICKETING_ADDR, TICKETING_TOKEN (may be empty), BENCH_SECONDS (default 5).
+// Env: TICKETING_ADDR, TICKETING_TOKEN (may be empty), BENCH_SECONDS (default 5), BENCH_CALLERS (default 64,1).
 using System;
 using System.Diagnostics;
 using System.Globalization;
@@ -19,7 +19,9 @@ static class Bench
         using (var c = new TicketingClient(new TicketingOptions { Addresses = addr.Split(','), Token = string.IsNullOrEmpty(token) ? null : token }))
         {
             c.Connect();
-            foreach (var callers in new[] { 64, 1 })
+            // BENCH_CALLERS: a comma-separated list of caller counts (default 64,1).
+            var which = (Environment.GetEnvironmentVariable("BENCH_CALLERS") ?? "64,1").Split(',').Select(int.Parse).ToArray();
+            foreach (var callers in which)
             {
                 var sw = Stopwatch.StartNew();
                 var until = TimeSpan.FromSeconds(secs);

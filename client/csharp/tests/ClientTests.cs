@@ -37,6 +37,33 @@ namespace Ticketing.Tests
         }
 
         [Test]
+        public void ABlockingContinuationDoesNotStallOtherCallers()
+        {
+            // Two grants arrive in one write, so one drainer completes both; the first caller's
+            // continuation blocks until the second caller has its lease (sync-over-async).
+            Request first = null;
+            using (var f = new FakeServer((s, r) =>
+            {
+                if (r.Op != Wire.OpAcquire) { FakeServer.Respond(s, Status.Released, r); return; }
+                if (first == null) { first = r; return; }
+                var a = Wire.EncodeResponse(Status.Granted, Code.None, 0, first.ReqId, 1, null);
+                var b = Wire.EncodeResponse(Status.Granted, Code.None, 0, r.ReqId, 2, null);
+                var both = a.Concat(b).ToArray();
+                s.Write(both, 0, both.Length);
+            }))
+            using (var c = new TicketingClient(new TicketingOptions { Addresses = new[] { f.Addr, "127.0.0.1:1" }, ConnectTimeout = TimeSpan.FromSeconds(2) }))
+            {
+                Until.True(() => c.ConnectedCount == 1);
+                var a1 = c.AcquireAsync("k1", TimeSpan.FromSeconds(10), TimeSpan.Zero);
+                var a2 = c.AcquireAsync("k2", TimeSpan.FromSeconds(10), TimeSpan.Zero);
+                var w1 = a1.ContinueWith(t => a2.Wait(TimeSpan.FromSeconds(5)), TaskContinuationOptions.ExecuteSynchronously);
+                var w2 = a2.ContinueWith(t => a1.Wait(TimeSpan.FromSeconds(5)), TaskContinuationOptions.ExecuteSynchronously);
+                Assert.IsTrue(w1.Wait(TimeSpan.FromSeconds(10)) && w2.Wait(TimeSpan.FromSeconds(10)), "continuations finished");
+                Assert.IsTrue(w1.Result && w2.Result, "each caller got its lease while the other's continuation blocked");
+            }
+        }
+
+        [Test]
         public void DroppedReplyIsIndeterminateAndNeverResent()
         {
             using (var f = new FakeServer((s, r) => { if (r.Op == Wire.OpAcquire) s.Close(); }))
