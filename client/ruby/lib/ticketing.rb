@@ -21,6 +21,10 @@ module Ticketing
   # to whole milliseconds, rounded up; InvalidArgument when negative, not
   # finite, below min_ms or above the protocol's u32 milliseconds.
   def millis(value, name, min_ms:)
+    if value.is_a?(Integer) && value >= 0 && value <= MAX_INT_SECONDS # the common case, exact
+      ms = value * 1000
+      return ms if ms >= min_ms
+    end
     unless value.is_a?(Numeric) || (value.respond_to?(:to_f) && !value.is_a?(String))
       raise InvalidArgument,
             "#{name} must be a number of seconds, got #{value.class}"
@@ -38,6 +42,9 @@ module Ticketing
     ms
   end
 
+  MAX_INT_SECONDS = Wire::MAX_U32 / 1000
+  private_constant :MAX_INT_SECONDS
+
   def seconds(value, name, min_ms:)
     millis(value, name, min_ms: min_ms) / 1000.0
   end
@@ -51,7 +58,7 @@ module Ticketing
       raise InvalidArgument, "key #{shown} must be 1..250 bytes of UTF-8 without control characters"
     end
 
-    key.dup.freeze
+    key.frozen? ? key : key.dup.freeze
   end
 
   def check_token(token)

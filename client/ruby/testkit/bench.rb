@@ -1,7 +1,8 @@
 # frozen_string_literal: true
 
 # acquire+release pairs through one Ticketing::Client: 64 threads, then 1.
-# Env: TICKETING_ADDR (host:port), TICKETING_TOKEN (may be empty), BENCH_SECONDS (default 5).
+# Env: TICKETING_ADDR (host:port), TICKETING_TOKEN (may be empty), BENCH_SECONDS (default 5),
+# BENCH_CALLERS (comma-separated caller counts, default 64,1).
 $LOAD_PATH.unshift(File.expand_path("../lib", __dir__))
 require "json"
 require "ticketing"
@@ -11,7 +12,7 @@ token = ENV["TICKETING_TOKEN"].to_s
 secs = Float(ENV.fetch("BENCH_SECONDS", "5"))
 client = Ticketing::Client.new(addresses: addr.split(","), token: token.empty? ? nil : token)
 
-[64, 1].each do |callers|
+ENV.fetch("BENCH_CALLERS", "64,1").split(",").map { |c| Integer(c) }.each do |callers|
   stop_at = Ticketing.now + secs
   counts = Array.new(callers, 0)
   t0 = Ticketing.now

@@ -26,6 +26,9 @@ module Ticketing
     MAX_MOVES = 3          # consecutive M answers followed before backing off (protocol.md §7)
     MAX_EXTRA = 32         # addresses learned from M answers beyond those given
     FORK_LOCK = Mutex.new
+    DEFER = { Object => :never }.freeze # Thread.handle_interrupt masks, allocated once
+    IMMEDIATE = { Object => :immediate }.freeze
+    private_constant :DEFER, :IMMEDIATE
 
     attr_reader :connect_timeout, :tls_context, :tls_server_name, :role, :on_reconnect
 
@@ -101,7 +104,7 @@ module Ticketing
       woken = [false]
       loop do
         call = Call.new(Wire::OP_ACQUIRE, key, lease_ms, wait_ms, counts: wait_ms.positive?)
-        lease_obj = Thread.handle_interrupt(Object => :never) do
+        lease_obj = Thread.handle_interrupt(DEFER) do
           attempt_acquire(call, key, lease_ms, conn_give_up, budget_end)
         end
         return lease_obj if lease_obj
@@ -144,7 +147,7 @@ module Ticketing
         ok = true
         result
       ensure
-        Thread.handle_interrupt(Object => :never) do
+        Thread.handle_interrupt(DEFER) do
           l.release
         rescue Error
           raise if ok
@@ -168,6 +171,12 @@ module Ticketing
         key = lease_or_key
       end
       release_token(Ticketing.check_key(key), Ticketing.check_token(token))
+    end
+
+    # release for a Lease of this client (internal): its key was checked at
+    # the acquire and its token came from the server, so neither is checked again.
+    def release_checked(key, token)
+      release_token(key, token)
     end
 
     # Closes every connection and stops the background threads. Calls in
@@ -215,6 +224,11 @@ module Ticketing
     def connection_lost(conn, err, pending)
       @mu.synchronize { @last_err = err }
       log(:warn, "ticketing: connection to #{conn.addr} lost (#{pending} pending): #{err.class}: #{err.message}")
+    end
+
+    # A read completed several callers: their next frames go out together.
+    def cork
+      @pool.conns.each(&:cork)
     end
 
     # Hands a finished call to its owner (never with a connection lock held).
@@ -399,7 +413,7 @@ module Ticketing
       # ensure, not rescue: Timeout.timeout unwinds with throw, which no rescue sees.
       answered = false
       begin
-        Thread.handle_interrupt(Object => :immediate) { call.wait_done }
+        Thread.handle_interrupt(IMMEDIATE) { call.wait_done }
         answered = true
       ensure
         # interrupted: withdraw; if it was answered meanwhile, a grant is released
@@ -459,7 +473,7 @@ module Ticketing
         raise Indeterminate, give_up_msg(st, cause) if Ticketing.now >= st.deadline
 
         call = Call.new(Wire::OP_RELEASE, key, token)
-        outcome = Thread.handle_interrupt(Object => :never) { attempt_release(call, st) }
+        outcome = Thread.handle_interrupt(DEFER) { attempt_release(call, st) }
         return true if outcome == :released
         raise Indeterminate, give_up_msg(st, cause) if outcome == :gave_up
 
@@ -485,7 +499,7 @@ module Ticketing
 
       answered = nil
       begin
-        answered = Thread.handle_interrupt(Object => :immediate) { call.wait_done(st.deadline - Ticketing.now) }
+        answered = Thread.handle_interrupt(IMMEDIATE) { call.wait_done(st.deadline - Ticketing.now) }
       ensure
         @releaser.adopt(call, st) if answered.nil? # interrupted: the releaser carries on
       end
@@ -522,7 +536,7 @@ module Ticketing
 
           raise connect_error
         end
-        Thread.handle_interrupt(Object => :immediate) do
+        Thread.handle_interrupt(IMMEDIATE) do
           @mu.synchronize { @cv.wait(@mu, left) if @gen == gen && !@closed }
         end
         waited = true

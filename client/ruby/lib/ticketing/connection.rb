@@ -5,6 +5,23 @@ require "openssl"
 require "securerandom"
 
 module Ticketing
+  # A thread's (fiber's) wait slot, reused by every call it makes: the reader
+  # wakes only the caller whose answer came, and no call allocates a Mutex and
+  # a ConditionVariable of its own. A stale signal (from a call given up
+  # earlier) is harmless: every wait re-checks its own call's flag.
+  class Waiter
+    attr_reader :mutex, :cv
+
+    def initialize
+      @mutex = Mutex.new
+      @cv = ConditionVariable.new
+    end
+
+    def self.current
+      Thread.current[:__ticketing_waiter] ||= new
+    end
+  end
+
   # One request in flight. Owned by its sender until enqueued, then by its
   # connection's pending table until answered or lost, then by its owner:
   # :caller (a thread waits on it), :abandoned (nobody: a grant is
@@ -23,8 +40,7 @@ module Ticketing
       @pending = false
       @fail = nil
       @done = false
-      @m = Mutex.new
-      @cv = ConditionVariable.new
+      @waiter = owner == :caller ? Waiter.current : nil
     end
 
     def frame
@@ -36,30 +52,43 @@ module Ticketing
       end
     end
 
+    # Appends the frame to buf (a binary String).
+    def write_frame(buf)
+      case @op
+      when Wire::OP_ACQUIRE then Wire.append_request(buf, @op, @req_id, (@arg1 << 32) | @arg2, @key)
+      when Wire::OP_RELEASE then Wire.append_request(buf, @op, @req_id, @arg1, @key)
+      when Wire::OP_CANCEL then Wire.append_request(buf, @op, @req_id, @arg1 << 32, @key)
+      else buf << frame
+      end
+    end
+
     def finish!
-      @m.synchronize do
+      w = @waiter
+      w.mutex.synchronize do
         @done = true
-        @cv.broadcast
+        w.cv.signal
       end
     end
 
     def done?
-      @m.synchronize { @done }
+      @waiter.mutex.synchronize { @done }
     end
 
-    # Waits until answered (or lost); with a timeout in seconds, false when it ran out.
+    # Waits until answered (or lost); with a timeout in seconds, false when it
+    # ran out. Only the thread (fiber) that made the call waits on it.
     def wait_done(timeout = nil)
-      @m.synchronize do
+      w = @waiter
+      w.mutex.synchronize do
         if timeout
           limit = Ticketing.now + timeout
           until @done
             left = limit - Ticketing.now
             return false if left <= 0
 
-            @cv.wait(@m, left)
+            w.cv.wait(w.mutex, left)
           end
         else
-          @cv.wait(@m) until @done
+          w.cv.wait(w.mutex) until @done
         end
         true
       end
@@ -70,7 +99,16 @@ module Ticketing
   # (connect, handshake, read loop, back off, again) until the client closes.
   # Senders append frames to wbuf under @mu and flush under @wmu: whoever
   # flushes writes every frame queued so far in one write, so concurrent
-  # callers share syscalls. A call whose frame was taken for writing (seq <
+  # callers share syscalls. The write is write_nonblock, which keeps the GVL
+  # (no thread switch per frame); only a full socket buffer falls back to a
+  # blocking write of the rest, during which other callers just queue (a
+  # failed try_lock) and the writer takes their frames before it lets go.
+  #
+  # Corking: when a read completes several callers at once, the client corks
+  # every connection: those callers (about to run one after another under the
+  # GVL) only append their next frames, and each connection's writer thread,
+  # signalled once, sends them all in one write when it gets the GVL behind
+  # them. One caller alone never waits for the writer. A call whose frame was taken for writing (seq <
   # @taken) may have reached the server ("lost" when the connection dies);
   # any other was never sent ("unsent": safe to retry).
   #
@@ -97,6 +135,12 @@ module Ticketing
       @pending = {}
       @next_id = 0
       @wbuf = String.new(encoding: Encoding::BINARY)
+      @spare = String.new(encoding: Encoding::BINARY) # the flusher's (@wmu) buffer, swapped with @wbuf
+      @done_buf = [] # the reader's, reused per read
+      @wcv = ConditionVariable.new # the writer thread waits on it (with @mu)
+      @corked = false              # callers only append; the writer flushes (@mu)
+      @flush_wanted = false
+      @writer_idle = false
       @seq = 0
       @taken = 0
       @thread = nil
@@ -106,11 +150,25 @@ module Ticketing
       @thread = Thread.new { run }
       @thread.name = "ticketing #{@addr}" if @thread.respond_to?(:name=)
       @thread.report_on_exception = false
+      @writer = Thread.new { write_loop }
+      @writer.name = "ticketing writer #{@addr}" if @writer.respond_to?(:name=)
+      @writer.report_on_exception = false
       self
     end
 
     def join(limit = 5)
       @thread&.join(limit)
+      @writer&.join(limit)
+    end
+
+    # Several callers are about to send: let them queue and flush once.
+    def cork
+      @mu.synchronize do
+        return if @state != :up
+
+        @corked = true
+        want_flush_locked
+      end
     end
 
     def up?
@@ -134,6 +192,12 @@ module Ticketing
         return :full if call.counts && @inflight >= @max_inflight
 
         enqueue_locked(call)
+        if @corked
+          # The writer sends it: a flush it starts after this append either
+          # takes the frame or fails try_lock to a holder that re-checks.
+          want_flush_locked
+          return :ok
+        end
       end
       flush
       :ok
@@ -167,6 +231,7 @@ module Ticketing
     def shutdown
       sock = @mu.synchronize { @sock }
       kill(sock, ClosedError.new("client closed")) if sock
+      @mu.synchronize { @wcv.signal }
     end
 
     # After fork: forget the parent's socket without a TLS close_notify or a
@@ -187,6 +252,13 @@ module Ticketing
 
     private
 
+    def want_flush_locked
+      return if @flush_wanted
+
+      @flush_wanted = true
+      @wcv.signal if @writer_idle
+    end
+
     def enqueue_locked(call)
       id = alloc_id
       call.conn = self
@@ -197,7 +269,7 @@ module Ticketing
       @pending[id] = call
       @inflight += 1 if call.counts
       call.sent_at = Ticketing.now if call.op == Wire::OP_ACQUIRE # t_send (protocol.md §5)
-      @wbuf << call.frame
+      call.write_frame(@wbuf)
     end
 
     # The next req_id no outstanding request of this connection uses; 0 skipped.
@@ -210,7 +282,25 @@ module Ticketing
     end
 
     def flush
-      @wmu.synchronize do
+      loop do
+        return unless @wmu.try_lock # the holder takes our frames before it lets go
+
+        begin
+          write_queued
+        ensure
+          @wmu.unlock
+        end
+        # A frame queued between the holder's last look and its unlock is ours to send.
+        return if @mu.synchronize { @state != :up || @wbuf.empty? }
+      end
+    end
+
+    IOERROR_IMMEDIATE = { IOError => :immediate }.freeze
+    private_constant :IOERROR_IMMEDIATE
+
+    # Writes every queued frame (@wmu held).
+    def write_queued
+      loop do
         sock = nil
         data = nil
         @mu.synchronize do
@@ -218,17 +308,41 @@ module Ticketing
 
           sock = @sock
           data = @wbuf
-          @wbuf = String.new(encoding: Encoding::BINARY)
+          @wbuf = @spare
           @taken = @seq
+          @corked = false
         end
-        begin
-          # A close by another thread interrupts this write with an IOError;
-          # take it here (callers mask interrupts until they wait).
-          Thread.handle_interrupt(IOError => :immediate) { sock.write(data) }
-        rescue StandardError => e
-          kill(sock, e)
-        end
+        write_all(sock, data)
+        data.clear
+        @spare = data
       end
+    end
+
+    def write_all(sock, data)
+      n = sock.write_nonblock(data, exception: false)
+      return if n == data.bytesize
+
+      rest = n.is_a?(Integer) ? data.byteslice(n..) : data
+      # A close by another thread interrupts this write with an IOError;
+      # take it here (callers mask interrupts until they wait).
+      Thread.handle_interrupt(IOERROR_IMMEDIATE) { sock.write(rest) }
+    rescue StandardError => e
+      kill(sock, e)
+    end
+
+    # The writer thread: flushes what corked callers queued.
+    def write_loop
+      until @client.closed?
+        @mu.synchronize do
+          @writer_idle = true
+          @wcv.wait(@mu) until @flush_wanted || @client.closed?
+          @writer_idle = false
+          @flush_wanted = false
+        end
+        flush
+      end
+    rescue StandardError => e
+      @client.log(:error, "ticketing: writer of #{@addr} stopped: #{e.class}: #{e.message}")
     end
 
     def run
@@ -386,18 +500,27 @@ module Ticketing
         @seq = 0
         @taken = 0
         @wbuf = String.new(encoding: Encoding::BINARY)
+        @corked = false
       end
       @client.changed
       true
     end
 
+    # Reads into one reused buffer and dispatches every complete answer of
+    # each read; only a frame cut by the read boundary is copied.
     def read_loop(sock)
-      buf = String.new(capacity: READ_SIZE, encoding: Encoding::BINARY)
+      chunk = String.new(capacity: READ_SIZE, encoding: Encoding::BINARY)
+      rest = String.new(encoding: Encoding::BINARY)
       loop do
-        chunk = sock.readpartial(READ_SIZE)
-        buf << chunk
-        off = dispatch(buf)
-        buf = off == buf.bytesize ? String.new(capacity: READ_SIZE, encoding: Encoding::BINARY) : buf.byteslice(off..)
+        sock.readpartial(READ_SIZE, chunk)
+        if rest.empty?
+          off = dispatch(chunk)
+          rest << chunk.byteslice(off..) if off < chunk.bytesize
+        else
+          rest << chunk
+          off = dispatch(rest)
+          rest = off == rest.bytesize ? rest.clear : rest.byteslice(off..)
+        end
       end
     rescue Wire::DecodeError => e
       kill(sock, ProtocolError.new("#{@addr} broke the protocol: #{e.message}"))
@@ -410,7 +533,7 @@ module Ticketing
     # Matches every complete response in buf to its pending call and
     # completes them after unlocking; returns the bytes consumed.
     def dispatch(buf)
-      done = []
+      done = @done_buf
       off = 0
       freed = false
       err = nil
@@ -438,7 +561,9 @@ module Ticketing
           done << call
         end
       end
+      @client.cork if done.size > 1
       done.each { |c| @client.complete(c) }
+      done.clear
       @client.changed if freed
       raise err if err
 
@@ -462,6 +587,7 @@ module Ticketing
         end
         @inflight = 0
         @wbuf = String.new(encoding: Encoding::BINARY)
+        @corked = false
       end
       close_quietly(sock)
       @client.connection_lost(self, cause, calls.size) unless cause.is_a?(ClosedError)

@@ -48,7 +48,7 @@ module Ticketing
     def release
       return true if released?
 
-      @client.release(@key, @token)
+      @client.release_checked(@key, @token)
       @mu.synchronize { @released = true }
       true
     end

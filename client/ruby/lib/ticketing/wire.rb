@@ -79,7 +79,7 @@ module Ticketing
       end
     end
     # A decoded response. value: the token (G), server µs (P), payload length (M E J).
-    Response = Struct.new(:status, :code, :queued, :req_id, :value, :payload, keyword_init: true)
+    Response = Struct.new(:status, :code, :queued, :req_id, :value, :payload) # positional: no Hash per answer
     Request = Struct.new(:op, :key, :flags, :req_id, :arg, :body, keyword_init: true)
 
     module_function
@@ -90,13 +90,18 @@ module Ticketing
 
     # protocol.md §2.1 step 5: 1..250 bytes of RFC 3629 UTF-8 without a control
     # character (U+0000-U+001F, U+007F-U+009F).
+    ASCII_CONTROL = /[\x00-\x1F\x7F]/
+    private_constant :ASCII_CONTROL
+
     def valid_key?(key)
       return false unless key.is_a?(String)
 
-      b = key.b
-      return false if b.empty? || b.bytesize > MAX_KEY_LEN
+      n = key.bytesize
+      return false if n.zero? || n > MAX_KEY_LEN
+      # 7-bit keys (the usual ones): valid unless a control character is in them.
+      return !key.match?(ASCII_CONTROL) if key.ascii_only?
 
-      s = b.dup.force_encoding(Encoding::UTF_8)
+      s = key.b.force_encoding(Encoding::UTF_8)
       return false unless s.valid_encoding?
 
       s.each_codepoint { |c| return false if c < 0x20 || (c >= 0x7F && c <= 0x9F) }
@@ -174,6 +179,12 @@ module Ticketing
       [OP_CANCEL, k.bytesize, 0, req_id, target, 0].pack("CCnNNN") + k
     end
 
+    # Appends a request header (op, key length, req_id, the 8-byte argument)
+    # and the key to buf without intermediate Strings; returns buf.
+    def append_request(buf, op, req_id, arg, key)
+      [op, key.bytesize, 0, req_id, arg, key].pack("CCnNQ>a*", buffer: buf)
+    end
+
     def encode_ping(req_id)
       [OP_PING, 0, 0, req_id, 0].pack("CCnNQ>")
     end
@@ -219,7 +230,7 @@ module Ticketing
     def parse_response(b, off = 0)
       return [nil, 0] if b.bytesize - off < HEADER_LEN
 
-      st, code, queued, req_id, value = b.byteslice(off, HEADER_LEN).unpack("CCnNQ>")
+      st, code, queued, req_id, value = b.unpack("CCnNQ>", offset: off)
       raise DecodeError, format("unknown response status 0x%02x", st) unless STATUSES.include?(st)
 
       limit = PAYLOAD_LIMIT[st]
@@ -233,7 +244,7 @@ module Ticketing
 
         payload = b.byteslice(off + HEADER_LEN, value)
       end
-      [Response.new(status: st, code: code, queued: queued, req_id: req_id, value: value, payload: payload), len]
+      [Response.new(st, code, queued, req_id, value, payload), len]
     end
 
     def encode_response(status, code, queued, req_id, value, payload = nil)
