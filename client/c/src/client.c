@@ -88,9 +88,9 @@ struct conn {
     int direct;    /* plain TCP and up: callers write themselves (TLS: the I/O thread only) */
     int sfd;       /* the socket callers write to (valid while writer == W_CALLER) */
     pthread_cond_t wcv; /* writer left W_CALLER while the connection is down */
-    int tokens; /* callers given an answer by dispatch that have not yet slept again or
-                 * returned: while any, their frames wait for the last one, which writes
-                 * them all in one send() (a burst of answers becomes one write) */
+    int tokens; /* blocking callers given an answer by dispatch that have not yet run:
+                 * while any, frames queued wait for the last of them, which writes them
+                 * all in one send() (a burst of answers becomes one write) */
     uint64_t seq, taken;
     int kicked;
     /* I/O thread only */
@@ -163,7 +163,6 @@ struct tk_op {
     uint8_t code;
     char msg[128];
     int reported;
-    conn *held; /* holds a token of this connection (blocking ops) */
     call inl; /* the op's call, no allocation per request (last: op_init clears what precedes it) */
 };
 
@@ -417,7 +416,7 @@ static void conn_push_unlock(conn *cn) {
     if (kick) wake_fd(cn->efd);
 }
 
-/* A caller given its answer by dispatch is about to sleep or return. */
+/* A caller given its answer by dispatch runs again: the last one writes. */
 static void conn_settle(conn *cn) {
     pthread_mutex_lock(&cn->mu);
     if (--cn->tokens == 0 && cn->wlen && cn->direct && cn->writer == W_NONE) {
@@ -1361,17 +1360,13 @@ static tk_status op_wait_blocking(tk_op *op, tk_lease *out) {
         if (__atomic_load_n(&op->cstate, __ATOMIC_ACQUIRE) == CS_DONE) {
             op->cstate = CS_IDLE;
             op->completed = 1;
-            if (op->inl.token) {
+            if (op->inl.token) { /* before any other work (a log callback, a retry) */
                 op->inl.token = 0;
-                op->held = op->inl.cn;
+                conn_settle(op->inl.cn);
             }
         }
         op_step(op);
         if (op->done) break;
-        if (op->held) { /* about to sleep: the frames queued meanwhile go out now */
-            conn_settle(op->held);
-            op->held = NULL;
-        }
         if (op->completed) continue;
         uint64_t ns = op_wait_ns(op);
         if (ns == 0) continue;
@@ -1396,7 +1391,6 @@ static tk_status op_wait_blocking(tk_op *op, tk_lease *out) {
             __atomic_sub_fetch(&cl->gen_waiters, 1, __ATOMIC_ACQ_REL);
         }
     }
-    if (op->held) conn_settle(op->held);
     fill_out(op, out);
     return op->result;
 }
