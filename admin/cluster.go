@@ -69,6 +69,9 @@ type ClusterView struct {
 	Nodes []NodeView
 }
 
+// errNoClientAddr is a member's Err when no client address is known for it.
+var errNoClientAddr = errors.New("no client address known for this member")
+
 // Leader returns the leader's view, or nil.
 func (v *ClusterView) Leader() *NodeView {
 	if v.LeaderID == "" {
@@ -377,7 +380,7 @@ func (ps *probeSet) memberNodes(ctx context.Context, members []wire.Member, lead
 		}
 		switch {
 		case p == nil:
-			n.Err = errors.New("no client address known for this member")
+			n.Err = errNoClientAddr
 		case p.status == nil:
 			n.Err = p.err
 		case p.status.NodeID != "" && p.status.NodeID != m.ID:

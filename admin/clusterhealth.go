@@ -2,6 +2,7 @@ package admin
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -76,6 +77,10 @@ type ClusterHealthResult struct {
 	Nodes []NodeHealth
 	// VotersOK and Voters count the healthy voters and all voters.
 	VotersOK, Voters int
+	// NotMembers are the given addresses that no member of the
+	// configuration has (a replaced node, a wrong address): each fails the
+	// check, whatever the voters' health.
+	NotMembers []string
 }
 
 // ClusterHealth discovers the cluster from seeds (Health's results for the
@@ -121,6 +126,9 @@ func EvaluateCluster(v *ClusterView, cfg ClusterHealthConfig) ClusterHealthResul
 			h.Problems, h.Warnings = problems, warnings
 		}
 		h.Healthy = len(h.Problems) == 0
+		if !n.Member && v.ConfigFrom != "" && n.Role != wire.NodeSingle {
+			r.NotMembers = append(r.NotMembers, n.ClientAddr)
+		}
 		if n.Member && n.Voter {
 			r.Voters++
 			if h.Healthy {
@@ -148,11 +156,27 @@ func nodeProblems(v *ClusterView, h *NodeHealth, clock *wire.ClockStatus, cfg Cl
 	case st != nil && st.Role == wire.NodeRemoved:
 		add("removed from the cluster configuration: %s", orDefault(st.Reason, "it says so"))
 		return ps, nil
-	case !h.Member:
+	case !h.Member && v.ConfigFrom == "":
+		// No configuration could be read: membership is unknown.
 		if st == nil {
 			add("unreachable: %s", errLine(h.Err))
 		} else {
-			add("not a member of the cluster configuration (removed, or a different cluster)")
+			add("not known to be a member: no configuration could be read")
+		}
+		return ps, nil
+	case !h.Member:
+		what := fmt.Sprintf("not a member of the cluster: no member of %s's configuration has this address (take it out of --addr)", v.ConfigFrom)
+		if unnamed := membersWithoutAddr(v); len(unnamed) > 0 {
+			what = fmt.Sprintf("not matched to a member: no member of %s's configuration has this address (the client address of %s is not known yet)", v.ConfigFrom, strings.Join(unnamed, ", "))
+		}
+		if st == nil {
+			add("%s; unreachable: %s", what, errLine(h.Err))
+		} else {
+			id := ""
+			if st.NodeID != "" {
+				id = " " + st.NodeID
+			}
+			add("%s; it answers as node%s (removed, or of a different cluster)", what, id)
 		}
 		return ps, nil
 	case st == nil:
@@ -213,6 +237,17 @@ func nodeProblems(v *ClusterView, h *NodeHealth, clock *wire.ClockStatus, cfg Cl
 		}
 	}
 	return ps, warnings
+}
+
+// membersWithoutAddr are the members whose client address is not known.
+func membersWithoutAddr(v *ClusterView) []string {
+	var ids []string
+	for _, n := range v.Nodes {
+		if n.Member && n.Status == nil && errors.Is(n.Err, errNoClientAddr) {
+			ids = append(ids, n.ID)
+		}
+	}
+	return ids
 }
 
 func orDefault(s, def string) string {

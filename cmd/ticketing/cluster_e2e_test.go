@@ -233,6 +233,8 @@ func TestE2ECluster(t *testing.T) {
 	if lj = e.nodeList(); len(lj.Nodes) != 3 {
 		t.Errorf("after remove: %+v", lj)
 	}
+	// #12 item 15: n4's address, no longer a member, in --addr.
+	e2eHealthNotMember(t, e, clients, n4c)
 	e.expect(2, "node", "remove", "--id", "n4")
 
 	// A follower dies: health fails, naming it; the survivors still grant.

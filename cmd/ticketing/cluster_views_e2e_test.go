@@ -4,9 +4,11 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // e2eReadsFromLeader (#12 item 14): `locks` and `status` asked through a
@@ -73,4 +75,37 @@ func e2eReadsFromLeader(t *testing.T, e *e2e, leader, follower nodeListNode) {
 	if !strings.Contains(p.err.String(), follower.ID+" at "+follower.ClientAddr+" (follower) may lag the leader") {
 		t.Errorf("locks --local: stderr %q", p.err.String())
 	}
+}
+
+// e2eHealthNotMember (#12 item 15): a --addr entry that no member has (a
+// node removed and stopped) is named as not a member, and the verdict line
+// says that it is what fails the check while every voter is healthy.
+func e2eHealthNotMember(t *testing.T, e *e2e, members []string, gone string) {
+	t.Helper()
+	addrs := strings.Join(append(append([]string(nil), members...), gone), ",")
+	var p *proc
+	deadline := time.Now().Add(30 * time.Second)
+	voters := fmt.Sprintf("%d of %d voters healthy", len(members), len(members))
+	for {
+		p = e.run("health", "--addr", addrs, "--timeout", "2s")
+		if strings.Contains(p.out.String(), voters) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	out := p.out.String()
+	if p.code != ExitBusy || !strings.Contains(out, "FAIL "+gone+": not a member of the cluster") ||
+		!strings.Contains(out, "cluster UNHEALTHY: ") || !strings.Contains(out, voters+"; --addr names "+gone+", which is not a member\n") {
+		t.Errorf("health with %s removed: exit %d\n%s%s", gone, p.code, out, p.err.String())
+	}
+	p = e.run("health", "--addr", addrs, "--timeout", "2s", "-o", "json")
+	var hj struct {
+		Healthy    bool     `json:"healthy"`
+		NotMembers []string `json:"not_members"`
+	}
+	if err := json.Unmarshal([]byte(p.out.String()), &hj); err != nil || hj.Healthy || len(hj.NotMembers) != 1 || hj.NotMembers[0] != gone {
+		t.Errorf("health json with %s removed: %v\n%s", gone, err, p.out.String())
+	}
+	// Without it, the same cluster is healthy.
+	e.eventually(20*time.Second, 0, "health", "--addr", strings.Join(members, ","), "--timeout", "2s")
 }

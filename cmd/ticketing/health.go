@@ -217,7 +217,8 @@ type clusterHealthJSON struct {
 	VotersHealthy int               `json:"voters_healthy"`
 	MaxLag        uint64            `json:"max_lag"`
 	MaxContactMS  int64             `json:"max_contact_ms"`
-	Problems      []string          `json:"problems"` // cluster-wide
+	Problems      []string          `json:"problems"`    // cluster-wide
+	NotMembers    []string          `json:"not_members"` // --addr entries no member has (each fails the check)
 	Nodes         []clusterNodeJSON `json:"nodes"`
 }
 
@@ -265,7 +266,8 @@ func clusterHealthOut(ch admin.ClusterHealthResult, opts *HealthOptions) cluster
 	out := clusterHealthJSON{
 		Cluster: true, Healthy: ch.Healthy, Leader: v.LeaderID, LeaderAddr: v.LeaderAddr, Term: v.Term,
 		CommitIndex: v.CommitIndex, Voters: ch.Voters, VotersHealthy: ch.VotersOK, MaxLag: opts.MaxLag,
-		MaxContactMS: opts.MaxContact.Milliseconds(), Problems: nonNilStrings(ch.Problems), Nodes: []clusterNodeJSON{},
+		MaxContactMS: opts.MaxContact.Milliseconds(), Problems: nonNilStrings(ch.Problems), NotMembers: nonNilStrings(ch.NotMembers),
+		Nodes: []clusterNodeJSON{},
 	}
 	for _, n := range ch.Nodes {
 		j := clusterNodeJSON{
@@ -375,7 +377,15 @@ func clusterHealthLines(ch admin.ClusterHealthResult) []string {
 	if !ch.Healthy {
 		verdict = "UNHEALTHY"
 	}
-	lines = append(lines, fmt.Sprintf("cluster %s: %s, %d of %d voters healthy", verdict, leader, ch.VotersOK, ch.Voters))
+	line := fmt.Sprintf("cluster %s: %s, %d of %d voters healthy", verdict, leader, ch.VotersOK, ch.Voters)
+	switch len(ch.NotMembers) {
+	case 0:
+	case 1:
+		line += "; --addr names " + ch.NotMembers[0] + ", which is not a member"
+	default:
+		line += "; --addr names " + strings.Join(ch.NotMembers, ", ") + ", which are not members"
+	}
+	lines = append(lines, line)
 	return lines
 }
 
