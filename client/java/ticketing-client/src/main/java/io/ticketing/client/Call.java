@@ -22,7 +22,7 @@ final class Call {
     long seq;
     long sentNanos;
     boolean pending;
-    java.net.Socket drainSock; // set with ENQ_WRITE: the caller writes the batch (Conn.drain)
+    boolean blocking; // enqueued by a blocking caller's own thread (which waits for the answer)
 
     // The outcome, written before the handler runs.
     Wire.Response resp;

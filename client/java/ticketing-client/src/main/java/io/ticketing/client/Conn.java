@@ -22,17 +22,16 @@ import javax.net.ssl.SSLSocket;
 /**
  * One persistent connection to one address, kept by one supervisor thread (dial, handshake,
  * write batches; after a loss back off and dial again, until close) and, while up, one reader
- * thread. Senders append their frame to the write buffer under {@link #mu}. Whoever finds nobody
- * writing takes the writer role: a sender itself (no thread hand-off, see {@link #drain}) when the
- * socket cannot block, else the supervisor. The writer swaps the buffer out and writes everything
- * queued meanwhile with one write; {@code taken} tells which calls may have reached the socket.
+ * thread. Senders append their frame to the write buffer under {@link #mu} and kick the supervisor,
+ * the writer, unless it is writing already; it swaps the buffer out and writes everything queued
+ * meanwhile with one write; {@code taken} tells which calls may have reached the socket.
  * The reader decodes every answer of one read, matches them under one lock acquisition and runs
  * the handlers after the lock is released. Internal.
  */
 final class Conn {
     private static final Logger LOG = Logger.getLogger("io.ticketing.client");
     private static final SecureRandom RANDOM = new SecureRandom();
-    static final int ENQ_OK = 0, ENQ_DOWN = 1, ENQ_FULL = 2, ENQ_WRITE = 3;
+    static final int ENQ_OK = 0, ENQ_DOWN = 1, ENQ_FULL = 2;
     private static final int MAX_WRITE_BUFFER = 4 << 20;
 
     final TicketingClient cl;
@@ -55,8 +54,8 @@ final class Conn {
     private int wlen;
     private long seq;
     private long taken;
+    private int blockingPending; // pending calls of blocking callers (each a thread that waits)
     private Socket writer; // the socket whose output a thread (a sender or the supervisor) owns now
-    private OutputStream out;
     private Thread supervisor;
 
     Conn(TicketingClient cl, String addr) {
@@ -103,15 +102,8 @@ final class Conn {
                 }
             }
             Socket s;
-            OutputStream o;
             try {
                 s = connect();
-                try {
-                    o = s.getOutputStream();
-                } catch (IOException e) {
-                    closeQuietly(s);
-                    throw e;
-                }
             } catch (Throwable e) {
                 if (cl.isClosed()) {
                     return;
@@ -120,7 +112,7 @@ final class Conn {
                 attempt++;
                 continue;
             }
-            if (!install(s, o)) {
+            if (!install(s)) {
                 closeQuietly(s);
                 return;
             }
@@ -236,7 +228,7 @@ final class Conn {
                 "ticketing: connect to " + addr + " failed (attempt " + n + "): " + e);
     }
 
-    private boolean install(Socket s, OutputStream o) {
+    private boolean install(Socket s) {
         mu.lock();
         try {
             if (cl.isClosed()) {
@@ -253,7 +245,7 @@ final class Conn {
             taken = 0;
             wlen = 0;
             writer = null;
-            out = o;
+            blockingPending = 0;
         } finally {
             mu.unlock();
         }
@@ -279,20 +271,24 @@ final class Conn {
                     if (sock != s) {
                         break;
                     }
-                    // Let the senders that are runnable now append their frames first (as the
-                    // Go client does): then one write carries many frames, and the server
-                    // reads many per read. A yield costs far less than a write syscall.
-                    mu.unlock();
-                    try {
-                        Thread.yield();
-                    } finally {
-                        mu.lock();
-                    }
-                    if (sock != s) {
-                        break;
-                    }
-                    if (wlen == 0 || writer == s) {
-                        continue;
+                    if (blockingPending > 1) {
+                        // Other blocking callers' threads are probably about to append (the
+                        // reader has just woken them): let them run first, as the Go client's
+                        // writer does, so that one write carries many frames and the server
+                        // reads many per read. Not for async callers: their dispatcher threads
+                        // may wait for nothing else, and a yield on a loaded machine is long.
+                        mu.unlock();
+                        try {
+                            Thread.yield();
+                        } finally {
+                            mu.lock();
+                        }
+                        if (sock != s) {
+                            break;
+                        }
+                        if (wlen == 0 || writer == s) {
+                            continue;
+                        }
                     }
                     writer = s;
                     n = wlen;
@@ -353,70 +349,9 @@ final class Conn {
     static final boolean STATS = Boolean.getBoolean("io.ticketing.client.stats");
     static final java.util.concurrent.atomic.LongAdder WRITES = new java.util.concurrent.atomic.LongAdder();
     static final java.util.concurrent.atomic.LongAdder FRAMES = new java.util.concurrent.atomic.LongAdder();
-    static final java.util.concurrent.atomic.LongAdder INLINE = new java.util.concurrent.atomic.LongAdder();
     static final java.util.concurrent.atomic.LongAdder READS = new java.util.concurrent.atomic.LongAdder();
 
-    /**
-     * Writes c's frame, as the writer role {@link #enqueue} gave this sender for {@code s} on an
-     * idle connection: no hand-off to the supervisor (the latency of a lone caller), and nothing
-     * else unanswered, so the write cannot block. What others queue meanwhile goes to the
-     * supervisor, which batches. Call with no lock held.
-     */
-    void drain(Socket s) {
-        OutputStream o;
-        byte[] buf;
-        int n;
-        mu.lock();
-        try {
-            if (writer != s) {
-                return; // the connection went down meanwhile
-            }
-            if (sock != s || wlen == 0) {
-                writer = null;
-                return;
-            }
-            o = out;
-            n = wlen;
-            buf = takeLocked();
-            if (STATS) {
-                INLINE.increment();
-            }
-        } finally {
-            mu.unlock();
-        }
-        try {
-            o.write(buf, 0, n);
-            o.flush();
-        } catch (Throwable e) {
-            mu.lock();
-            try {
-                if (writer == s) {
-                    writer = null;
-                }
-            } finally {
-                mu.unlock();
-            }
-            kill(s, e);
-            return;
-        }
-        mu.lock();
-        try {
-            giveBackLocked(buf);
-            if (writer == s) {
-                writer = null;
-            }
-            if (sock == s && wlen > 0) {
-                kick.signal();
-            }
-        } finally {
-            mu.unlock();
-        }
-    }
-
-    /**
-     * Queues c's frame under a fresh req_id. {@link #ENQ_WRITE}: queued, and the caller took the
-     * writer role: it must call {@link #drain} with {@code c.drainSock} once it holds no lock.
-     */
+    /** Queues c's frame under a fresh req_id. */
     int enqueue(Call c) {
         mu.lock();
         try {
@@ -427,17 +362,9 @@ final class Conn {
                 return ENQ_FULL;
             }
             enqueueLocked(c);
-            if (writer == sock) {
-                return ENQ_OK; // the writer takes it with its next batch
+            if (writer != sock) {
+                kick.signal(); // else the writer takes it with its next batch
             }
-            if (pending.size() == 1) {
-                // Idle: this frame alone is unanswered, so nothing is in the socket's buffers
-                // and the caller's own write cannot block.
-                writer = sock;
-                c.drainSock = sock;
-                return ENQ_WRITE;
-            }
-            kick.signal();
             return ENQ_OK;
         } finally {
             mu.unlock();
@@ -451,6 +378,9 @@ final class Conn {
         c.seq = seq++;
         c.pending = true;
         pending.put(id, c);
+        if (c.blocking) {
+            blockingPending++;
+        }
         if (c.counts) {
             inflight++;
         }
@@ -518,6 +448,7 @@ final class Conn {
                 c.failCause = cause;
             }
             inflight = 0;
+            blockingPending = 0;
             wlen = 0;
             kick.signalAll();
         } finally {
@@ -635,6 +566,9 @@ final class Conn {
                             }
                             pending.remove(r.reqId());
                             c.pending = false;
+                            if (c.blocking) {
+                                blockingPending--;
+                            }
                             if (c.counts) {
                                 inflight--;
                             }

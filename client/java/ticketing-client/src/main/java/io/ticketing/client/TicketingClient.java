@@ -426,10 +426,7 @@ public final class TicketingClient implements AutoCloseable {
         }
     }
 
-    /**
-     * Leader first, then round robin over every connection. {@link Conn#ENQ_WRITE}: queued, and
-     * the caller must call {@link #drain(Call)} once it holds no lock.
-     */
+    /** Leader first, then round robin over every connection. */
     int tryEnqueue(Call c) {
         int r = rr.getAndIncrement() & Integer.MAX_VALUE;
         int res = Conn.ENQ_DOWN;
@@ -440,7 +437,7 @@ public final class TicketingClient implements AutoCloseable {
             for (int i = 0; i < n; i++) {
                 Conn cn = ep.conns.get((r + i) % n);
                 int x = cn.enqueue(c);
-                if (x == Conn.ENQ_OK || x == Conn.ENQ_WRITE) {
+                if (x == Conn.ENQ_OK) {
                     return x;
                 }
                 if (x == Conn.ENQ_FULL) {
@@ -456,7 +453,7 @@ public final class TicketingClient implements AutoCloseable {
         int n = conns.size();
         for (int i = 0; i < n; i++) {
             int x = conns.get((r + i) % n).enqueue(c);
-            if (x == Conn.ENQ_OK || x == Conn.ENQ_WRITE) {
+            if (x == Conn.ENQ_OK) {
                 return x;
             }
             if (x == Conn.ENQ_FULL) {
@@ -464,15 +461,6 @@ public final class TicketingClient implements AutoCloseable {
             }
         }
         return res;
-    }
-
-    /** Writes the batch c's enqueue made the caller responsible for. */
-    static void drain(Call c) {
-        java.net.Socket s = c.drainSock;
-        if (s != null) {
-            c.drainSock = null;
-            c.conn.drain(s);
-        }
     }
 
     /** Remembers the leader an M answer named (adding its address when new). */
@@ -594,7 +582,7 @@ public final class TicketingClient implements AutoCloseable {
      * @throws InterruptedException the thread was interrupted (nothing is held)
      */
     public Lease acquire(byte[] key, Duration lease, Duration wait) throws InterruptedException {
-        AcquireOp op = newAcquire(key, lease, wait);
+        AcquireOp op = newAcquire(key, lease, wait, true);
         try {
             return op.result.get();
         } catch (InterruptedException e) {
@@ -626,7 +614,7 @@ public final class TicketingClient implements AutoCloseable {
      * @return the lease, or empty when the key is held
      */
     public Optional<Lease> tryAcquire(byte[] key, Duration lease) {
-        AcquireOp op = newAcquire(key, lease, Duration.ZERO);
+        AcquireOp op = newAcquire(key, lease, Duration.ZERO, true);
         boolean interrupted = false;
         try {
             while (true) {
@@ -688,7 +676,7 @@ public final class TicketingClient implements AutoCloseable {
     public CompletableFuture<Lease> acquireAsync(byte[] key, Duration lease, Duration wait, Executor executor) {
         AcquireFuture f;
         try {
-            f = new AcquireFuture(newAcquire(key, lease, wait));
+            f = new AcquireFuture(newAcquire(key, lease, wait, false));
         } catch (TicketingException e) {
             return CompletableFuture.failedFuture(e);
         }
@@ -736,7 +724,11 @@ public final class TicketingClient implements AutoCloseable {
         }
     }
 
-    private AcquireOp newAcquire(byte[] key, Duration lease, Duration wait) {
+    /**
+     * Starts an acquire; {@code blocking}: the calling thread waits for it (see
+     * {@link Call#blocking}).
+     */
+    private AcquireOp newAcquire(byte[] key, Duration lease, Duration wait, boolean blocking) {
         if (isClosed()) {
             throw new ClientClosedException("client closed");
         }
@@ -745,6 +737,9 @@ public final class TicketingClient implements AutoCloseable {
         long leaseMs = millis(lease, "lease", false);
         long waitMs = millis(wait, "wait", true);
         AcquireOp op = new AcquireOp(this, k, leaseMs, waitMs);
+        if (blocking) {
+            op.caller = Thread.currentThread();
+        }
         op.attempt();
         return op;
     }
@@ -778,6 +773,8 @@ public final class TicketingClient implements AutoCloseable {
         private boolean waitedForConnection; // guarded by this
         private final boolean queues; // asked with a wait > 0
 
+        Thread caller; // a blocking caller's thread (its calls let the writer wait for others)
+
         AcquireOp(TicketingClient cl, byte[] key, long leaseMs, long waitMs) {
             this.key = key;
             this.leaseMs = leaseMs;
@@ -788,21 +785,13 @@ public final class TicketingClient implements AutoCloseable {
             connGiveUp = Math.max(budgetEnd, now + connectTimeoutNanos);
         }
 
-        void attempt() {
-            Call w = attemptLocked();
-            if (w != null) {
-                drain(w);
-            }
-        }
-
-        /** One try; returns the call whose batch this thread must write, if any. */
-        private synchronized Call attemptLocked() {
+        synchronized void attempt() {
             if (finished) {
-                return null;
+                return;
             }
             if (isClosed()) {
                 fail(new ClientClosedException("client closed"));
-                return null;
+                return;
             }
             if (waitedForConnection && waitMs > 0) {
                 // Time spent waiting for a connection or a slot comes out of the
@@ -815,19 +804,19 @@ public final class TicketingClient implements AutoCloseable {
             // Counts against max_inflight by the wait it was asked with, even once
             // shortened to 0 (a slot is what it has been waiting for).
             Call c = new Call(Wire.OP_ACQUIRE, key, (leaseMs << 32) | waitMs, waitMs > 0 || waitedForConnection && queues, this::onAnswer);
+            c.blocking = caller == Thread.currentThread();
             int r = tryEnqueue(c);
-            if (r == Conn.ENQ_OK || r == Conn.ENQ_WRITE) {
+            if (r == Conn.ENQ_OK) {
                 call = c;
-                return r == Conn.ENQ_WRITE ? c : null;
+                return;
             }
             long limit = r == Conn.ENQ_FULL ? budgetEnd : connGiveUp;
             if (System.nanoTime() >= limit) {
                 fail(r == Conn.ENQ_FULL ? new AcquireTimeoutException("no free max_inflight slot within the wait") : connectError());
-                return null;
+                return;
             }
             waitedForConnection = true;
             schedule(this::attempt, POLL_NANOS);
-            return null;
         }
 
         private void fail(TicketingException e) {
@@ -964,6 +953,7 @@ public final class TicketingClient implements AutoCloseable {
             throw new IndeterminateException("client closed", -1, new ClientClosedException("client closed"));
         }
         ReleaseOp op = new ReleaseOp(k, token, false);
+        op.caller = Thread.currentThread();
         releasing.incrementAndGet();
         op.start();
         boolean interrupted = false;
@@ -1083,6 +1073,7 @@ public final class TicketingClient implements AutoCloseable {
         boolean finished;
         java.util.concurrent.ScheduledFuture<?> timer;
         final CompletableFuture<Void> result = new CompletableFuture<>();
+        Thread caller; // a blocking caller's thread (its calls let the writer wait for others)
 
         ReleaseOp(byte[] key, long token, boolean compensation) {
             this.key = key;
@@ -1130,34 +1121,23 @@ public final class TicketingClient implements AutoCloseable {
             }
         }
 
-        void attempt() {
-            Call w = attemptLocked();
-            if (w != null) {
-                drain(w);
-            }
-        }
-
-        private synchronized Call attemptLocked() {
+        synchronized void attempt() {
             if (finished) {
-                return null;
+                return;
             }
             if (isClosed()) {
                 finish(new IndeterminateException("client closed before the release was confirmed", -1, new ClientClosedException("client closed")));
-                return null;
+                return;
             }
             if (System.nanoTime() >= deadline) {
                 finish(giveUp());
-                return null;
+                return;
             }
             Call c = new Call(Wire.OP_RELEASE, key, token, false, this::onAnswer);
-            int r = tryEnqueue(c);
-            if (r == Conn.ENQ_WRITE) {
-                return c;
-            }
-            if (r != Conn.ENQ_OK) {
+            c.blocking = caller == Thread.currentThread();
+            if (tryEnqueue(c) != Conn.ENQ_OK) {
                 schedule(this::attempt, POLL_NANOS * 2);
             }
-            return null;
         }
 
         synchronized void onAnswer(Call c) {
@@ -1224,7 +1204,7 @@ public final class TicketingClient implements AutoCloseable {
             return;
         }
         if (Conn.STATS) {
-            System.err.printf("ticketing stats: frames=%d writes=%d (by the caller: %d) reads=%d%n", Conn.FRAMES.sum(), Conn.WRITES.sum(), Conn.INLINE.sum(), Conn.READS.sum());
+            System.err.printf("ticketing stats: frames=%d writes=%d reads=%d%n", Conn.FRAMES.sum(), Conn.WRITES.sum(), Conn.READS.sum());
         }
         Pool p = pool;
         if (p != null) {
