@@ -247,7 +247,7 @@ func (n *Node) openStores() (raft.LogStore, raft.StableStore, raft.SnapshotStore
 	dir := n.cfg.DataDir
 	if dir == "" {
 		ms := raft.NewInmemStore()
-		return ms, ms, raft.NewInmemSnapshotStore(), nil
+		return ms, ms, newMemSnapshotStore(), nil
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, nil, nil, fmt.Errorf("cluster: data dir: %w", err)
