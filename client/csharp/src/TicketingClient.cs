@@ -471,10 +471,9 @@ namespace Ticketing
         {
             pause = TimeSpan.Zero;
             err = null;
-            var k = Describe(st.Key);
             if (c.Fail != Fail.None)
             {
-                if (closed) { err = new IndeterminateException("release " + k + ": the client was closed"); return true; }
+                if (closed) { err = new IndeterminateException("release " + Describe(st.Key) + ": the client was closed"); return true; }
                 if (c.Fail == Fail.Unsent) return false;
                 st.Maybe = true;
                 pause = RedirectDelay(++st.Retries);
@@ -486,8 +485,8 @@ namespace Ticketing
                 case Status.Released: return true;
                 case Status.NotHolder:
                     err = st.Maybe
-                        ? (Exception)new IndeterminateException("release " + k + ": the token no longer holds the key; an earlier unconfirmed attempt may have released it")
-                        : new NotHolderException("release " + k + ": not the holder (the key is free or held under another token)");
+                        ? (Exception)new IndeterminateException("release " + Describe(st.Key) + ": the token no longer holds the key; an earlier unconfirmed attempt may have released it")
+                        : new NotHolderException("release " + Describe(st.Key) + ": not the holder (the key is free or held under another token)");
                     return true;
                 case Status.Moved:
                     Follow(Encoding.ASCII.GetString(r.Payload ?? new byte[0]));
@@ -498,7 +497,7 @@ namespace Ticketing
                     pause = RedirectDelay(++st.Retries);
                     return false;
                 default:
-                    err = ServerError(r, "release " + k);
+                    err = ServerError(r, "release " + Describe(st.Key));
                     return true;
             }
         }

@@ -561,8 +561,9 @@ module Ticketing
           done << call
         end
       end
-      @client.cork if done.size > 1
       done.each { |c| @client.complete(c) }
+      # After the wake-ups, so the writer queues for the GVL behind those callers.
+      @client.cork if done.size > 1
       done.clear
       @client.changed if freed
       raise err if err
