@@ -61,15 +61,15 @@ CGO_ENABLED=0 go build -o "$TMP/clientbench" ./client/testkit/cmd/clientbench
 skipped=()
 done_ci=" "
 for l in "${LANGS[@]}"; do
-  ci="client/$l/ci.sh"
-  if [ ! -f "$ci" ]; then
-    case $l in kotlin) ci=client/java/ci.sh ;; cpp) ci=client/c/ci.sh ;; esac
-  fi
+  # Kotlin's bench is Java's ci.sh, C++'s is C's (client/kotlin/ci.sh and
+  # client/cpp/ci.sh only exec those): one run prints both languages' rows.
+  owner=$l
+  case $l in kotlin) owner=java ;; cpp) owner=c ;; esac
+  ci="client/$owner/ci.sh"
   if [ ! -f "$ci" ]; then skipped+=("$l: no $ci yet"); continue; fi
-  real=$(readlink -f "$ci")
-  case "$done_ci" in *" $real "*) continue ;; esac
+  case "$done_ci" in *" $owner "*) continue ;; esac
   if ! msg=$(bash "$ci" toolchain 2>&1); then skipped+=("$l: toolchain missing: $msg"); continue; fi
-  done_ci="$done_ci$real "
+  done_ci="$done_ci$owner "
   echo "== $l ($ci bench)" >&2
   if ! bash "$ci" bench > "$TMP/$l.out" 2> "$TMP/$l.err"; then
     skipped+=("$l: ci.sh bench failed: $(tail -n 3 "$TMP/$l.err" | tr '\n' ' ')")
