@@ -8,7 +8,11 @@
 #   scripts/cluster-local.sh clean                     stop, then delete the state directory
 #
 # Every command is idempotent: start on a running cluster of the same size
-# prints it again; stop on a stopped cluster does nothing.
+# prints it again; stop on a stopped cluster does nothing. start on a
+# cluster one of whose nodes died restarts that node when the cluster is
+# --durable (from its data directory; its log is appended to), and refuses
+# (exit 1, saying why) when it keeps its state in memory: a node that lost
+# its state must not rejoin under its id (stop, then start, for a fresh one).
 #
 # Ports (fixed, so TICKETING_ADDR stays the same between runs): node i
 # (n1..n5) listens for clients on BASE+2(i-1) and for peers on BASE+2(i-1)+1,
@@ -53,6 +57,8 @@ cli_env_unset=(-u TICKETING_ADDR -u TICKETING_OUTPUT -u TICKETING_TIMEOUT -u TIC
   -u TICKETING_TLS_CERT -u TICKETING_TLS_KEY -u TICKETING_TLS_SERVER_NAME)
 
 nodes_file="$state/nodes"
+durable_file="$state/durable" # the running cluster was started with --durable
+bin="" peers=""
 count() { [[ -f $nodes_file ]] && cat "$nodes_file" || echo 0; }
 
 addrs() {
@@ -160,7 +166,82 @@ stop_nodes() {
     ((any == 0)) && break
     sleep 0.1
   done
-  rm -f "$state"/n*.pid "$nodes_file"
+  rm -f "$state"/n*.pid "$nodes_file" "$durable_file"
+}
+
+# start_node I: start node nI in the background (its log: nI.log, appended
+# to with append=1), detached when setsid exists, and record its pid.
+start_node() {
+  local i=$1 append=${2:-0} extra=() detach=()
+  command -v setsid >/dev/null && detach=(setsid)
+  [[ -f $durable_file ]] && extra=(--data-dir "$state/n$i")
+  if ((append)); then exec 3>>"$state/n$i.log"; else exec 3>"$state/n$i.log"; fi
+  env "${node_env_unset[@]}" ${detach[@]+"${detach[@]}"} "$bin" serve --node-id "n$i" \
+    --listen "$host:$(client_port "$i")" --peer-listen "$host:$(peer_port "$i")" \
+    --peers "$peers" --bootstrap ${extra[@]+"${extra[@]}"} \
+    </dev/null >&3 2>&1 3>&- &
+  exec 3>&-
+  echo $! >"$state/n$i.pid"
+}
+
+# wait_healthy N ON_FAIL: wait (up to 30 s) until the cluster of N nodes is
+# healthy (a leader that can grant, every voter healthy); else run ON_FAIL
+# (stop_nodes, or true) and exit 1.
+wait_healthy() {
+  local n=$1 on_fail=$2 i addr_list deadline=$((SECONDS + 30))
+  addr_list=$(addrs "$n")
+  until env "${cli_env_unset[@]}" "$bin" health --addr "$addr_list" --timeout 1s >/dev/null 2>&1; do
+    for ((i = 1; i <= n; i++)); do
+      if ! alive "$state/n$i.pid"; then
+        echo "cluster-local: n$i exited; last lines of $state/n$i.log:" >&2
+        tail -n 20 "$state/n$i.log" >&2 || true
+        $on_fail
+        exit 1
+      fi
+    done
+    if ((SECONDS >= deadline)); then
+      echo "cluster-local: no healthy cluster within 30 s:" >&2
+      env "${cli_env_unset[@]}" "$bin" health --addr "$addr_list" --timeout 1s >&2 || true
+      $on_fail
+      exit 1
+    fi
+    sleep 0.2
+  done
+}
+
+# restart_dead N: restart the nodes of a running cluster of N whose process
+# is gone, or refuse (exit 1) saying why.
+restart_dead() {
+  local n=$1 i dead=()
+  for ((i = 1; i <= n; i++)); do
+    alive "$state/n$i.pid" || dead+=("n$i")
+  done
+  ((${#dead[@]} == 0)) && return 0
+  if [[ ! -f $durable_file ]]; then
+    die "${dead[*]} not running (see $state/${dead[0]}.log), and this cluster keeps its state in memory: a node that lost its state cannot rejoin under its id (the leader would remove it). Run '$0 stop' then '$0 start' for a fresh cluster, or start it with --durable to have dead nodes restarted"
+  fi
+  local id
+  for id in "${dead[@]}"; do
+    i=${id#n}
+    for p in $(client_port "$i") $(peer_port "$i"); do
+      port_busy "$p" && die "$id is not running but port $p on $host is in use by another process"
+    done
+  done
+  bin=$(find_bin)
+  peers=$(peer_list "$n")
+  for id in "${dead[@]}"; do
+    i=${id#n}
+    echo "cluster-local: $id was not running: restarting it from $state/$id" >&2
+    echo "--- restarted by cluster-local.sh start at $(date -u +%FT%TZ)" >>"$state/$id.log"
+    start_node "$i" 1
+  done
+  wait_healthy "$n" true
+}
+
+peer_list() {
+  local n=$1 i out=""
+  for ((i = 1; i <= n; i++)); do out+="${out:+,}n$i=$host:$(peer_port "$i")"; done
+  echo "$out"
 }
 
 cmd_start() {
@@ -178,59 +259,31 @@ cmd_start() {
     local have
     have=$(count)
     [[ $have == "$n" ]] || die "a cluster of $have nodes is running; stop it first ($0 stop)"
+    restart_dead "$n"
     print_cluster "$n"
     return 0
   fi
-  rm -f "$state"/n*.pid "$nodes_file" # stale
+  rm -f "$state"/n*.pid "$nodes_file" "$durable_file" # stale
   local i
   for ((i = 1; i <= n; i++)); do
     for p in $(client_port "$i") $(peer_port "$i"); do
       port_busy "$p" && die "port $p on $host is in use (set TICKETING_CLUSTER_PORT to another base)"
     done
   done
-  local bin peers=""
   bin=$(find_bin)
-  for ((i = 1; i <= n; i++)); do peers+="${peers:+,}n$i=$host:$(peer_port "$i")"; done
+  peers=$(peer_list "$n")
   echo "$n" >"$nodes_file"
-  local detach=()
-  command -v setsid >/dev/null && detach=(setsid)
+  ((durable)) && touch "$durable_file"
   for ((i = 1; i <= n; i++)); do
-    local extra=()
-    if ((durable)); then
-      extra=(--data-dir "$state/n$i")
-    fi
-    env "${node_env_unset[@]}" ${detach[@]+"${detach[@]}"} "$bin" serve --node-id "n$i" \
-      --listen "$host:$(client_port "$i")" --peer-listen "$host:$(peer_port "$i")" \
-      --peers "$peers" --bootstrap ${extra[@]+"${extra[@]}"} \
-      </dev/null >"$state/n$i.log" 2>&1 &
-    echo $! >"$state/n$i.pid"
+    start_node "$i"
   done
-  # Wait (up to 30 s) until the cluster is healthy: a leader that can grant.
-  local addr_list deadline=$((SECONDS + 30))
-  addr_list=$(addrs "$n")
-  until env "${cli_env_unset[@]}" "$bin" health --addr "$addr_list" --timeout 1s >/dev/null 2>&1; do
-    for ((i = 1; i <= n; i++)); do
-      if ! alive "$state/n$i.pid"; then
-        echo "cluster-local: n$i exited; last lines of $state/n$i.log:" >&2
-        tail -n 20 "$state/n$i.log" >&2 || true
-        stop_nodes
-        exit 1
-      fi
-    done
-    if ((SECONDS >= deadline)); then
-      echo "cluster-local: no healthy leader within 30 s:" >&2
-      env "${cli_env_unset[@]}" "$bin" health --addr "$addr_list" --timeout 1s >&2 || true
-      stop_nodes
-      exit 1
-    fi
-    sleep 0.2
-  done
+  wait_healthy "$n" stop_nodes
   print_cluster "$n"
 }
 
 cmd_stop() {
   if ! any_alive; then
-    rm -f "$state"/n*.pid "$nodes_file"
+    rm -f "$state"/n*.pid "$nodes_file" "$durable_file"
     echo "cluster-local: not running"
     return 0
   fi
