@@ -64,20 +64,14 @@ type shard struct {
 	t     *locktable.Table
 	armed int64 // deadline the timer goroutine sleeps until (ns); MaxInt64 = none
 	kick  chan struct{}
-	s     *Server
-	// via, on mu: the connection whose reader is applying a request to this
-	// shard's table (nil for the timer goroutine), so that an answer the
-	// request hands to a waiter is written by that reader once its batch is
-	// done instead of by waking the waiter's writer goroutine (Deliver).
-	via *conn
-	_   [128 - 48]byte // one shard per pair of cache lines: no false sharing of mu
+	_     [128 - 32]byte // one shard per pair of cache lines: no false sharing of mu
 }
 
 func newTables(s *Server, n int, limits locktable.Limits, tokens locktable.TokenSource) *tables {
 	b := &tables{s: s, seed: maphash.MakeSeed(), shards: make([]*shard, n)}
 	for i := range b.shards {
-		b.shards[i] = &shard{armed: math.MaxInt64, kick: make(chan struct{}, 1), s: s}
-		b.shards[i].t = locktable.New(limits, tokens, &b.shared, b.shards[i])
+		b.shards[i] = &shard{armed: math.MaxInt64, kick: make(chan struct{}, 1)}
+		b.shards[i].t = locktable.New(limits, tokens, &b.shared, s)
 	}
 	return b
 }
@@ -129,9 +123,7 @@ func (b *tables) acquire(c *conn, now int64, req *wire.Request) {
 func (b *tables) release(c *conn, now int64, req *wire.Request) {
 	sh := b.shardFor(req.Key)
 	sh.mu.Lock()
-	sh.via = c
 	e := sh.t.Release(now, locktable.Owner{Conn: c.id, ReqID: req.ReqID}, req.Key, req.Token())
-	sh.via = nil
 	sh.rearm()
 	sh.mu.Unlock()
 	c.wbuf = wire.AppendStatus(c.wbuf, e.Status, e.Code, req.ReqID)
@@ -143,16 +135,6 @@ func (b *tables) cancel(c *conn, now int64, req *wire.Request) {
 	e := sh.t.Cancel(now, locktable.Owner{Conn: c.id, ReqID: req.ReqID}, req.Key, req.Target())
 	sh.mu.Unlock()
 	c.wbuf = wire.AppendStatus(c.wbuf, e.Status, e.Code, req.ReqID)
-}
-
-// Deliver implements locktable.Sink for the shard's table: an answer to a
-// queued acquire (a handoff, a wait timeout), made under sh.mu.
-func (sh *shard) Deliver(e locktable.Effect) {
-	c := sh.s.connOf(e.Owner.Conn)
-	if c == nil {
-		return
-	}
-	c.deliver(e, sh.via)
 }
 
 func (b *tables) connGone(c *conn) {

@@ -10,7 +10,6 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/ticketing/ticketing/client/wire"
@@ -45,21 +44,6 @@ type conn struct {
 
 	inflight atomic.Int32 // queued acquires; incremented by the reader only
 
-	// handoffs (reader-owned) are the connections this batch's releases
-	// handed a lock to: their answers are written by this reader before its
-	// own (writeHandoffs), not by waking their writer goroutines. Bounded
-	// (maxHandoffs): beyond it a delivery wakes the writer as before.
-	handoffs []*conn
-	// rc is the socket for one non-blocking write attempt (writeHandoffs);
-	// nil for TLS and other connections that are not plain TCP. tryBuf,
-	// tryN and tryErr carry tryWrite's argument and results without a
-	// closure per call.
-	rc       syscall.RawConn
-	tryWrite func(fd uintptr) bool
-	tryBuf   []byte
-	tryN     int
-	tryErr   error
-
 	mu         sync.Mutex
 	writeArmed int64      // on mu: nanotime the write deadline was last set
 	flushBy    time.Time  // on mu: Shutdown's final write deadline (zero: none)
@@ -89,9 +73,6 @@ func newConn(s *Server, nc net.Conn) *conn {
 	return c
 }
 
-// maxHandoffs bounds a batch's handoffs written by its reader.
-const maxHandoffs = 16
-
 func (c *conn) serve() {
 	defer c.s.wg.Done()
 	if tcp, ok := c.nc.(*net.TCPConn); ok {
@@ -108,13 +89,6 @@ func (c *conn) serve() {
 	defer c.s.connClosed() // the slot taken by the handshake
 	if c.peerPort && c.handOffIfRaft() {
 		return
-	}
-	if tcp, ok := c.nc.(*net.TCPConn); ok {
-		if rc, err := tcp.SyscallConn(); err == nil {
-			c.rc = rc
-			c.tryWrite = c.tryWriteFD
-			c.handoffs = make([]*conn, 0, maxHandoffs)
-		}
 	}
 	c.s.register(c)
 	if c.s.draining.Load() {
@@ -536,10 +510,8 @@ func (c *conn) replyErrorMsg(reqID uint32, code wire.Code, msg string) {
 // Output
 
 // deliver appends an answer made by another request (or a timer) to a queued
-// acquire of this connection. Called with that key's shard lock held; via is
-// the connection whose reader made the answer (a release handing the lock
-// over), nil for a timer or the cluster's apply loop.
-func (c *conn) deliver(e locktable.Effect, via *conn) {
+// acquire of this connection. Called with that key's shard lock held.
+func (c *conn) deliver(e locktable.Effect) {
 	c.mu.Lock()
 	if _, ok := c.pending[e.Owner.ReqID]; !ok {
 		// Already answered (a cluster request failed U before its entry
@@ -563,88 +535,12 @@ func (c *conn) deliver(e locktable.Effect, via *conn) {
 	}
 	idle := !c.flushing
 	c.mu.Unlock()
-	if !idle || via == c {
-		return // the goroutine writing, or this reader's flushBatch, sends it
-	}
-	if via != nil && c.rc != nil && len(via.handoffs) < cap(via.handoffs) {
-		// Written by via's reader at the end of its batch, first: the
-		// next holder's grant is the handoff's critical path, and the
-		// reader is on the CPU already (a woken writer goroutine waits
-		// for a P behind every runnable reader).
-		via.handoffs = append(via.handoffs, c)
-		return
-	}
-	c.wakeWriter()
-}
-
-func (c *conn) wakeWriter() {
-	select {
-	case c.wake <- struct{}{}:
-	default:
-	}
-}
-
-// writeHandoffs writes the answers this batch handed to other connections
-// (deliver), each in one non-blocking write attempt on its socket: a
-// connection whose socket is full, or that is being written already, or
-// whose attempt wrote only part, is left to its writer goroutine, so a slow
-// client never blocks this reader.
-func (c *conn) writeHandoffs() {
-	for i, h := range c.handoffs {
-		h.writeNow()
-		c.handoffs[i] = nil
-	}
-	c.handoffs = c.handoffs[:0]
-}
-
-// writeNow writes out in one non-blocking attempt when no one is writing
-// this connection; what it cannot write goes to the writer goroutine.
-func (c *conn) writeNow() {
-	c.mu.Lock()
-	if c.flushing || c.broken || len(c.out) == 0 {
-		c.mu.Unlock()
-		return // the goroutine writing sends it (or nothing to do)
-	}
-	c.flushing = true
-	b := c.out
-	c.out = c.spare[:0]
-	c.spare = nil
-	c.mu.Unlock()
-	c.tryBuf = b
-	err := c.rc.Write(c.tryWrite)
-	n := c.tryN
-	if err != nil || c.tryErr != nil || n < 0 {
-		// EAGAIN (the socket is full), an expired write deadline, a broken
-		// connection: the writer goroutine re-arms the deadline, waits for
-		// room and reports the error (breakLocked) as for any write.
-		n = 0
-	}
-	c.tryBuf, c.tryErr = nil, nil
-	c.mu.Lock()
-	if n == len(b) {
-		if cap(b) <= keepBufLimit && c.spare == nil {
-			c.spare = b[:0]
+	if idle {
+		select {
+		case c.wake <- struct{}{}:
+		default:
 		}
-	} else if !c.broken {
-		// The rest goes before anything appended since (rare: allocates).
-		rest := make([]byte, 0, len(b)-n+len(c.out))
-		c.out = append(append(rest, b[n:]...), c.out...)
 	}
-	c.flushing = false
-	more := len(c.out) > 0 && !c.broken
-	c.drained.Broadcast()
-	c.mu.Unlock()
-	if more {
-		c.wakeWriter()
-	}
-}
-
-// tryWriteFD is the one write attempt of writeNow (syscall.RawConn.Write
-// calls it with the socket's descriptor, which is non-blocking). It returns
-// true: never wait for the socket to become writable here.
-func (c *conn) tryWriteFD(fd uintptr) bool {
-	c.tryN, c.tryErr = syscall.Write(int(fd), c.tryBuf)
-	return true
 }
 
 func (c *conn) writeLoop() {
@@ -659,12 +555,10 @@ func (c *conn) writeLoop() {
 	}
 }
 
-// flushBatch writes the answers the batch handed to other connections
-// (writeHandoffs), then the reader's batch of responses, after any answers
+// flushBatch writes the reader's batch of responses, after any answers
 // already waiting in out (so a cancel's T precedes its O), then waits while
 // the unsent output is above the bound (backpressure, §3.3).
 func (c *conn) flushBatch() {
-	c.writeHandoffs() // first: the next holders' grants
 	if len(c.wbuf) == 0 {
 		return
 	}
@@ -794,7 +688,6 @@ func (c *conn) breakLocked() {
 // teardown runs once the read loop ended: the connection's waiters leave
 // their queues silently; its locks stay held (§5).
 func (c *conn) teardown(fatal bool) {
-	c.writeHandoffs() // a protocol error may end a batch that handed locks over
 	c.s.lock.connGone(c)
 	c.mu.Lock()
 	clear(c.pending)

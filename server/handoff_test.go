@@ -11,14 +11,14 @@ import (
 	st "github.com/ticketing/ticketing/server/servertest"
 )
 
-// A handoff's grant is written by the releasing connection's reader, at the
-// end of its batch, before its own answers (docs/benchmarks.md "Hot key").
-// These tests pin the cases where that batch ends otherwise.
+// Handoffs: a release that grants the head of the queue on another
+// connection (docs/benchmarks.md "Hot key"). These tests pin the grant's
+// delivery whatever way the releaser's batch ends, its order along a queue,
+// and its allocations (any delivery path must keep them).
 
 // TestHandoffGrantWhenReleaserBatchEndsInError: the release and a frame with
 // an unknown op arrive in one read; the releaser is closed after E BAD_OP,
-// and the waiter still gets its grant (written at teardown, not lost with
-// the batch).
+// and the waiter still gets its grant (not lost with the batch).
 func TestHandoffGrantWhenReleaserBatchEndsInError(t *testing.T) {
 	s := startServer(t, nil)
 	a, b := dial(t, s), dial(t, s)
@@ -35,8 +35,7 @@ func TestHandoffGrantWhenReleaserBatchEndsInError(t *testing.T) {
 }
 
 // TestHandoffChainFIFO: one key, n connections queued; each holder's
-// release hands the lock to the next in queue order, every grant written
-// by the previous holder's reader.
+// release hands the lock to the next in queue order.
 func TestHandoffChainFIFO(t *testing.T) {
 	s := startServer(t, nil)
 	const n = 20
@@ -60,9 +59,8 @@ func TestHandoffChainFIFO(t *testing.T) {
 }
 
 // TestHandoffNoAlloc: a handoff between two connections over loopback (a
-// release that grants the queued waiter, written by the releaser's reader,
-// and the releaser's next acquire queued behind it) allocates nothing in
-// the process, client side included.
+// release that grants the queued waiter, and the releaser's next acquire
+// queued behind it) allocates nothing in the process, client side included.
 func TestHandoffNoAlloc(t *testing.T) {
 	if server.RaceEnabled {
 		t.Skip("the race detector allocates")

@@ -447,7 +447,7 @@ func (s *Server) failPending(clean bool) {
 		}
 		c.mu.Unlock()
 		for _, id := range ids {
-			c.deliver(locktable.Effect{Owner: locktable.Owner{Conn: c.id, ReqID: id}, Status: st}, nil)
+			c.deliver(locktable.Effect{Owner: locktable.Owner{Conn: c.id, ReqID: id}, Status: st})
 		}
 	}
 }

@@ -269,17 +269,13 @@ func (s *Server) nanotime() int64 { return int64(time.Since(s.start)) }
 // while some goroutine holds the shard lock. It is appended to the owning
 // connection's output and its writer is woken.
 func (s *Server) Deliver(e locktable.Effect) {
-	if c := s.connOf(e.Owner.Conn); c != nil {
-		c.deliver(e, nil)
-	}
-}
-
-// connOf is the registered connection with id, or nil.
-func (s *Server) connOf(id uint64) *conn {
 	s.connsMu.RLock()
-	c := s.conns[id]
+	c := s.conns[e.Owner.Conn]
 	s.connsMu.RUnlock()
-	return c
+	if c == nil {
+		return
+	}
+	c.deliver(e)
 }
 
 // Memory after a connection flood (issue #22 item 7): each connection costs
