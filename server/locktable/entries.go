@@ -1,6 +1,9 @@
 package locktable
 
-import "hash/maphash"
+import (
+	"bytes"
+	"hash/maphash"
+)
 
 // The compact store of keys (issue #21: 64 bytes of entry per held lock
 // instead of a 112-byte lock state, its key string, a map slot and a timer
@@ -13,27 +16,43 @@ import "hash/maphash"
 // dense and trailing pages are released when keys go away. An entry is found
 // by key through an open-addressing index of entry numbers (linear probing,
 // one stored hash byte per slot, backward-shift deletion: no tombstones), and
-// lease deadlines are in a heap of entry numbers. Keys up to inlineKey bytes
-// live inside the entry; longer ones (at most 250 bytes, §2.1) in a side map.
+// lease deadlines are in a heap of entry numbers. Keys of 1 to inlineKey bytes
+// with no zero byte (every valid key: §2.1 forbids control characters) live
+// inside the entry, padded with zeros; others (longer ones, at most 250
+// bytes) in a side map, the entry's first key byte 0. The holder's connection
+// is a 32-bit reference into a table of the connections that hold locks.
 
 const (
 	pageBits  = 10
 	pageSize  = 1 << pageBits // entries per page (64 KiB)
-	inlineKey = 19            // bytes of key kept inside the entry
+	inlineKey = 16            // bytes of key kept inside the entry
 	noEntry   = ^uint32(0)
 )
 
-// entry is one key: 56 bytes (TestLockStateSize). Leases with equal
+// entry is one key: 48 bytes (TestLockStateSize). Leases with equal
 // deadlines fire in arm order, which is token order: a table arms each lease
 // with the token its grant just drew, strictly above every earlier one.
 type entry struct {
-	token  uint64 // current holder's fencing token; 0 = free (the entry is in the idle list)
-	holder uint64 // held: the holder's connection; free: idle list links (idlePrev, idleNext)
-	grant  int64  // grant instant (ns)
-	lease  int64  // lease deadline (ns), armed while held
-	hpos   uint32 // 1 + position of the lease in Table.leases; 0 = not armed
-	klen   uint8
-	key    [inlineKey]byte // the key when klen ≤ inlineKey (else Table.long)
+	token  uint64          // current holder's fencing token; 0 = free (the entry is in the idle list)
+	grant  int64           // held: grant instant (ns); free: idle list links (idlePrev, idleNext)
+	lease  int64           // lease deadline (ns), armed while held
+	holder uint32          // held: 1 + the holder's connection's place in Table.conns; free: 0
+	hpos   uint32          // 1 + position of the lease in Table.leases; 0 = not armed
+	key    [inlineKey]byte // the key, zero-padded; key[0] == 0: the key is in Table.long
+}
+
+func (e *entry) long() bool { return e.key[0] == 0 }
+
+// inline returns the inline key of e (not long).
+func (e *entry) inline() []byte {
+	if n := bytes.IndexByte(e.key[:], 0); n >= 0 {
+		return e.key[:n]
+	}
+	return e.key[:]
+}
+
+func fitsInline(key []byte) bool {
+	return len(key) >= 1 && len(key) <= inlineKey && bytes.IndexByte(key, 0) < 0
 }
 
 func (t *Table) ent(i uint32) *entry { return &t.pages[i>>pageBits][i&(pageSize-1)] }
@@ -41,27 +60,27 @@ func (t *Table) ent(i uint32) *entry { return &t.pages[i>>pageBits][i&(pageSize-
 // keyString returns entry i's key (it allocates for an inline key).
 func (t *Table) keyString(i uint32) string {
 	e := t.ent(i)
-	if e.klen <= inlineKey {
-		return string(e.key[:e.klen])
+	if !e.long() {
+		return string(e.inline())
 	}
 	return t.long[i]
 }
 
 func keyEq[K string | []byte](t *Table, i uint32, key K) bool {
 	e := t.ent(i)
-	if int(e.klen) != len(key) {
-		return false
-	}
-	if e.klen <= inlineKey {
-		return string(e.key[:e.klen]) == string(key)
+	if !e.long() {
+		// the inline key is its non-zero bytes: key must fill them exactly
+		n := len(key)
+		return n >= 1 && n <= inlineKey && string(e.key[:n]) == string(key) &&
+			e.key[n-1] != 0 && (n == inlineKey || e.key[n] == 0)
 	}
 	return t.long[i] == string(key)
 }
 
 func (t *Table) hashOf(i uint32) uint64 {
 	e := t.ent(i)
-	if e.klen <= inlineKey {
-		return maphash.Bytes(t.seed, e.key[:e.klen])
+	if !e.long() {
+		return maphash.Bytes(t.seed, e.inline())
 	}
 	return maphash.String(t.seed, t.long[i])
 }
@@ -146,8 +165,7 @@ func (t *Table) newEntry(key []byte) uint32 {
 	}
 	t.n++
 	e := t.ent(i)
-	e.klen = uint8(len(key))
-	if len(key) <= inlineKey {
+	if fitsInline(key) {
 		copy(e.key[:], key)
 	} else {
 		if t.long == nil {
@@ -184,7 +202,7 @@ func (t *Table) removeEntry(i uint32) {
 	}
 	t.slots[hole], t.tags[hole] = 0, 0
 	t.ixN--
-	if t.ent(i).klen > inlineKey {
+	if t.ent(i).long() {
 		delete(t.long, i)
 	}
 
@@ -207,7 +225,7 @@ func (t *Table) removeEntry(i uint32) {
 func (t *Table) moveEntry(from, to uint32) {
 	e := t.ent(from)
 	t.slots[t.slotOf(from, t.hashOf(from))] = to + 1
-	if e.klen > inlineKey {
+	if e.long() {
 		t.long[to] = t.long[from]
 		delete(t.long, from)
 	}
@@ -238,15 +256,15 @@ func (t *Table) moveEntry(from, to uint32) {
 	}
 }
 
-// The idle list links of a free entry are in its holder word.
+// The idle list links of a free entry are in its grant word.
 
-func idlePrev(e *entry) uint32 { return uint32(e.holder >> 32) }
-func idleNext(e *entry) uint32 { return uint32(e.holder) }
+func idlePrev(e *entry) uint32 { return uint32(uint64(e.grant) >> 32) }
+func idleNext(e *entry) uint32 { return uint32(e.grant) }
 func setIdlePrev(e *entry, p uint32) {
-	e.holder = uint64(p)<<32 | e.holder&0xffffffff
+	e.grant = int64(uint64(p)<<32 | uint64(e.grant)&0xffffffff)
 }
 func setIdleNext(e *entry, nx uint32) {
-	e.holder = e.holder&^0xffffffff | uint64(nx)
+	e.grant = int64(uint64(e.grant)&^0xffffffff | uint64(nx))
 }
 
 // idleList is the list of free entries kept for reuse, oldest first.
@@ -258,7 +276,7 @@ type idleList struct {
 // idlePush appends free entry i to the idle list.
 func (t *Table) idlePush(i uint32) {
 	e := t.ent(i)
-	e.holder = uint64(t.idle.tail)<<32 | uint64(noEntry)
+	e.grant = int64(uint64(t.idle.tail)<<32 | uint64(noEntry))
 	if t.idle.tail != noEntry {
 		setIdleNext(t.ent(t.idle.tail), i)
 	} else {
@@ -282,6 +300,70 @@ func (t *Table) idleRemove(i uint32) {
 	} else {
 		t.idle.tail = p
 	}
-	e.holder = 0
+	e.grant = 0
 	t.idle.n--
 }
+
+// The connections that hold locks, each with the number of locks it holds
+// in this table: an entry names its holder by a 32-bit reference (issue #21).
+// The table's last holder is cached, with its reference kept even when it
+// holds nothing, so that acquire+release on one connection costs no map
+// update.
+
+type connRef struct {
+	conn uint64
+	refs uint32
+}
+
+// refConn returns conn's reference, counting one more lock held.
+func (t *Table) refConn(conn uint64) uint32 {
+	r := t.lastRef
+	if r == 0 || t.conns[r-1].conn != conn {
+		if r != 0 && t.conns[r-1].refs == 0 {
+			t.freeConn(r)
+		}
+		r = t.connIx[conn]
+		if r == 0 {
+			if n := len(t.freeRefs); n > 0 {
+				r = t.freeRefs[n-1]
+				t.freeRefs = t.freeRefs[:n-1]
+				t.conns[r-1] = connRef{conn: conn}
+			} else {
+				t.conns = append(t.conns, connRef{conn: conn})
+				r = uint32(len(t.conns))
+			}
+			if t.connIx == nil {
+				t.connIx = make(map[uint64]uint32)
+			}
+			t.connIx[conn] = r
+		}
+		t.lastRef = r
+	}
+	t.conns[r-1].refs++
+	return r
+}
+
+// unrefConn counts one lock less held by reference r.
+func (t *Table) unrefConn(r uint32) {
+	if t.conns[r-1].refs--; t.conns[r-1].refs == 0 && r != t.lastRef {
+		t.freeConn(r)
+	}
+}
+
+func (t *Table) freeConn(r uint32) {
+	delete(t.connIx, t.conns[r-1].conn)
+	t.conns[r-1] = connRef{}
+	if r == t.lastRef {
+		t.lastRef = 0
+	}
+	if len(t.connIx) == 0 { // no one holds anything: start over (memory falls back after a burst)
+		if cap(t.conns) > 64 {
+			t.conns, t.freeRefs = nil, nil
+		}
+		t.conns, t.freeRefs = t.conns[:0], t.freeRefs[:0]
+		return
+	}
+	t.freeRefs = append(t.freeRefs, r)
+}
+
+func (t *Table) holderConn(e *entry) uint64 { return t.conns[e.holder-1].conn }

@@ -16,11 +16,11 @@ type LockInfo struct {
 func (t *Table) Locks(now int64, prefix string, fn func(LockInfo) bool) {
 	for i := range t.n {
 		e := t.ent(i)
-		if e.token == 0 || int(e.klen) < len(prefix) {
+		if e.token == 0 {
 			continue
 		}
-		if e.klen <= inlineKey {
-			if string(e.key[:len(prefix)]) != prefix {
+		if !e.long() {
+			if k := e.inline(); len(k) < len(prefix) || string(k[:len(prefix)]) != prefix {
 				continue
 			}
 		} else if !strings.HasPrefix(t.long[i], prefix) {

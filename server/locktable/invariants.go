@@ -38,14 +38,25 @@ func (t *Table) CheckInvariants() error {
 		return fmt.Errorf("idle list: %d entries > IdleCache %d", t.idle.n, t.limits.IdleCache)
 	}
 	long := 0
+	refs := make(map[uint32]uint32)
 	for i := range t.n {
 		e := t.ent(i)
 		k := t.keyString(i)
-		if e.klen > inlineKey {
+		if e.long() {
 			long++
-			if len(k) != int(e.klen) {
-				return fmt.Errorf("entry %d: long key %q, length %d", i, k, e.klen)
+			if fitsInline([]byte(k)) || e.key != [inlineKey]byte{} {
+				return fmt.Errorf("entry %d: key %q kept long", i, k)
 			}
+		} else if !fitsInline(e.inline()) || string(e.key[len(e.inline()):]) != string(make([]byte, inlineKey-len(e.inline()))) {
+			return fmt.Errorf("entry %d: bad inline key %q", i, e.key)
+		}
+		if e.token != 0 {
+			if e.holder == 0 || int(e.holder) > len(t.conns) {
+				return fmt.Errorf("key %q: bad holder reference %d", k, e.holder)
+			}
+			refs[e.holder]++
+		} else if e.holder != 0 {
+			return fmt.Errorf("key %q: free with a holder", k)
 		}
 		if j := t.findString(k); j != i {
 			return fmt.Errorf("key %q: entry %d, index finds %d", k, i, j)
@@ -111,6 +122,30 @@ func (t *Table) CheckInvariants() error {
 	}
 	if long != len(t.long) {
 		return fmt.Errorf("%d long keys, %d in the long-key map", long, len(t.long))
+	}
+	// holders' connections: counted references, indexed, free places free
+	free := make(map[uint32]bool)
+	for _, r := range t.freeRefs {
+		if r == 0 || int(r) > len(t.conns) || free[r] || t.conns[r-1] != (connRef{}) {
+			return fmt.Errorf("connection reference %d: bad free place", r)
+		}
+		free[r] = true
+	}
+	for r := uint32(1); int(r) <= len(t.conns); r++ {
+		c := t.conns[r-1]
+		switch {
+		case free[r]:
+			if refs[r] != 0 {
+				return fmt.Errorf("connection reference %d: free but held", r)
+			}
+		case c.refs != refs[r] || t.connIx[c.conn] != r:
+			return fmt.Errorf("connection reference %d (conn %d): %d references counted, %d held, index %d", r, c.conn, c.refs, refs[r], t.connIx[c.conn])
+		case c.refs == 0 && r != t.lastRef:
+			return fmt.Errorf("connection reference %d: unused but kept", r)
+		}
+	}
+	if len(t.connIx)+len(free) != len(t.conns) {
+		return fmt.Errorf("%d connections indexed, %d free, %d places", len(t.connIx), len(free), len(t.conns))
 	}
 	for i, q := range t.queues {
 		if i >= t.n || q.e != i || t.ent(i).token == 0 {

@@ -47,7 +47,7 @@ func (t *Table) SnapshotUnordered() State {
 		if e.token == 0 {
 			continue
 		}
-		ks := KeyState{Key: t.keyString(i), Token: e.token, Holder: e.holder, Grant: e.grant, Deadline: e.lease}
+		ks := KeyState{Key: t.keyString(i), Token: e.token, Holder: t.holderConn(e), Grant: e.grant, Deadline: e.lease}
 		if q := t.queueOf(i); q != nil {
 			for w := q.head; w != nil; w = w.next {
 				ks.Waiters = append(ks.Waiters, WaiterState{Owner: w.owner, LeaseMS: w.leaseMS, Enqueued: w.enqueued, Deadline: w.wait.at})
@@ -80,7 +80,7 @@ func (t *Table) Restore(s State) error {
 		i := t.newEntry([]byte(ks.Key))
 		t.activate()
 		e := t.ent(i)
-		e.token, e.holder, e.grant, e.lease = ks.Token, ks.Holder, ks.Grant, ks.Deadline
+		e.token, e.holder, e.grant, e.lease = ks.Token, t.refConn(ks.Holder), ks.Grant, ks.Deadline
 		t.lastTok = max(t.lastTok, e.token)
 		t.pushLease(i)
 		for _, ws := range ks.Waiters {

@@ -115,13 +115,18 @@ type Table struct {
 	// the keys (entries.go)
 	pages  []*[pageSize]entry
 	n      uint32            // entries in use, numbered 0..n-1
-	long   map[uint32]string // keys longer than inlineKey, by entry
+	long   map[uint32]string // keys that are not inline, by entry
 	seed   maphash.Seed
 	slots  []uint32 // index: 1 + entry number; 0 = empty
 	tags   []uint8  // index: a hash byte per slot
 	ixN    int      // entries in the index (== n)
 	leases []uint32 // heap of the held entries by lease deadline
 	idle   idleList // free entries kept for reuse, oldest first
+
+	conns    []connRef         // holders' connections (refConn)
+	connIx   map[uint64]uint32 // reference of each connection in conns
+	freeRefs []uint32
+	lastRef  uint32
 
 	queues  map[uint32]*kqueue // queues of the keys that have waiters, by entry
 	waiters map[Owner]*waiter  // queued acquires by owner (cancel)
@@ -452,6 +457,7 @@ func (t *Table) handoffOrFree(now int64, i uint32) {
 		}
 		owner, leaseMS, enq := w.owner, w.leaseMS, w.enqueued
 		t.dropWaiter(w)
+		t.unrefConn(t.ent(i).holder)
 		t.grant(now, i, owner.Conn, leaseMS)
 		t.counter.Handoffs++
 		t.sink.Deliver(Effect{
@@ -464,14 +470,16 @@ func (t *Table) handoffOrFree(now int64, i uint32) {
 	}
 	e := t.ent(i)
 	e.token = 0
+	t.unrefConn(e.holder)
 	e.holder = 0
+	e.grant = 0
 	t.deactivate(i)
 }
 
 func (t *Table) grant(now int64, i uint32, conn uint64, leaseMS uint32) {
 	e := t.ent(i)
 	e.token = t.tokens.Next()
-	e.holder = conn
+	e.holder = t.refConn(conn)
 	e.grant = now
 	e.lease = addNs(now, msToNs(leaseMS)+t.limits.LeaseSlack)
 	t.lastTok = e.token
