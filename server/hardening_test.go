@@ -227,7 +227,9 @@ func TestTokenGuessing(t *testing.T) {
 // buffered (issue #22 item 3).
 func TestPartialFrames(t *testing.T) {
 	t.Parallel()
-	s := startServer(t, func(c *server.Config) { c.FrameTimeout = 300 * time.Millisecond })
+	// 1 s, ten times the 100 ms gaps of "slow but steady" below: a loaded
+	// CI machine under -race must not turn a steady sender into a slow one.
+	s := startServer(t, func(c *server.Config) { c.FrameTimeout = time.Second })
 	t.Run("one byte short is closed", func(t *testing.T) {
 		c := dialRole(t, s, wire.RoleClient, "")
 		f := wire.AppendAcquire(nil, 1, "partial", 1000, 0)
@@ -240,7 +242,7 @@ func TestPartialFrames(t *testing.T) {
 	t.Run("idle is kept", func(t *testing.T) {
 		c := dialRole(t, s, wire.RoleClient, "")
 		c.Ping()
-		time.Sleep(time.Second)
+		time.Sleep(2 * time.Second) // twice the frame timeout
 		c.Ping()
 	})
 	t.Run("slow but steady frames are kept", func(t *testing.T) {
