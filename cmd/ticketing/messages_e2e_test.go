@@ -52,6 +52,17 @@ func TestE2EDeployRemoveDeletes(t *testing.T) {
 	if !strings.Contains(msg, "delete its copy of n2.env and its data directory") {
 		t.Errorf("--remove n2 does not say what is left to delete on the node's host:\n%s", msg)
 	}
+	// The shell format's start script goes too.
+	sh := filepath.Join(t.TempDir(), "shell")
+	run("deploy", "--nodes", "127.0.0.1,127.0.0.1,127.0.0.1", "--format", "shell", "--out", sh)
+	if msg := run("deploy", "--remove", "n2", "--out", sh); !strings.Contains(msg, "n2.sh") {
+		t.Errorf("--remove n2 (shell) does not mention n2.sh:\n%s", msg)
+	}
+	for _, f := range []string{"n2.env", "n2.sh"} {
+		if _, err := os.Stat(filepath.Join(sh, f)); err == nil {
+			t.Errorf("--remove n2 (shell) left %s", f)
+		}
+	}
 	// A later run neither lists n2's files nor brings them back.
 	msg = run("deploy", "--add", "127.0.0.1", "--out", out)
 	if strings.Contains(msg, "n2.") {

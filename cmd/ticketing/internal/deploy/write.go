@@ -164,9 +164,13 @@ func writeDeployment(ios Streams, o *Options, spec *Spec) error {
 }
 
 // removedFiles are the files of node id that a deployment in --out holds
-// and that --remove deletes: its env file and, with TLS, its key pair.
+// and that --remove deletes: its env file, its start script (shell format)
+// and, with TLS, its key pair.
 func removedFiles(id string, spec *Spec) []string {
 	names := []string{id + ".env"}
+	if spec.Format == FormatShell {
+		names = append(names, id+".sh")
+	}
 	if spec.TLSDir != "" {
 		names = append(names, filepath.Join("tls", id+".crt"), filepath.Join("tls", id+".key"))
 	}
