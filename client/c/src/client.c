@@ -339,6 +339,22 @@ enum { ENQ_OK, ENQ_DOWN, ENQ_FULL };
  * calling thread writes every queued frame (its own and those appended
  * meanwhile) in one send() per round; what the socket does not take at once,
  * or more than MAX_CALLER_ROUNDS rounds, goes to the I/O thread. */
+/* Moves the queued frames (wbuf) into the output buffer being written (obuf)
+ * by swapping the two buffers; the frames queued up to now are taken. Caller
+ * holds cn->mu and obuf is fully written. */
+static void take_queued_locked(conn *cn) {
+    uint8_t *tb = cn->obuf;
+    size_t tc = cn->ocap;
+    cn->obuf = cn->wbuf;
+    cn->ocap = cn->wcap;
+    cn->olen = cn->wlen;
+    cn->ooff = 0;
+    cn->wbuf = tb;
+    cn->wcap = tc;
+    cn->wlen = 0;
+    cn->taken = cn->seq;
+}
+
 static void conn_flush_caller(conn *cn) {
     for (int round = 0;; round++) {
         if (!cn->up || cn->wlen == 0) {
@@ -348,16 +364,7 @@ static void conn_flush_caller(conn *cn) {
             return;
         }
         if (round == MAX_CALLER_ROUNDS) break;
-        uint8_t *tb = cn->obuf;
-        size_t tc = cn->ocap;
-        cn->obuf = cn->wbuf;
-        cn->ocap = cn->wcap;
-        cn->olen = cn->wlen;
-        cn->ooff = 0;
-        cn->wbuf = tb;
-        cn->wcap = tc;
-        cn->wlen = 0;
-        cn->taken = cn->seq;
+        take_queued_locked(cn);
         int fd = cn->sfd;
         const uint8_t *b = cn->obuf;
         size_t n = cn->olen, off = 0;
@@ -844,16 +851,7 @@ static tk_status conn_serve(conn *cn) {
         if (!cn->direct || cn->writer == W_IO) {
             owns = 1;
             if (cn->ooff == cn->olen && cn->wlen) {
-                uint8_t *tb = cn->obuf;
-                size_t tc = cn->ocap;
-                cn->obuf = cn->wbuf;
-                cn->ocap = cn->wcap;
-                cn->olen = cn->wlen;
-                cn->ooff = 0;
-                cn->wbuf = tb;
-                cn->wcap = tc;
-                cn->wlen = 0;
-                cn->taken = cn->seq;
+                take_queued_locked(cn);
             }
         }
         pthread_mutex_unlock(&cn->mu);
