@@ -234,18 +234,8 @@ func (t *Table) moveEntry(from, to uint32) {
 	if d.hpos != 0 {
 		t.leases[d.hpos-1] = to
 	}
-	if d.token == 0 { // idle
-		p, nx := idlePrev(d), idleNext(d)
-		if p != noEntry {
-			setIdleNext(t.ent(p), to)
-		} else {
-			t.idle.head = to
-		}
-		if nx != noEntry {
-			setIdlePrev(t.ent(nx), to)
-		} else {
-			t.idle.tail = to
-		}
+	if d.token == 0 { // idle: its neighbours now point at to
+		t.idleRelink(idlePrev(d), idleNext(d), to, to)
 	}
 	if len(t.queues) > 0 {
 		if q := t.queues[from]; q != nil {
@@ -286,20 +276,27 @@ func (t *Table) idlePush(i uint32) {
 	t.idle.n++
 }
 
+// idleRelink points the idle-list neighbours of one entry elsewhere: p's
+// next link (or the head when p is noEntry) becomes next, and nx's previous
+// link (or the tail when nx is noEntry) becomes prev.
+func (t *Table) idleRelink(p, nx, next, prev uint32) {
+	if p != noEntry {
+		setIdleNext(t.ent(p), next)
+	} else {
+		t.idle.head = next
+	}
+	if nx != noEntry {
+		setIdlePrev(t.ent(nx), prev)
+	} else {
+		t.idle.tail = prev
+	}
+}
+
 // idleRemove unlinks free entry i from the idle list.
 func (t *Table) idleRemove(i uint32) {
 	e := t.ent(i)
 	p, nx := idlePrev(e), idleNext(e)
-	if p != noEntry {
-		setIdleNext(t.ent(p), nx)
-	} else {
-		t.idle.head = nx
-	}
-	if nx != noEntry {
-		setIdlePrev(t.ent(nx), p)
-	} else {
-		t.idle.tail = p
-	}
+	t.idleRelink(p, nx, nx, p)
 	e.grant = 0
 	t.idle.n--
 }
