@@ -49,19 +49,23 @@ type leaderReader struct {
 // readLeader connects to addrs and, unless local, moves to the leader that
 // the first answering node names. When no leader can be reached it stays
 // with that node and says why in stale. The caller closes r.ac.
+//
+// Every connection it opens is to one address: a client over several
+// spreads its queries over all of them, so the status and the locks query
+// after it could be answered by different nodes (a follower's lagging
+// table under the leader's answered_by).
 func readLeader(ctx context.Context, addrs []string, local bool, connect func(context.Context, []string) (adminClient, error)) (*leaderReader, error) {
 	var r *leaderReader
 	var err error
 	if local {
-		// The first address in order that answers (a client over the
-		// whole list may connect to any of them).
+		// The first address in order that answers.
 		for _, a := range addrs {
 			if r, err = askNode(ctx, []string{a}, connect); err == nil {
 				break
 			}
 		}
 	} else {
-		r, err = askNode(ctx, addrs, connect)
+		r, err = askFirst(ctx, addrs, connect)
 	}
 	if err != nil {
 		return nil, err
@@ -90,6 +94,47 @@ func readLeader(ctx context.Context, addrs []string, local bool, connect func(co
 	}
 	r.stale = fmt.Sprintf("the leader that %s names, %s, did not answer as the leader (%s): %s's view may lag the cluster's", r.by, st.Leader, oneLine(err), r.by.ID)
 	return r, nil
+}
+
+// askFirst asks every address at once, each over its own connection, and
+// keeps the first node that answers (the others are closed). The error,
+// when none answers, is the first address's.
+func askFirst(ctx context.Context, addrs []string, connect func(context.Context, []string) (adminClient, error)) (*leaderReader, error) {
+	if len(addrs) == 1 {
+		return askNode(ctx, addrs, connect)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type answer struct {
+		i   int
+		r   *leaderReader
+		err error
+	}
+	answers := make(chan answer, len(addrs))
+	for i, a := range addrs {
+		go func() {
+			r, err := askNode(ctx, []string{a}, connect)
+			answers <- answer{i, r, err}
+		}()
+	}
+	errs := make([]error, len(addrs))
+	for left := len(addrs); left > 0; left-- {
+		a := <-answers
+		if a.err != nil {
+			errs[a.i] = a.err
+			continue
+		}
+		// The others stop dialling (cancel) and are closed as they end.
+		go func(left int) {
+			for range left - 1 {
+				if a := <-answers; a.err == nil {
+					a.r.ac.Close()
+				}
+			}
+		}(left)
+		return a.r, nil
+	}
+	return nil, errs[0]
 }
 
 // askNode connects to addrs and asks for the status.
