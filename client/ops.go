@@ -259,7 +259,10 @@ var readOnlyAdmin = map[string]bool{wire.CmdStatus: true, wire.CmdLocks: true, w
 // need role admin (WithAdminToken); an E answer is a *ProtocolError
 // (NOT_PERMITTED, BAD_ADMIN …). M answers are followed like an acquire's.
 // A read-only command whose connection is lost is repeated; a changing one
-// reports ErrIndeterminate.
+// reports ErrIndeterminate. A client of several addresses sends each query
+// to the known leader, else to any connection that is up, so two queries
+// may be answered by different nodes: for one node's view (status, then
+// locks) use a client of that address alone (admin.Dial).
 func (cl *Client) Admin(ctx context.Context, cmd string, args any, out any) error {
 	body, err := adminBody(cmd, args)
 	if err != nil {

@@ -27,18 +27,13 @@ import (
 // listeners are closed so that the nodes can bind them; start them soon).
 func freePorts(t *testing.T, n int) []int {
 	t.Helper()
-	var ls []net.Listener
-	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	for _, l := range ls {
-		l.Close()
+	// Below the ephemeral range (depFreeRange): a port that the OS gave a
+	// `:0` listener here and that was closed again may be handed to another
+	// test's listener or outgoing connection before the node binds it.
+	base := depFreeRange(t, n)
+	ports := make([]int, n)
+	for i := range ports {
+		ports[i] = base + i
 	}
 	return ports
 }

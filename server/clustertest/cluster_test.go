@@ -12,7 +12,11 @@ import (
 )
 
 func TestClusterAcquireReleaseAndMoved(t *testing.T) {
-	c := Start(t, 3, Options{})
+	// One leader throughout: 1 s raft timings, so that a loaded CI machine
+	// (every package at once on 2 cores) does not change it mid-test.
+	c := Start(t, 3, Options{Mutate: func(_ int, cfg *server.Config) {
+		cfg.Cluster.HeartbeatTimeout, cfg.Cluster.ElectionTimeout, cfg.Cluster.LeaderLeaseTimeout = time.Second, time.Second, time.Second
+	}})
 	l := c.WaitClockHealthy(10 * time.Second)
 	cc := servertest.Dial(t, l.Client, servertest.Options{})
 	r := cc.Acquire("k", 10000, 0)
