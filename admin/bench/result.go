@@ -137,6 +137,9 @@ type Result struct {
 	HandoffsPerS   float64      `json:"handoffs_per_sec,omitempty"`
 	Fairness       *Fairness    `json:"fairness,omitempty"`
 	Note           string       `json:"note,omitempty"`
+	// Lost says that a connection failed mid-run (the server stopped or
+	// crashed) and the run ended there; "" for a run that ended as asked.
+	Lost string `json:"lost,omitempty"`
 }
 
 func outcomeName(st wire.Status, code wire.Code) string {
@@ -223,6 +226,9 @@ func (r *Result) WriteText(w io.Writer) error {
 			us(f.MaxWaitUS), us(f.P99WaitUS), f.QueueLen, us(f.MeanHoldUS), us(f.BoundUS), f.Ratio)
 		fmt.Fprintf(&b, "  order       at most %d grants went to others between a waiter's send and its grant (send order: ≤ %d): %s; longest in the server's queue ≥ %d ms\n",
 			f.MaxOvertaken, f.Contenders, order, f.MaxQueuedMS)
+	}
+	if r.Lost != "" {
+		fmt.Fprintf(&b, "  lost        %s\n", r.Lost)
 	}
 	if r.Note != "" {
 		fmt.Fprintf(&b, "  note        %s\n", r.Note)

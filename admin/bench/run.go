@@ -56,7 +56,8 @@ type run struct {
 	held    []uint64 // try: the tokens of the keys held for the storm
 	workers []*worker
 	conns   []net.Conn
-	movedTo string // the leader an M named (redirects: this node was not, or no longer, the leader)
+	movedTo string    // the leader an M named (redirects: this node was not, or no longer, the leader)
+	lost    *lostConn // the first connection that failed mid-run (nil: none)
 }
 
 func newResult(cfg *Config) *Result {
@@ -217,7 +218,13 @@ wait:
 	r.progress(t0, true)
 	close(errc)
 	for err := range errc {
-		if runErr == nil {
+		var lost *lostConn
+		switch {
+		case errors.As(err, &lost):
+			if r.lost == nil {
+				r.lost = lost
+			}
+		case runErr == nil:
 			runErr = err
 		}
 	}
@@ -355,7 +362,10 @@ func (r *run) finish(ctx context.Context, acq *hdrhistogram.Histogram) {
 		_ = releaseKeys(ctx, cfg, 0, r.held)
 		r.held = nil
 	}
-	if res.Redirects > 0 {
+	if r.lost != nil {
+		res.Lost = fmt.Sprintf("%s: %v; the figures cover the run until then", r.cfg.Addr, r.lost)
+	}
+	if res.Redirects > 0 || r.lost != nil {
 		res.RedirectedTo = r.movedTo
 		r.notes = append(r.notes, r.redirected(ctx))
 	}
@@ -397,6 +407,9 @@ func (r *run) redirected(ctx context.Context) string {
 		leader = "the leader is " + r.movedTo
 	}
 	msg := fmt.Sprintf("%d requests were redirected (M: %s is not the leader; %s): not counted as ops, and each connection slot that got one stopped", r.res.Redirects, r.cfg.Addr, leader)
+	if r.res.Redirects == 0 {
+		msg = fmt.Sprintf("a connection to %s was lost mid-run", r.cfg.Addr)
+	}
 	if len(held) == 0 {
 		return msg
 	}
@@ -408,7 +421,7 @@ func (r *run) redirected(ctx context.Context) string {
 			addr, _ = r.cfg.FindLeader(ctx)
 		}
 		if addr != "" && releaseStranded(ctx, r.cfg, addr, held) == nil {
-			return msg + fmt.Sprintf("; %d locks whose release was redirected were released on %s", len(held), addr)
+			return msg + fmt.Sprintf("; %d locks whose release was redirected or lost were released on %s", len(held), addr)
 		}
 		if r.cfg.FindLeader == nil || time.Now().After(deadline) || ctx.Err() != nil {
 			break
@@ -416,7 +429,7 @@ func (r *run) redirected(ctx context.Context) string {
 		addr = ""
 		time.Sleep(200 * time.Millisecond)
 	}
-	return msg + fmt.Sprintf("; %d locks whose release was redirected stay held until their lease (%v) runs out", len(held), r.cfg.Lease)
+	return msg + fmt.Sprintf("; %d locks whose release was redirected or lost stay held until their lease (%v) runs out", len(held), r.cfg.Lease)
 }
 
 type cpuSample struct{ self, server float64 }

@@ -389,6 +389,32 @@ func (w *worker) fifoGrant(s *slot, token uint64) {
 	}
 }
 
+// lostConn is a worker's connection that failed mid-run (the server stopped,
+// crashed or closed it): the run ends with what was measured until then
+// (Result.Lost), not with an error and no report.
+type lostConn struct {
+	inflight int
+	err      error
+}
+
+func (e *lostConn) Error() string {
+	return fmt.Sprintf("connection lost with %d requests in flight: %v", e.inflight, e.err)
+}
+
+func (e *lostConn) Unwrap() error { return e.err }
+
+// lose ends the worker on a failed connection: each lock whose release was
+// in flight is remembered (stranded) for finish to release on the leader;
+// an acquire in flight is undecided (granted or not, its lease ends it).
+func (w *worker) lose(err error) error {
+	for i := range w.slots {
+		if s := &w.slots[i]; s.state == slotRelease {
+			w.stranded = append(w.stranded, stranded{key: s.key, token: s.token})
+		}
+	}
+	return &lostConn{inflight: w.inflight, err: err}
+}
+
 // cancelQueued sends C for every acquire in flight (stopping with wait > 0),
 // so the run ends without waiting out queued acquires.
 func (w *worker) cancelQueued() {
@@ -446,7 +472,7 @@ func (w *worker) run() error {
 	r := 0
 	for {
 		if err := w.flush(); err != nil {
-			return err
+			return w.lose(err)
 		}
 		if w.inflight == 0 && w.cancels == 0 {
 			return nil
@@ -496,7 +522,7 @@ func (w *worker) run() error {
 			}
 		}
 		if err != nil {
-			return fmt.Errorf("bench: connection lost with %d requests in flight: %w", w.inflight, err)
+			return w.lose(err)
 		}
 		if !cancelled && w.sh.cfg.Wait > 0 && w.sh.stop.Load() {
 			cancelled = true

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -352,5 +353,31 @@ func TestLocksStatusAndLocksFromOneNode(t *testing.T) {
 		if lj.AnsweredBy.ID != "n2" || len(lj.Locks) != 1 || lj.Locks[0].Key != "k" {
 			t.Fatalf("locks answered by %+v listed %+v, want the leader's lock k", lj.AnsweredBy, lj.Locks)
 		}
+	}
+}
+
+// TestLocalPassesOverARefusingAddress: `status --local` with a first
+// address where nothing listens asks the next one without dialling the
+// first with the client (which keeps retrying it for the whole connect
+// budget: 5 s by default, the probe's finding).
+func TestLocalPassesOverARefusingAddress(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := l.Addr().String()
+	l.Close() // nothing listens there now: connections are refused
+	f := &fakeAdmin{status: wire.StatusReply{NodeID: "n2", Role: wire.NodeFollower, ClientAddr: "127.0.0.1:7002"}}
+	ios, out, _ := testIO("")
+	err = runStatus(context.Background(), ios, &StatusOptions{
+		Conn: ConnOptions{Addrs: []string{dead, "127.0.0.1:7002"}, Timeout: 2 * time.Second}, Output: "json", Local: true, Connect: f.connect})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(f.dialed) != 1 || len(f.dialed[0]) != 1 || f.dialed[0][0] != "127.0.0.1:7002" {
+		t.Errorf("dialled %v, want only the second address", f.dialed)
+	}
+	if !strings.Contains(out.String(), `"node_id": "n2"`) {
+		t.Errorf("status: %s", out)
 	}
 }

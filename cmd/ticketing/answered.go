@@ -2,7 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
+	"syscall"
+	"time"
 
 	"github.com/ticketing/ticketing/client/wire"
 )
@@ -58,8 +62,13 @@ func readLeader(ctx context.Context, addrs []string, local bool, connect func(co
 	var r *leaderReader
 	var err error
 	if local {
-		// The first address in order that answers.
-		for _, a := range addrs {
+		// The first address in order that answers. One that refuses the
+		// connection is passed over at once (a client keeps retrying it
+		// for the whole connect budget); the last is always asked.
+		for i, a := range addrs {
+			if i < len(addrs)-1 && refuses(ctx, a) {
+				continue
+			}
 			if r, err = askNode(ctx, []string{a}, connect); err == nil {
 				break
 			}
@@ -94,6 +103,21 @@ func readLeader(ctx context.Context, addrs []string, local bool, connect func(co
 	}
 	r.stale = fmt.Sprintf("the leader that %s names, %s, did not answer as the leader (%s): %s's view may lag the cluster's", r.by, st.Leader, oneLine(err), r.by.ID)
 	return r, nil
+}
+
+// refuses reports whether addr refuses a TCP connection right now (nothing
+// listens there). Any other outcome, a timeout included, is false: then the
+// node may yet answer within the connect budget.
+func refuses(ctx context.Context, addr string) bool {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, "tcp", addr)
+	if err == nil {
+		nc.Close()
+		return false
+	}
+	return errors.Is(err, syscall.ECONNREFUSED)
 }
 
 // askFirst asks every address at once, each over its own connection, and

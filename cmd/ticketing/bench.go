@@ -39,7 +39,10 @@ op. Refusals (B, U, E) are counted apart (they count toward --ops, so a
 refusing server cannot keep the run going); a redirect (M: the node is not,
 or no longer, the leader) is never an op, and the connection slot that got
 it stops (a release it interrupted is redone on the leader at the end).
-Exit 1 when no acquire was granted. Keys are 16 bytes, so every request is
+A connection lost mid-run (the server stopped or crashed) ends the run: the
+report covers it until then, says so ("lost"), and the locks whose release
+was in flight are released on the leader found through --addr.
+Exit 1 when no acquire was granted, or when a connection was lost. Keys are 16 bytes, so every request is
 32 bytes and every answer 16 (the floor server's shapes, see
 scripts/bench-floor.sh). Ends with ops/s, outcomes by status, HDR latency
 quantiles (send → answer), the server's peak RSS (--server-pid: VmHWM) and,
@@ -186,6 +189,9 @@ func runBench(fac *Factory, cmd *cobra.Command) error {
 			why = fmt.Sprintf(": it is not the cluster's leader, and no leader is elected (%d redirects)", res.Redirects)
 		}
 		return withExit(ExitError, fmt.Errorf("bench: no acquire was granted by %s%s", cfg.Addr, why))
+	}
+	if err == nil && res.Lost != "" {
+		return withExit(ExitError, fmt.Errorf("bench: the run was cut short: %s", res.Lost))
 	}
 	return err
 }

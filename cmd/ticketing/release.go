@@ -37,7 +37,9 @@ may release it. TOKEN "-" reads it from stdin (a token, or acquire's JSON).
 
 Exit 0 when released; 6 when TOKEN does not hold KEY (already released, or
 the lease ended); 5 when the release could not be confirmed (the lock ends
-with its lease at the latest).
+with its lease at the latest). While no leader answers (a cluster without a
+quorum) the release is retried for up to 5 s, whatever --timeout (the connect
+budget) says, before exit 5.
 
 ` + exitCodesHelp,
 		Example: `  ticketing release backups/db "$token"
