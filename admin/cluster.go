@@ -105,12 +105,12 @@ type probe struct {
 }
 
 // probeAddr dials addr and reads its status (and members when asked),
-// within perNode.
+// within perNode; a refused connection fails at once (dialNode).
 func probeAddr(ctx context.Context, addr string, withMembers bool, perNode time.Duration, opts []client.Option) probe {
 	p := probe{addr: addr}
 	ctx, cancel := context.WithTimeout(ctx, perNode)
 	defer cancel()
-	c, err := Dial(ctx, addr, opts...)
+	c, err := dialNode(ctx, addr, opts)
 	if err != nil {
 		p.err = err
 		return p
@@ -174,7 +174,8 @@ func probeAll(ctx context.Context, addrs []string, withMembers bool, perNode tim
 // Nodes that do not answer are part of the view with Err set; each is given
 // perNode (dial and queries) and all are read concurrently, so an
 // unreachable node costs about perNode (or the dial timeout in opts, when
-// shorter). opts are the client options (use client.WithAdminToken: status
+// shorter), and one that refuses the connection (nothing listens there)
+// nothing. opts are the client options (use client.WithAdminToken: status
 // needs role admin). It fails (with the first address's error) only when
 // no address answered at all.
 func Discover(ctx context.Context, addrs []string, perNode time.Duration, opts ...client.Option) (*ClusterView, error) {

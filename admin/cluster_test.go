@@ -459,3 +459,42 @@ func TestDiscoverSingle(t *testing.T) {
 		t.Errorf("best ping %+v %d %v", p, n, err)
 	}
 }
+
+// A node that refuses the connection (stopped: nothing listens at its
+// address), or an unknown host, costs discovery nothing: client.Dial alone retries a refused
+// address for the whole dial timeout, so it cost every operator command
+// that looks at the cluster (node list, clock-skew, health) --timeout.
+func TestDiscoverRefusedCostsNothing(t *testing.T) {
+	addr := startServer(t, func(c *server.Config) { c.NodeID = "solo" })
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	refusing := l.Addr().String()
+	l.Close()
+	const dialTimeout = 5 * time.Second
+	opts := []client.Option{client.WithAdminToken(""), client.WithDialTimeout(dialTimeout)}
+	start := time.Now()
+	v, err := Discover(context.Background(), []string{refusing, addr}, 2*dialTimeout, opts...)
+	took := time.Since(start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(v.Nodes) != 2 || v.Nodes[1].Status == nil || !errors.Is(v.Nodes[0].Err, client.ErrConnect) || !strings.Contains(v.Nodes[0].Err.Error(), "connection refused") {
+		t.Fatalf("%+v", v)
+	}
+	if took > dialTimeout/2 {
+		t.Errorf("discovery with a refusing address took %v (dial timeout %v)", took, dialTimeout)
+	}
+	// A host name that does not exist neither.
+	start = time.Now()
+	v, err = Discover(context.Background(), []string{"no-such-host.invalid:7470", addr}, 2*dialTimeout, opts...)
+	if err != nil || len(v.Nodes) != 2 || !errors.Is(v.Nodes[0].Err, client.ErrConnect) || time.Since(start) > dialTimeout/2 {
+		t.Errorf("an unknown host: %+v %v after %v", v, err, time.Since(start))
+	}
+	// And the refusal alone is the error when nothing answers.
+	start = time.Now()
+	if _, err := Discover(context.Background(), []string{refusing}, 2*dialTimeout, opts...); !errors.Is(err, client.ErrConnect) || time.Since(start) > dialTimeout/2 {
+		t.Errorf("only a refusing address: %v after %v", err, time.Since(start))
+	}
+}

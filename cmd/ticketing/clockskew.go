@@ -36,36 +36,136 @@ type ClockSkewOptions struct {
 	Probe func(ctx context.Context, addr string) (admin.PingResult, int, error)
 }
 
-// skewRow is one measured pair: From's view of To's clock. Offset is To's
-// clock minus From's, known to ± Error; Worst = |Offset| + Error is what
-// the bound is checked against.
+// skewKind is what is wrong with a pair, for the exit code (clockSkewExit).
+type skewKind int
+
+const (
+	skewOK          skewKind = iota
+	skewAbove                // measured, |offset| + error above the bound: exit 4
+	skewUnverified           // no fresh sample of the leader's (stale, none, it cannot sample), no leader: exit 4
+	skewUnreachable          // this host cannot reach the node: exit 7 (8: credentials)
+)
+
+// skewRow is one pair: From's view of To's clock. Offset is To's clock
+// minus From's, known to ± Error; Worst = |Offset| + Error is what the
+// bound is checked against. The numbers mean something only when measured.
 type skewRow struct {
+	From, To, Addr    string // From: "this host" or the leader's id
+	OffsetUS, ErrorUS int64
+	WorstUS, RTTUS    int64
+	Samples           int   // host rows: pings answered
+	AgeMS             int64 // node rows: age of the leader's sample
+	Problem           string
+	measured          bool // the numbers are known
+	kind              skewKind
+	err               error // why this host cannot reach the node
+}
+
+func (r *skewRow) ok() bool { return r.kind == skewOK }
+
+// line is the row's FAIL line (without "FAIL "), "" when it is ok.
+func (r *skewRow) line() string {
+	if r.ok() {
+		return ""
+	}
+	return r.From + " → " + r.To + ": " + r.Problem
+}
+
+// skewReport is what clock-skew found: the rows and the cluster-wide
+// problems (no leader, no samples), which are unverified (exit 4).
+type skewReport struct {
+	maxSkew time.Duration
+	leader  string
+	host    []skewRow // this host against each node
+	nodes   []skewRow // each node against the leader (its samples)
+	cluster []string
+}
+
+func (rep *skewReport) rows() []skewRow {
+	return append(append([]skewRow{}, rep.host...), rep.nodes...)
+}
+
+// problems are the FAIL lines (without "FAIL "): every failing pair, then
+// the cluster-wide problems as "cluster: …".
+func (rep *skewReport) problems() []string {
+	out := []string{}
+	for _, r := range rep.rows() {
+		if l := r.line(); l != "" {
+			out = append(out, l)
+		}
+	}
+	for _, p := range rep.cluster {
+		out = append(out, "cluster: "+p)
+	}
+	return out
+}
+
+// clockSkewJSON is clock-skew's --output json. Problems are the text
+// output's FAIL lines (without "FAIL "); OK is true exactly when there are
+// none.
+type clockSkewJSON struct {
+	MaxSkewMS int64          `json:"max_skew_ms"`
+	OK        bool           `json:"ok"`
+	Leader    string         `json:"leader"`
+	Host      []skewPairJSON `json:"host"`  // this host against each node
+	Nodes     []skewPairJSON `json:"nodes"` // each node against the leader (its samples)
+	Problems  []string       `json:"problems"`
+}
+
+// skewPairJSON is one pair of clockSkewJSON. The numbers are absent when
+// they are not known (measured false: the table's "-"); samples only on
+// host rows, age_ms only on node rows.
+type skewPairJSON struct {
 	From     string `json:"from"` // "this host" or the leader's id
 	To       string `json:"node"`
 	Addr     string `json:"addr,omitempty"`
-	OffsetUS int64  `json:"offset_us"`
-	ErrorUS  int64  `json:"error_us"`
-	WorstUS  int64  `json:"worst_us"`
-	RTTUS    int64  `json:"rtt_us"`
-	Samples  int    `json:"samples,omitempty"` // host rows: pings answered
-	AgeMS    int64  `json:"age_ms"`            // node rows: age of the leader's sample
+	Measured bool   `json:"measured"`
+	OffsetUS *int64 `json:"offset_us,omitempty"`
+	ErrorUS  *int64 `json:"error_us,omitempty"`
+	WorstUS  *int64 `json:"worst_us,omitempty"`
+	RTTUS    *int64 `json:"rtt_us,omitempty"`
+	Samples  int    `json:"samples,omitempty"`
+	AgeMS    *int64 `json:"age_ms,omitempty"`
 	OK       bool   `json:"ok"`
 	Problem  string `json:"problem,omitempty"`
-
-	measured bool  // offset known
-	skew     bool  // a skew problem (exit 4) rather than unreachable (exit 7)
-	err      error // the probe's error
 }
 
-// clockSkewJSON is clock-skew's --output json.
-type clockSkewJSON struct {
-	MaxSkewMS int64     `json:"max_skew_ms"`
-	OK        bool      `json:"ok"`
-	Leader    string    `json:"leader"`
-	Host      []skewRow `json:"host"`  // this host against each node
-	Nodes     []skewRow `json:"nodes"` // each node against the leader (its samples)
-	Problems  []string  `json:"problems"`
+func (rep *skewReport) json() clockSkewJSON {
+	out := clockSkewJSON{MaxSkewMS: rep.maxSkew.Milliseconds(), Leader: rep.leader, Host: []skewPairJSON{}, Nodes: []skewPairJSON{}, Problems: rep.problems()}
+	out.OK = len(out.Problems) == 0
+	pair := func(r skewRow) skewPairJSON {
+		j := skewPairJSON{From: r.From, To: r.To, Addr: r.Addr, Measured: r.measured, OK: r.ok(), Problem: r.Problem}
+		if r.measured {
+			j.OffsetUS, j.ErrorUS, j.WorstUS, j.RTTUS = &r.OffsetUS, &r.ErrorUS, &r.WorstUS, &r.RTTUS
+			if r.From == clockSkewHostLabel {
+				j.Samples = r.Samples
+			} else {
+				j.AgeMS = &r.AgeMS
+			}
+		}
+		return j
+	}
+	for _, r := range rep.host {
+		out.Host = append(out.Host, pair(r))
+	}
+	for _, r := range rep.nodes {
+		out.Nodes = append(out.Nodes, pair(r))
+	}
+	return out
 }
+
+// clockSkewExitHelp is clock-skew's exit rule (clockSkewExit), in order:
+// the first that applies.
+const clockSkewExitHelp = `Exit codes (the first that applies):
+  0  every pair is within the bound
+  4  a measured |offset| + error is above the bound
+  7  a node, or an --addr address, cannot be reached from this host (8: it
+     refused the credentials), whatever the leader's samples say
+  4  a pair is unverified: the leader has no fresh sample of a node, or the
+     cluster has no leader
+With -o json, "problems" lists the FAIL lines and "ok" is true exactly when
+it is empty; a pair that was not measured has no offset_us, error_us,
+worst_us, rtt_us, samples or age_ms ("measured": false).`
 
 func newCmdClockSkew(fac *Factory, runF func(context.Context, *IO, *ClockSkewOptions) error) *cobra.Command {
 	ios := fac.IO
@@ -86,11 +186,11 @@ them over the peer port about once a second; offset = node − leader), read
 from its status.
 
 A pair fails when |offset| + error exceeds --max-skew, and a node fails when
-the leader has no fresh sample of it (older than 3 s, or none). Exit 0 when
-everything is within the bound; 4 when something is above it or unverified
-(or the cluster has no leader); 7 when a node cannot be reached from here (8
-credentials refused). The leader enforces its own bound
-(serve --max-clock-skew): above it, new acquires fail closed.`,
+the leader has no fresh sample of it (older than 3 s, or none). The leader
+enforces its own bound (serve --max-clock-skew): above it, new acquires fail
+closed.
+
+` + clockSkewExitHelp,
 		Example: `  ticketing clock-skew --addr n1:7470
   ticketing clock-skew --max-skew 100ms -o json`,
 		Args: cobra.NoArgs,
@@ -153,42 +253,48 @@ func runClockSkew(ctx context.Context, ios *IO, opts *ClockSkewOptions) error {
 	if err != nil {
 		return err
 	}
-	host := hostSkew(ctx, v, opts)
-	nodes, problems := nodeSkew(v, opts.MaxSkew)
-	out := clockSkewJSON{MaxSkewMS: opts.MaxSkew.Milliseconds(), OK: len(problems) == 0, Leader: v.LeaderID, Host: host, Nodes: nodes, Problems: nonNilStrings(problems)}
-	for _, r := range append(append([]skewRow{}, host...), nodes...) {
-		out.OK = out.OK && r.OK
-	}
+	rep := &skewReport{maxSkew: opts.MaxSkew, leader: v.LeaderID, host: hostSkew(ctx, v, opts)}
+	rep.nodes, rep.cluster = nodeSkew(v, opts.MaxSkew)
 	if opts.Output == "json" {
-		err = writeJSON(ios, out)
+		err = writeJSON(ios, rep.json())
 	} else {
-		err = renderClockSkew(ios, out, opts.MaxSkew)
+		err = renderClockSkew(ios, rep)
 	}
 	if err != nil {
 		return err
 	}
-	return clockSkewExit(out)
+	return clockSkewExit(rep)
 }
 
-// hostSkew measures this host against every node of the view.
+// hostSkew measures this host against every node of the view. A node that
+// did not answer discovery is not dialed again (it would cost the budget a
+// second time): its row is unreachable with discovery's error.
 func hostSkew(ctx context.Context, v *admin.ClusterView, opts *ClockSkewOptions) []skewRow {
 	rows := make([]skewRow, len(v.Nodes))
 	var wg sync.WaitGroup
 	for i, n := range v.Nodes {
-		rows[i] = skewRow{From: clockSkewHostLabel, To: cellOrDash(n.ID), Addr: n.ClientAddr}
-		if n.ClientAddr == "" {
-			rows[i].Problem = "no client address known"
-			rows[i].err = errors.New(rows[i].Problem)
+		r := &rows[i]
+		*r = skewRow{From: clockSkewHostLabel, To: cellOrDash(n.ID), Addr: n.ClientAddr}
+		switch {
+		case n.ClientAddr == "":
+			r.err = errors.New("no client address known")
+			r.Problem, r.kind = r.err.Error(), skewUnreachable
+			continue
+		case n.Status == nil:
+			r.err = n.Err
+			if r.err == nil {
+				r.err = errors.New("no answer")
+			}
+			r.Problem, r.kind = "unreachable: "+oneLine(r.err), skewUnreachable
 			continue
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r := &rows[i]
 			p, got, err := opts.Probe(ctx, n.ClientAddr)
 			if err != nil {
 				r.err = err
-				r.Problem = "unreachable: " + oneLine(err)
+				r.Problem, r.kind = "unreachable: "+oneLine(err), skewUnreachable
 				return
 			}
 			r.Samples, r.measured = got, true
@@ -219,40 +325,40 @@ func nodeSkew(v *admin.ClusterView, maxSkew time.Duration) ([]skewRow, []string)
 	seen := map[string]bool{}
 	for _, c := range clk.Nodes {
 		seen[c.ID] = true
-		r := skewRow{From: v.LeaderID, To: c.ID, OffsetUS: c.OffsetUS, ErrorUS: c.RTTUS / 2, WorstUS: c.BoundUS, RTTUS: c.RTTUS, AgeMS: c.AgeMS}
+		r := skewRow{From: v.LeaderID, To: c.ID}
 		if n := v.Node(c.ID); n != nil {
 			r.Addr = n.ClientAddr
 		}
 		age := time.Duration(c.AgeMS) * time.Millisecond
-		switch {
-		case c.Err != "" && (c.RTTUS == 0 || age >= clockSampleStaleFor):
-			r.Problem, r.skew = "the leader cannot sample it: "+c.Err, true
-		case age >= clockSampleStaleFor:
-			r.measured = true
-			r.Problem, r.skew = fmt.Sprintf("the leader's sample is %v old", age.Round(100*time.Millisecond)), true
-		default:
-			r.measured = true
+		if c.Err != "" && (c.RTTUS == 0 || age >= clockSampleStaleFor) {
+			r.Problem, r.kind = "the leader cannot sample it: "+c.Err, skewUnverified
+			rows = append(rows, r)
+			continue
+		}
+		r.measured = true
+		r.OffsetUS, r.ErrorUS, r.WorstUS, r.RTTUS, r.AgeMS = c.OffsetUS, c.RTTUS/2, c.BoundUS, c.RTTUS, c.AgeMS
+		if age >= clockSampleStaleFor {
+			r.Problem, r.kind = fmt.Sprintf("the leader's sample is %v old", age.Round(100*time.Millisecond)), skewUnverified
+		} else {
 			judgeSkew(&r, maxSkew)
 		}
 		rows = append(rows, r)
 	}
 	for _, n := range v.Nodes {
 		if n.Member && n.ID != v.LeaderID && n.ID != "" && !seen[n.ID] {
-			rows = append(rows, skewRow{From: v.LeaderID, To: n.ID, Addr: n.ClientAddr, Problem: "not sampled by the leader yet", skew: true})
+			rows = append(rows, skewRow{From: v.LeaderID, To: n.ID, Addr: n.ClientAddr, Problem: "not sampled by the leader yet", kind: skewUnverified})
 		}
 	}
 	sort.SliceStable(rows, func(i, j int) bool { return rows[i].To < rows[j].To })
 	return rows, nil
 }
 
-// judgeSkew sets OK, or the problem of a measured row above the bound.
+// judgeSkew marks a measured row above the bound.
 func judgeSkew(r *skewRow, maxSkew time.Duration) {
 	if r.WorstUS > maxSkew.Microseconds() {
 		r.Problem = fmt.Sprintf("|offset| + error = %s, above the %v bound", fmtSkewUS(r.WorstUS), maxSkew)
-		r.skew = true
-		return
+		r.kind = skewAbove
 	}
-	r.OK = true
 }
 
 func skewAbs(x int64) int64 {
@@ -265,9 +371,9 @@ func skewAbs(x int64) int64 {
 func fmtSkewUS(us int64) string { return strconv.FormatFloat(float64(us)/1000, 'f', 3, 64) + "ms" }
 
 // clockSkewRows is clock-skew's table.
-func clockSkewRows(out clockSkewJSON) (header []string, rows [][]string) {
+func clockSkewRows(rep *skewReport) (header []string, rows [][]string) {
 	header = []string{"FROM", "TO", "ADDR", "OFFSET", "RTT", "AGE", "STATUS"}
-	for _, r := range append(append([]skewRow{}, out.Host...), out.Nodes...) {
+	for _, r := range rep.rows() {
 		offset, rtt, age := "-", "-", "-"
 		if r.measured {
 			offset = fmtOffset(time.Duration(r.OffsetUS)*time.Microsecond, time.Duration(r.ErrorUS)*time.Microsecond)
@@ -277,7 +383,7 @@ func clockSkewRows(out clockSkewJSON) (header []string, rows [][]string) {
 			}
 		}
 		status := "ok"
-		if !r.OK {
+		if !r.ok() {
 			status = "FAIL"
 		}
 		rows = append(rows, []string{r.From, r.To, cellOrDash(r.Addr), offset, rtt, age, status})
@@ -285,30 +391,26 @@ func clockSkewRows(out clockSkewJSON) (header []string, rows [][]string) {
 	return header, rows
 }
 
-func renderClockSkew(ios *IO, out clockSkewJSON, maxSkew time.Duration) error {
-	header, rows := clockSkewRows(out)
+func renderClockSkew(ios *IO, rep *skewReport) error {
+	header, rows := clockSkewRows(rep)
 	if err := renderTable(ios.Out, header, rows); err != nil {
 		return err
 	}
-	for _, r := range append(append([]skewRow{}, out.Host...), out.Nodes...) {
-		if r.Problem != "" {
-			fmt.Fprintf(ios.Out, "FAIL %s → %s: %s\n", r.From, r.To, r.Problem)
-		}
-	}
-	for _, p := range out.Problems {
-		fmt.Fprintf(ios.Out, "FAIL cluster: %s\n", p)
+	problems := rep.problems()
+	for _, p := range problems {
+		fmt.Fprintf(ios.Out, "FAIL %s\n", p)
 	}
 	worst, pair := int64(-1), ""
-	for _, r := range append(append([]skewRow{}, out.Host...), out.Nodes...) {
+	for _, r := range rep.rows() {
 		if r.measured && r.WorstUS > worst {
 			worst, pair = r.WorstUS, r.From+" → "+r.To
 		}
 	}
 	verdict := "ok"
-	if !out.OK {
+	if len(problems) > 0 {
 		verdict = "FAIL"
 	}
-	line := fmt.Sprintf("clock skew %s (bound %v)", verdict, maxSkew)
+	line := fmt.Sprintf("clock skew %s (bound %v)", verdict, rep.maxSkew)
 	if worst >= 0 {
 		line += fmt.Sprintf(": worst |offset| + error %s (%s)", fmtSkewUS(worst), pair)
 	}
@@ -316,25 +418,31 @@ func renderClockSkew(ios *IO, out clockSkewJSON, maxSkew time.Duration) error {
 	return err
 }
 
-// clockSkewExit: nil when all is within the bound; 4 for skew that is
-// above the bound or unverified; else 7/8 for nodes this host cannot reach.
-func clockSkewExit(out clockSkewJSON) error {
-	if out.OK {
+// clockSkewExit (clockSkewExitHelp): nil when every pair is within the
+// bound; else 4 when a measured offset is above it; else 7 (8 when the
+// credentials were refused) when this host cannot reach a node; else 4
+// (unverified).
+func clockSkewExit(rep *skewReport) error {
+	rows := rep.rows()
+	if len(rep.problems()) == 0 {
 		return nil
 	}
-	if len(out.Problems) > 0 {
-		return withExit(ExitBusy, nil)
-	}
-	rows := append(append([]skewRow{}, out.Host...), out.Nodes...)
 	for _, r := range rows {
-		if r.skew {
+		if r.kind == skewAbove {
 			return withExit(ExitBusy, nil)
 		}
 	}
+	unreachable := false
 	for _, r := range rows {
-		if r.err != nil && errors.Is(r.err, client.ErrAuth) {
-			return withExit(ExitAuth, nil)
+		if r.kind == skewUnreachable {
+			if errors.Is(r.err, client.ErrAuth) {
+				return withExit(ExitAuth, nil)
+			}
+			unreachable = true
 		}
 	}
-	return withExit(ExitConnect, nil)
+	if unreachable {
+		return withExit(ExitConnect, nil)
+	}
+	return withExit(ExitBusy, nil)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -118,17 +119,20 @@ type NodeListOptions struct {
 	Discover func(ctx context.Context, addrs []string) (*admin.ClusterView, error)
 }
 
-// nodeListJSON is node list's --output json.
+// nodeListJSON is node list's --output json. Unknown numbers are -1 (the
+// table's "-" and "unreachable"): term and commit_index without a leader.
 type nodeListJSON struct {
 	Leader      string         `json:"leader"` // id, "" when none answered
 	LeaderAddr  string         `json:"leader_addr"`
-	Term        uint64         `json:"term"`
-	CommitIndex uint64         `json:"commit_index"` // the leader's
+	Term        int64          `json:"term"`
+	CommitIndex int64          `json:"commit_index"` // the leader's
 	ConfigFrom  string         `json:"config_from"`  // whose configuration is listed
 	Nodes       []nodeListNode `json:"nodes"`
 }
 
-// nodeListNode is one node of nodeListJSON. Unknown numbers are -1.
+// nodeListNode is one node of nodeListJSON. Unknown numbers are -1: the
+// leader's last contact with itself, and everything a node that did not
+// answer (or answered as another node) would have told.
 type nodeListNode struct {
 	ID            string `json:"id"`
 	ClientAddr    string `json:"client_addr"`
@@ -138,9 +142,9 @@ type nodeListNode struct {
 	Member        bool   `json:"member"`
 	LastContactMS int64  `json:"last_contact_ms"` // the leader's last contact with it
 	Reachable     bool   `json:"reachable"`
-	Term          uint64 `json:"term"`
-	CommitIndex   uint64 `json:"commit_index"`
-	AppliedIndex  uint64 `json:"applied_index"`
+	Term          int64  `json:"term"`
+	CommitIndex   int64  `json:"commit_index"`
+	AppliedIndex  int64  `json:"applied_index"`
 	Lag           int64  `json:"lag"` // leader's commit index − applied index
 	Error         string `json:"error,omitempty"`
 }
@@ -224,14 +228,21 @@ func configSource(v *admin.ClusterView) string {
 }
 
 func nodeListOut(v *admin.ClusterView) nodeListJSON {
-	out := nodeListJSON{Leader: v.LeaderID, LeaderAddr: v.LeaderAddr, Term: v.Term, CommitIndex: v.CommitIndex, ConfigFrom: v.ConfigFrom, Nodes: []nodeListNode{}}
+	out := nodeListJSON{Leader: v.LeaderID, LeaderAddr: v.LeaderAddr, Term: -1, CommitIndex: -1, ConfigFrom: v.ConfigFrom, Nodes: []nodeListNode{}}
+	if v.LeaderID != "" {
+		out.Term, out.CommitIndex = knownNumber(v.Term), knownNumber(v.CommitIndex)
+	}
 	for _, n := range v.Nodes {
 		j := nodeListNode{
 			ID: n.ID, ClientAddr: n.ClientAddr, PeerAddr: n.PeerAddr, Role: nodeRole(&n), Voter: n.Voter, Member: n.Member,
 			LastContactMS: n.LastContactMS, Reachable: n.Reachable() && n.Err == nil, Lag: n.Lag,
+			Term: -1, CommitIndex: -1, AppliedIndex: -1,
 		}
-		if st := n.Status; st != nil {
-			j.Term, j.CommitIndex, j.AppliedIndex = st.Term, st.CommitIndex, st.AppliedIndex
+		if n.ID == v.LeaderID || j.LastContactMS < 0 {
+			j.LastContactMS = -1 // the table's "-" (contactCell)
+		}
+		if st := n.Status; st != nil && n.Err == nil {
+			j.Term, j.CommitIndex, j.AppliedIndex = knownNumber(st.Term), knownNumber(st.CommitIndex), knownNumber(st.AppliedIndex)
 		}
 		if n.Err != nil {
 			j.Error = oneLine(n.Err)
@@ -240,6 +251,10 @@ func nodeListOut(v *admin.ClusterView) nodeListJSON {
 	}
 	return out
 }
+
+// knownNumber is a raft number for JSON, where -1 means unknown (it never
+// reaches 2^63).
+func knownNumber(x uint64) int64 { return int64(min(x, math.MaxInt64)) }
 
 // nodeListRows is node list's table.
 func nodeListRows(v *admin.ClusterView) (header []string, rows [][]string) {

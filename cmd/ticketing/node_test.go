@@ -354,8 +354,43 @@ func TestNodeListRun(t *testing.T) {
 		t.Errorf("json %v: %s", err, out)
 	}
 
-	// No leader: said on stderr.
+	// Unknown numbers are -1 in every numeric field (the table's "-" and
+	// "unreachable"), known ones as they are.
+	var raw struct{ Nodes []map[string]any }
+	if err := json.Unmarshal(out.Bytes(), &raw); err != nil || len(raw.Nodes) != 3 {
+		t.Fatalf("json %v: %s", err, out)
+	}
+	for i, want := range []map[string]float64{
+		{"last_contact_ms": -1, "term": 4, "commit_index": 120, "applied_index": 120, "lag": 0},   // the leader: no contact with itself
+		{"last_contact_ms": 310, "term": 4, "commit_index": 120, "applied_index": 117, "lag": 3},  // a follower
+		{"last_contact_ms": 5200, "term": -1, "commit_index": -1, "applied_index": -1, "lag": -1}, // unreachable
+	} {
+		for k, w := range want {
+			if got, ok := raw.Nodes[i][k].(float64); !ok || got != w {
+				t.Errorf("node %s %s = %v, want %v", lj.Nodes[i].ID, k, raw.Nodes[i][k], w)
+			}
+		}
+	}
+	if lj.Term != 4 || lj.CommitIndex != 120 {
+		t.Errorf("json term %d commit %d", lj.Term, lj.CommitIndex)
+	}
+	// Without a leader the leader's numbers are unknown; a node that answers
+	// as another node has no numbers of its own (the table's "?").
 	v := sampleView()
+	v.LeaderID, v.LeaderAddr, v.Term, v.CommitIndex = "", "", 0, 0
+	v.Nodes[1].Err = errors.New("h2:7470 answers as node \"n7\"")
+	ios, out, _ = testIO("")
+	if err := runNodeList(context.Background(), ios, &NodeListOptions{Conn: testConn(), Output: "json", Discover: discover(v, nil)}); err != nil {
+		t.Fatal(err)
+	}
+	lj = nodeListJSON{}
+	if err := json.Unmarshal(out.Bytes(), &lj); err != nil || lj.Term != -1 || lj.CommitIndex != -1 || lj.Nodes[1].AppliedIndex != -1 || lj.Nodes[1].Term != -1 ||
+		lj.Nodes[1].Reachable || lj.Nodes[0].AppliedIndex != 120 {
+		t.Errorf("no leader json %v: %s", err, out)
+	}
+
+	// No leader: said on stderr.
+	v = sampleView()
 	v.LeaderID, v.ConfigFrom = "", "n2"
 	ios, _, errOut = testIO("")
 	if err := runNodeList(context.Background(), ios, &NodeListOptions{Conn: testConn(), Output: "text", Discover: discover(v, nil)}); err != nil {
