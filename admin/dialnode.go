@@ -35,16 +35,9 @@ func dialNode(ctx context.Context, addr string, opts []client.Option) (*client.C
 	}()
 	refused := make(chan error, 1)
 	go func() {
-		var d net.Dialer
-		nc, err := d.DialContext(ctx, "tcp", addr)
-		if err != nil {
-			var dnsErr *net.DNSError
-			if errors.Is(err, syscall.ECONNREFUSED) || errors.As(err, &dnsErr) && dnsErr.IsNotFound {
-				refused <- err
-			}
-			return
+		if err := Refused(ctx, addr); err != nil {
+			refused <- err
 		}
-		nc.Close()
 	}()
 	select {
 	case r := <-done:
@@ -56,4 +49,24 @@ func dialNode(ctx context.Context, addr string, opts []client.Option) (*client.C
 		}
 		return nil, &client.OpError{Op: "dial", Err: fmt.Errorf("%w: no connection to any server: %w", client.ErrConnect, err)}
 	}
+}
+
+// Refused tries a plain TCP connection to addr and returns its error when
+// nothing listens there (connection refused) or the host name does not
+// exist: a node that cannot answer whatever the dial timeout. It returns
+// nil for every other outcome (connected, timed out, unreachable network),
+// where a node may yet answer. The connection, if made, is closed before
+// any handshake (the server closes it silently).
+func Refused(ctx context.Context, addr string) error {
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		var dnsErr *net.DNSError
+		if errors.Is(err, syscall.ECONNREFUSED) || errors.As(err, &dnsErr) && dnsErr.IsNotFound {
+			return err
+		}
+		return nil
+	}
+	nc.Close()
+	return nil
 }

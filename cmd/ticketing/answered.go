@@ -2,12 +2,10 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"net"
-	"syscall"
 	"time"
 
+	"github.com/ticketing/ticketing/admin"
 	"github.com/ticketing/ticketing/client/wire"
 )
 
@@ -105,19 +103,12 @@ func readLeader(ctx context.Context, addrs []string, local bool, connect func(co
 	return r, nil
 }
 
-// refuses reports whether addr refuses a TCP connection right now (nothing
-// listens there). Any other outcome, a timeout included, is false: then the
-// node may yet answer within the connect budget.
+// refuses reports whether addr cannot answer at all right now: nothing
+// listens there, or the host does not exist (admin.Refused).
 func refuses(ctx context.Context, addr string) bool {
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	var d net.Dialer
-	nc, err := d.DialContext(ctx, "tcp", addr)
-	if err == nil {
-		nc.Close()
-		return false
-	}
-	return errors.Is(err, syscall.ECONNREFUSED)
+	return admin.Refused(ctx, addr) != nil
 }
 
 // askFirst asks every address at once, each over its own connection, and

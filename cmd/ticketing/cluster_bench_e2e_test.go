@@ -24,6 +24,7 @@ type benchResultJSON struct {
 		Count uint64 `json:"count"`
 	} `json:"latency"`
 	Note string `json:"note"`
+	Lost string `json:"lost"`
 }
 
 var benchProgress = regexp.MustCompile(`\d[\d,]* ops `)
