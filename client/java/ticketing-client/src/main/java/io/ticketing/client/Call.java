@@ -22,7 +22,9 @@ final class Call {
     long seq;
     long sentNanos;
     boolean pending;
+    TicketingClient.ReleaseOp release; // a release attempt's operation (the sweeper's give-up)
     boolean blocking; // enqueued by a blocking caller's own thread (which waits for the answer)
+    boolean flush; // queued without waking the writer: the enqueuing thread writes it (Conn#flush)
 
     // The outcome, written before the handler runs.
     Wire.Response resp;

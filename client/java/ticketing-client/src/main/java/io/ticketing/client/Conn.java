@@ -53,6 +53,7 @@ final class Conn {
     private byte[] wbuf = new byte[8192];
     private int wlen;
     private long seq;
+    private long deferredAt; // when a frame was first queued for a callback worker to write, or 0
     private long taken;
     private int blockingPending; // pending calls of blocking callers (each a thread that waits)
     private Socket writer; // the socket whose output a thread (a sender or the supervisor) owns now
@@ -244,6 +245,7 @@ final class Conn {
             seq = 0;
             taken = 0;
             wlen = 0;
+            deferredAt = 0;
             writer = null;
             blockingPending = 0;
         } finally {
@@ -333,6 +335,7 @@ final class Conn {
         spare = null;
         wlen = 0;
         taken = seq;
+        deferredAt = 0;
         if (STATS) {
             WRITES.increment();
         }
@@ -363,7 +366,20 @@ final class Conn {
             }
             enqueueLocked(c);
             if (writer != sock) {
-                kick.signal(); // else the writer takes it with its next batch
+                if (c.blocking && blockingPending <= 1) {
+                    // The only blocking caller waiting here (nothing to batch with): its own thread
+                    // writes the frame (flush), after leaving its operation's lock, which saves the
+                    // supervisor's wake-up. With more, the supervisor batches their frames.
+                    c.flush = true;
+                } else if (!c.blocking && cl.deferFlush(this)) {
+                    // On a callback worker: it writes after the callback, with the frames of the
+                    // other callbacks it runs meanwhile (no supervisor wake-up per frame).
+                    if (deferredAt == 0) {
+                        deferredAt = c.sentNanos | 1;
+                    }
+                } else {
+                    kick.signal(); // else the writer takes it with its next batch
+                }
             }
             return ENQ_OK;
         } finally {
@@ -428,6 +444,102 @@ final class Conn {
         } finally {
             mu.unlock();
         }
+    }
+
+    /** The most batches a caller's flush writes before it hands the rest to the supervisor. */
+    private static final int FLUSH_ROUNDS = 4;
+
+    /**
+     * Writes what is queued on the calling thread, unless a writer (another caller or the
+     * supervisor) owns the socket's output: that one writes everything queued before it lets go.
+     */
+    void flush() {
+        Socket s;
+        byte[] buf;
+        int n;
+        mu.lock();
+        try {
+            s = sock;
+            if (s == null || writer == s || wlen == 0) {
+                return;
+            }
+            writer = s;
+            n = wlen;
+            buf = takeLocked();
+        } finally {
+            mu.unlock();
+        }
+        int rounds = 0;
+        try {
+            OutputStream o = s.getOutputStream();
+            while (true) {
+                o.write(buf, 0, n);
+                o.flush();
+                rounds++;
+                mu.lock();
+                try {
+                    giveBackLocked(buf);
+                    if (sock != s) {
+                        return;
+                    }
+                    if (wlen == 0 || rounds >= FLUSH_ROUNDS) {
+                        writer = null;
+                        if (wlen > 0) {
+                            kick.signal();
+                        }
+                        return;
+                    }
+                    n = wlen;
+                    buf = takeLocked();
+                } finally {
+                    mu.unlock();
+                }
+            }
+        } catch (Throwable e) {
+            mu.lock();
+            try {
+                if (writer == s) {
+                    writer = null;
+                }
+            } finally {
+                mu.unlock();
+            }
+            kill(s, e);
+        }
+    }
+
+    /**
+     * The sweeper's safety net for frames queued by a callback whose worker has not written them
+     * yet (a later callback of its burst blocks): hands them to the supervisor.
+     */
+    void kickStale(long now, long age) {
+        mu.lock();
+        try {
+            if (deferredAt != 0 && now - deferredAt >= age && wlen > 0 && writer != sock) {
+                kick.signal();
+            }
+        } finally {
+            mu.unlock();
+        }
+    }
+
+    /** Adds the operations of pending releases past their window to out (a new list when null). */
+    List<TicketingClient.ReleaseOp> expiredReleases(long now, List<TicketingClient.ReleaseOp> out) {
+        mu.lock();
+        try {
+            for (Call c : pending.values()) {
+                TicketingClient.ReleaseOp op = c.release;
+                if (op != null && !op.finished && now - op.deadline >= 0) {
+                    if (out == null) {
+                        out = new ArrayList<>();
+                    }
+                    out.add(op);
+                }
+            }
+        } finally {
+            mu.unlock();
+        }
+        return out;
     }
 
     /** Takes s down (once) and fails every pending call as unsent or lost. */

@@ -14,8 +14,6 @@ import java.util.concurrent.CancellationException;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.Executor;
-import java.util.concurrent.ExecutorService;
-import java.util.concurrent.Executors;
 import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.ScheduledThreadPoolExecutor;
 import java.util.concurrent.ThreadLocalRandom;
@@ -51,6 +49,7 @@ public final class TicketingClient implements AutoCloseable {
     private static final int RELEASE_QUEUE_LEN = 4096;
     static final long RELEASE_WINDOW_NANOS = TimeUnit.SECONDS.toNanos(5);
     private static final long POLL_NANOS = TimeUnit.MILLISECONDS.toNanos(5);
+    private static final long SWEEP_NANOS = TimeUnit.MILLISECONDS.toNanos(50);
 
     final byte[] token;
     final SSLContext ssl;
@@ -59,7 +58,7 @@ public final class TicketingClient implements AutoCloseable {
     private final long backoffBaseNanos;
     private final long backoffCapNanos;
     private final Executor callbacks;
-    private final ExecutorService ownCallbacks;
+    private final CallbackPool ownCallbacks;
     private final ScheduledExecutorService scheduler;
     private final AtomicBoolean closed = new AtomicBoolean();
     private final Object poolLock = new Object();
@@ -231,8 +230,10 @@ public final class TicketingClient implements AutoCloseable {
 
         /**
          * Where the futures of {@link #acquireAsync} complete (and so where dependent stages run);
-         * default a small pool of daemon threads owned by the client, never the common pool and
-         * never the client's I/O threads.
+         * default a small pool of daemon threads owned by the client (one per core, more while
+         * callbacks block), never the common pool and never the client's I/O threads. The default
+         * pool writes the requests its callbacks send in one batch after them, so chained async
+         * calls cost no extra thread wake-up.
          *
          * @param executor the executor
          * @return this builder
@@ -294,13 +295,39 @@ public final class TicketingClient implements AutoCloseable {
             callbacks = b.executor;
             ownCallbacks = null;
         } else {
-            AtomicInteger n = new AtomicInteger();
-            ownCallbacks = Executors.newCachedThreadPool(r -> {
-                Thread t = new Thread(r, "ticketing-callback-" + n.incrementAndGet());
-                t.setDaemon(true);
-                return t;
-            });
+            ownCallbacks = new CallbackPool(Math.max(2, Runtime.getRuntime().availableProcessors()));
             callbacks = ownCallbacks;
+        }
+        // One periodic sweeper instead of a timer per call: gives up releases past their 5 s
+        // window and lets the callback pool grow when its work stalls.
+        s.scheduleWithFixedDelay(this::sweep, SWEEP_NANOS, SWEEP_NANOS, TimeUnit.NANOSECONDS);
+    }
+
+    private void sweep() {
+        if (ownCallbacks != null) {
+            ownCallbacks.tick();
+        }
+        Pool p = pool;
+        if (p == null) {
+            return;
+        }
+        long now = System.nanoTime();
+        if (ownCallbacks != null) {
+            for (Conn c : p.conns) {
+                c.kickStale(now, SWEEP_NANOS / 5);
+            }
+        }
+        if (releasing.get() == 0) {
+            return;
+        }
+        List<ReleaseOp> expired = null;
+        for (Conn c : p.conns) {
+            expired = c.expiredReleases(now, expired);
+        }
+        if (expired != null) {
+            for (ReleaseOp op : expired) {
+                op.giveUpNow();
+            }
         }
     }
 
@@ -505,6 +532,22 @@ public final class TicketingClient implements AutoCloseable {
                 c.start();
             }
             leader = ep;
+        }
+    }
+
+    /** True when the calling thread is one of the default callback pool's (see Conn#enqueue). */
+    boolean deferFlush(Conn c) {
+        return ownCallbacks != null && ownCallbacks.defer(c);
+    }
+
+    /**
+     * Writes the queued frames on the caller's own thread when its call was queued without waking
+     * the connection's writer (a blocking caller's; one thread wake-up less per request). Never
+     * under an operation's lock: the reader may need it to deliver an answer while this writes.
+     */
+    private static void flush(Call c) {
+        if (c != null) {
+            c.conn.flush();
         }
     }
 
@@ -741,6 +784,7 @@ public final class TicketingClient implements AutoCloseable {
             op.caller = Thread.currentThread();
         }
         op.attempt();
+        flush(op.toFlush);
         return op;
     }
 
@@ -774,6 +818,7 @@ public final class TicketingClient implements AutoCloseable {
         private final boolean queues; // asked with a wait > 0
 
         Thread caller; // a blocking caller's thread (its calls let the writer wait for others)
+        Call toFlush; // the caller's call that it writes itself, off this operation's lock
 
         AcquireOp(TicketingClient cl, byte[] key, long leaseMs, long waitMs) {
             this.key = key;
@@ -808,6 +853,9 @@ public final class TicketingClient implements AutoCloseable {
             int r = tryEnqueue(c);
             if (r == Conn.ENQ_OK) {
                 call = c;
+                if (c.flush) {
+                    toFlush = c;
+                }
                 return;
             }
             long limit = r == Conn.ENQ_FULL ? budgetEnd : connGiveUp;
@@ -956,6 +1004,7 @@ public final class TicketingClient implements AutoCloseable {
         op.caller = Thread.currentThread();
         releasing.incrementAndGet();
         op.start();
+        flush(op.toFlush);
         boolean interrupted = false;
         try {
             while (true) {
@@ -1070,10 +1119,10 @@ public final class TicketingClient implements AutoCloseable {
         int moves;
         int retries;
         Throwable cause;
-        boolean finished;
-        java.util.concurrent.ScheduledFuture<?> timer;
+        volatile boolean finished;
         final CompletableFuture<Void> result = new CompletableFuture<>();
         Thread caller; // a blocking caller's thread (its calls let the writer wait for others)
+        Call toFlush; // the caller's call that it writes itself, off this operation's lock
 
         ReleaseOp(byte[] key, long token, boolean compensation) {
             this.key = key;
@@ -1081,14 +1130,8 @@ public final class TicketingClient implements AutoCloseable {
             this.compensation = compensation;
         }
 
+        /** Sends the first attempt; the client's sweeper gives up on it after the window. */
         void start() {
-            java.util.concurrent.ScheduledFuture<?> t = schedule(this::giveUpNow, RELEASE_WINDOW_NANOS);
-            synchronized (this) {
-                timer = t;
-                if (finished && t != null) {
-                    t.cancel(false);
-                }
-            }
             attempt();
         }
 
@@ -1104,9 +1147,6 @@ public final class TicketingClient implements AutoCloseable {
 
         private void finish(TicketingException e) {
             finished = true;
-            if (timer != null) {
-                timer.cancel(false);
-            }
             releasing.decrementAndGet();
             if (e == null) {
                 result.complete(null);
@@ -1135,8 +1175,11 @@ public final class TicketingClient implements AutoCloseable {
             }
             Call c = new Call(Wire.OP_RELEASE, key, token, false, this::onAnswer);
             c.blocking = caller == Thread.currentThread();
+            c.release = this;
             if (tryEnqueue(c) != Conn.ENQ_OK) {
                 schedule(this::attempt, POLL_NANOS * 2);
+            } else if (c.flush) {
+                toFlush = c;
             }
         }
 

@@ -385,6 +385,50 @@ class FakeServerTest {
         }
     }
 
+    static FakeServer grantingServer() throws java.io.IOException {
+        return new FakeServer().script(r -> {
+            if (r.op() == 'A') {
+                r.conn().send(Wire.ST_GRANTED, r.reqId(), r.reqId());
+            } else if (r.op() == 'R') {
+                r.conn().send(Wire.ST_RELEASED, r.reqId(), 0);
+            }
+        });
+    }
+
+    /** Acquire and release chained in callbacks (the callback pool writes their frames). */
+    @Test
+    void chainedAsyncAcquireReleaseInCallbacks() throws Exception {
+        try (FakeServer s = grantingServer(); TicketingClient c = client(s)) {
+            AtomicInteger pairs = new AtomicInteger();
+            CompletableFuture<?>[] chains = new CompletableFuture<?>[32];
+            for (int i = 0; i < chains.length; i++) {
+                CompletableFuture<Void> f = CompletableFuture.completedFuture(null);
+                for (int j = 0; j < 30; j++) {
+                    String k = "k" + i;
+                    f = f.thenCompose(v -> c.acquireAsync(k, LEASE, WAIT)).thenCompose(Lease::releaseAsync)
+                            .thenRun(pairs::incrementAndGet);
+                }
+                chains[i] = f;
+            }
+            CompletableFuture.allOf(chains).get(30, TimeUnit.SECONDS);
+            assertEquals(32 * 30, pairs.get());
+        }
+    }
+
+    /**
+     * A callback that waits for another acquire of its own client: that frame is queued on the
+     * callback's worker, which cannot write it while it waits; the client's sweeper hands it to
+     * the supervisor, and the answer is delivered on another worker.
+     */
+    @Test
+    void callbackWaitingForItsOwnClientStillCompletes() throws Exception {
+        try (FakeServer s = grantingServer(); TicketingClient c = client(s)) {
+            CompletableFuture<Long> f = c.acquireAsync("a", LEASE, WAIT)
+                    .thenApply(a -> c.acquireAsync("b", LEASE, WAIT).join().token() + a.token());
+            assertTrue(f.get(30, TimeUnit.SECONDS) > 0);
+        }
+    }
+
     @Test
     void reconnectBackoffDoublesFromPoint1ToThreePoint2Seconds() throws Exception {
         try (FakeServer s = new FakeServer(); TicketingClient c = client(s)) {
