@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -14,32 +13,13 @@ import (
 // whose release was in flight (the probe's finding: it printed one error
 // line, no report, and left those locks held until their lease).
 func TestE2EBenchLeaderKilled(t *testing.T) {
-	bin := ticketingBin(t)
-	ports := freePorts(t, 6)
-	addr := func(i int) string { return fmt.Sprintf("127.0.0.1:%d", ports[i]) }
-	ids := []string{"n1", "n2", "n3"}
-	var clients, peers []string
-	for i, id := range ids {
-		clients = append(clients, addr(2*i))
-		peers = append(peers, id+"="+addr(2*i+1))
-	}
-	e := newWorld(t, bin, strings.Join(clients, ","))
-	nodes := map[string]*proc{}
-	for i, id := range ids {
-		nodes[id] = e.start("", "serve", "--node-id", id, "--listen", clients[i], "--peer-listen", addr(2*i+1),
-			"--peers", strings.Join(peers, ","), "--bootstrap", "--log-level", "warn")
-	}
+	c := startE2ECluster(t, 0)
+	e, nodes := c.e, c.nodes
 	e.eventually(45*time.Second, 0, "health", "--timeout", "2s")
 	lj := e.waitLeader(15*time.Second, "")
 
 	bp := e.start("", "bench", "--duration", "60s", "--conns", "2", "--pipeline", "4", "--keys", "100", "-o", "json")
-	deadline := time.Now().Add(30 * time.Second)
-	for !benchProgress.MatchString(bp.err.String()) || strings.Contains(bp.err.String(), " 0 ops ") {
-		if time.Now().After(deadline) {
-			t.Fatalf("bench made no progress within 30s: %s", bp.err.String())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	waitBenchProgress(t, bp)
 	nodes[lj.Leader].kill9(t)
 	if code := bp.wait(t); code != ExitError {
 		t.Fatalf("bench with its leader killed: exit %d, want %d\n%s", code, ExitError, bp.err.String())

@@ -4,7 +4,6 @@ package main
 
 import (
 	"encoding/json"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -23,29 +22,9 @@ import (
 //     unreachable pair has no numbers.
 //   - node list -o json: unknown numbers are -1 (they were 0).
 func TestE2EClockSkewNodeDown(t *testing.T) {
-	bin := ticketingBin(t)
-	ports := freePorts(t, 7) // 3 nodes: client and peer port each; the 7th refuses
-	addr := func(i int) string { return fmt.Sprintf("127.0.0.1:%d", ports[i]) }
-	ids := []string{"n1", "n2", "n3"}
-	var clients, peers []string
-	for i, id := range ids {
-		clients = append(clients, addr(2*i))
-		peers = append(peers, id+"="+addr(2*i+1))
-	}
-	refusing := addr(6)
-	e := newWorld(t, bin, strings.Join(clients, ","))
-	nodes := map[string]*proc{}
-	for i, id := range ids {
-		nodes[id] = e.start("", "serve", "--node-id", id, "--listen", clients[i], "--peer-listen", addr(2*i+1),
-			"--peers", strings.Join(peers, ","), "--bootstrap", "--log-level", "warn")
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			for id, p := range nodes {
-				t.Logf("--- %s stderr:\n%s", id, tail(p.err.String(), 30))
-			}
-		}
-	})
+	c := startE2ECluster(t, 1) // the 7th port refuses
+	e, nodes, clients := c.e, c.nodes, c.clients
+	refusing := c.addr(6)
 	e.eventually(45*time.Second, 0, "health", "--timeout", "2s")
 	lj := e.waitLeader(10*time.Second, "")
 	e.eventually(20*time.Second, 0, "clock-skew", "--timeout", "2s")
@@ -70,13 +49,7 @@ func TestE2EClockSkewNodeDown(t *testing.T) {
 	}
 
 	// A follower stops.
-	var victim nodeListNode
-	for _, n := range lj.Nodes {
-		if n.ID != lj.Leader {
-			victim = n
-			break
-		}
-	}
+	victim := lj.follower()
 	nodes[victim.ID].kill9(t)
 
 	p = e.run("clock-skew", "--timeout", timeout.String(), "--addr", lj.LeaderAddr)

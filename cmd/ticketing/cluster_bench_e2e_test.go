@@ -29,6 +29,19 @@ type benchResultJSON struct {
 
 var benchProgress = regexp.MustCompile(`\d[\d,]* ops `)
 
+// waitBenchProgress waits (30 s at most) until the running bench bp reports
+// ops on its progress line.
+func waitBenchProgress(t *testing.T, bp *proc) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !benchProgress.MatchString(bp.err.String()) || strings.Contains(bp.err.String(), " 0 ops ") {
+		if time.Now().After(deadline) {
+			t.Fatalf("bench made no progress within 30s: %s", bp.err.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 // e2eBenchLeaderChange is #12 item 7 on a running cluster whose every node
 // is in e's TICKETING_ADDR (the comma-separated list of cluster-local.sh
 // env): bench drives the leader; when the leadership moves during the run,
@@ -50,13 +63,7 @@ func e2eBenchLeaderChange(t *testing.T, e *e2e) {
 		}
 	}
 	bp := e.start("", "bench", "--duration", "50s", "--conns", "2", "--pipeline", "4", "--keys", "100", "-o", "json")
-	deadline := time.Now().Add(30 * time.Second)
-	for !benchProgress.MatchString(bp.err.String()) || strings.Contains(bp.err.String(), " 0 ops ") {
-		if time.Now().After(deadline) {
-			t.Fatalf("bench made no progress within 30s: %s", bp.err.String())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	waitBenchProgress(t, bp)
 	e.expect(0, "node", "transfer-leader", "--id", next.ID)
 	start := time.Now()
 	if code := bp.wait(t); code != 0 {
@@ -85,13 +92,7 @@ func e2eBenchLeaderChange(t *testing.T, e *e2e) {
 	}
 
 	// A follower driven as given grants nothing: exit 1, not "N ops/s".
-	var follower nodeListNode
-	for _, n := range nl.Nodes {
-		if n.ID != nl.Leader {
-			follower = n
-			break
-		}
-	}
+	follower := nl.follower()
 	p = e.run("bench", "--addr", follower.ClientAddr, "--admin-token", "not-the-token", "--duration", "5s", "--progress=false", "-o", "json")
 	if err := json.Unmarshal([]byte(p.out.String()), &br); p.code != ExitError || err != nil || br.Ops != 0 || br.Redirects == 0 ||
 		!strings.Contains(p.err.String(), "not the cluster's leader") {

@@ -73,6 +73,16 @@ func (e *e2e) nodeList(args ...string) nodeListJSON {
 	return lj
 }
 
+// follower is the first row of the list that is not the leader's.
+func (l nodeListJSON) follower() nodeListNode {
+	for _, n := range l.Nodes {
+		if n.ID != l.Leader {
+			return n
+		}
+	}
+	return nodeListNode{}
+}
+
 // waitLeader polls node list until want (any node when "") leads with
 // every listed node reachable, and returns the list.
 func (e *e2e) waitLeader(d time.Duration, want string) nodeListJSON {
@@ -94,29 +104,47 @@ func (e *e2e) waitLeader(d time.Duration, want string) nodeListJSON {
 	}
 }
 
-func TestE2ECluster(t *testing.T) {
+// e2eCluster is a 3-node cluster of the binary under test on loopback.
+type e2eCluster struct {
+	e       *e2e // TICKETING_ADDR is every node's client address
+	nodes   map[string]*proc
+	clients []string         // n1, n2, n3's client addresses
+	addr    func(int) string // the i-th of the ports reserved: 0-5 are the nodes', 6.. the caller's
+}
+
+// startE2ECluster starts n1-n3 (--bootstrap, client and peer ports from
+// the 6+extra reserved) and logs their stderr when the test fails. The
+// caller waits for a leader.
+func startE2ECluster(t *testing.T, extra int) *e2eCluster {
+	t.Helper()
 	bin := ticketingBin(t)
-	ports := freePorts(t, 8) // 3 nodes, then n4: client and peer port each
-	addr := func(i int) string { return fmt.Sprintf("127.0.0.1:%d", ports[i]) }
+	ports := freePorts(t, 6+extra)
+	c := &e2eCluster{nodes: map[string]*proc{}, addr: func(i int) string { return fmt.Sprintf("127.0.0.1:%d", ports[i]) }}
 	ids := []string{"n1", "n2", "n3"}
-	var clients, peers []string
+	var peers []string
 	for i, id := range ids {
-		clients = append(clients, addr(2*i))
-		peers = append(peers, id+"="+addr(2*i+1))
+		c.clients = append(c.clients, c.addr(2*i))
+		peers = append(peers, id+"="+c.addr(2*i+1))
 	}
-	e := newWorld(t, bin, strings.Join(clients, ","))
-	nodes := map[string]*proc{}
+	c.e = newWorld(t, bin, strings.Join(c.clients, ","))
 	for i, id := range ids {
-		nodes[id] = e.start("", "serve", "--node-id", id, "--listen", clients[i], "--peer-listen", addr(2*i+1),
+		c.nodes[id] = c.e.start("", "serve", "--node-id", id, "--listen", c.clients[i], "--peer-listen", c.addr(2*i+1),
 			"--peers", strings.Join(peers, ","), "--bootstrap", "--log-level", "warn")
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
-			for id, p := range nodes {
+			for id, p := range c.nodes {
 				t.Logf("--- %s stderr:\n%s", id, tail(p.err.String(), 30))
 			}
 		}
 	})
+	return c
+}
+
+func TestE2ECluster(t *testing.T) {
+	c := startE2ECluster(t, 2) // then n4: client and peer port
+	e, nodes, clients, addr := c.e, c.nodes, c.clients, c.addr
+	ids := []string{"n1", "n2", "n3"}
 
 	// health exits 0 once a leader serves with verified clocks and every
 	// member's address is known.
@@ -160,13 +188,7 @@ func TestE2ECluster(t *testing.T) {
 
 	// A lock taken and released through a follower's address: the client
 	// follows M to the leader.
-	var follower nodeListNode
-	for _, n := range lj.Nodes {
-		if n.ID != lj.Leader {
-			follower = n
-			break
-		}
-	}
+	follower := lj.follower()
 	tok := e.token(e.expect(0, "acquire", "--addr", follower.ClientAddr, "e2e/cluster", "--lease", "30s"))
 	e.expect(6, "release", "--addr", follower.ClientAddr, "e2e/cluster", strconv.FormatUint(tok-1, 10))
 	e.expect(0, "release", "--addr", follower.ClientAddr, "e2e/cluster", strconv.FormatUint(tok, 10))
@@ -234,13 +256,7 @@ func TestE2ECluster(t *testing.T) {
 
 	// A follower dies: health fails, naming it; the survivors still grant.
 	lj = e.waitLeader(15*time.Second, "")
-	var victim nodeListNode
-	for _, n := range lj.Nodes {
-		if n.ID != lj.Leader {
-			victim = n
-			break
-		}
-	}
+	victim := lj.follower()
 	nodes[victim.ID].kill9(t)
 	p = e.run("health", "--timeout", "2s")
 	if p.code != ExitBusy || !strings.Contains(p.out.String(), "FAIL "+victim.ID+" ("+victim.ClientAddr+"): unreachable") {
