@@ -395,20 +395,21 @@ func (r *run) finish(ctx context.Context, acq *hdrhistogram.Histogram) {
 	}
 }
 
-// redirected releases, on the leader the M answers named, the locks whose
-// release met M, and says what happened.
+// redirected releases, on the leader the M answers named (else the one
+// found), the locks whose release met M or a lost connection, and says what
+// happened.
 func (r *run) redirected(ctx context.Context) string {
 	var held []stranded
 	for _, w := range r.workers {
 		held = append(held, w.stranded...)
 	}
-	leader := "no leader known then"
-	if r.movedTo != "" {
-		leader = "the leader is " + r.movedTo
-	}
-	msg := fmt.Sprintf("%d requests were redirected (M: %s is not the leader; %s): not counted as ops, and each connection slot that got one stopped", r.res.Redirects, r.cfg.Addr, leader)
-	if r.res.Redirects == 0 {
-		msg = fmt.Sprintf("a connection to %s was lost mid-run", r.cfg.Addr)
+	msg := fmt.Sprintf("a connection to %s was lost mid-run", r.cfg.Addr)
+	if r.res.Redirects > 0 {
+		leader := "no leader known then"
+		if r.movedTo != "" {
+			leader = "the leader is " + r.movedTo
+		}
+		msg = fmt.Sprintf("%d requests were redirected (M: %s is not the leader; %s): not counted as ops, and each connection slot that got one stopped", r.res.Redirects, r.cfg.Addr, leader)
 	}
 	if len(held) == 0 {
 		return msg

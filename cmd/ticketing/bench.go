@@ -42,12 +42,12 @@ it stops (a release it interrupted is redone on the leader at the end).
 A connection lost mid-run (the server stopped or crashed) ends the run: the
 report covers it until then, says so ("lost"), and the locks whose release
 was in flight are released on the leader found through --addr.
-Exit 1 when no acquire was granted, or when a connection was lost. Keys are 16 bytes, so every request is
-32 bytes and every answer 16 (the floor server's shapes, see
-scripts/bench-floor.sh). Ends with ops/s, outcomes by status, HDR latency
-quantiles (send → answer), the server's peak RSS (--server-pid: VmHWM) and,
-for one hot key with --wait, handoffs/s and the FIFO check (max wait vs queue
-length × mean hold time).
+Exit 1 when no acquire was granted, or when a connection was lost. Keys are
+16 bytes, so every request is 32 bytes and every answer 16 (the floor
+server's shapes, see scripts/bench-floor.sh). Ends with ops/s, outcomes by
+status, HDR latency quantiles (send → answer), the server's peak RSS
+(--server-pid: VmHWM) and, for one hot key with --wait, handoffs/s and the
+FIFO check (max wait vs queue length × mean hold time).
 
 Examples:
   ticketing bench --conns 8 --pipeline 64 --keys 10000 --duration 10s
