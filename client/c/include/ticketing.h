@@ -154,6 +154,63 @@ tk_status tk_op_wait(tk_op *op, tk_lease *out);
 void tk_op_cancel(tk_op *op);
 void tk_op_free(tk_op *op);
 
+/* Completion queue: many concurrent ops driven from one event-loop thread,
+ * with no thread per op and one wake-up per burst of answers (the form for
+ * proxies and servers that run their own poll/epoll loop).
+ *
+ *   tk_queue_new            a queue over client c (NULL: errno ENOMEM, EMFILE or EINVAL).
+ *   tk_queue_fd             an eventfd: readable while finished ops may be waiting
+ *                           (POLLIN; level-triggered until tk_queue_poll drains it).
+ *   tk_queue_timeout_ms     call tk_queue_poll again after this many ms even if the
+ *                           fd stays quiet (retries while no connection is up, the
+ *                           5 s release window); -1: only when the fd is readable;
+ *                           0: at once.
+ *   tk_queue_acquire        starts an acquire (same arguments and rules as tk_acquire);
+ *                           TK_OK, or a failure at once (bad argument, closed, forked)
+ *                           that produces no event. *op_out (may be NULL) is a handle
+ *                           for tk_queue_cancel, valid until its event is returned.
+ *   tk_queue_release(_token) starts a release (TK_OK only on O; retried for at most 5 s).
+ *   tk_queue_cancel         withdraws an unfinished acquire: C is sent when it is queued
+ *                           and a grant that won the race is released by the client;
+ *                           its event says TK_E_CANCELLED. An acquire already finished
+ *                           (its event not yet returned) keeps its outcome.
+ *   tk_queue_poll           drives the queue and returns up to n finished ops in ev[]
+ *                           (never blocks); call it when the fd is readable or the
+ *                           timeout passed, until it returns fewer than n.
+ *   tk_queue_pending        ops started and not yet returned by tk_queue_poll.
+ *   tk_queue_free           withdraws unfinished acquires, hands unconfirmed releases to
+ *                           the client's background releaser, waits for answers already
+ *                           on their way, and frees. Call before tk_client_free.
+ *
+ * Threading: a queue belongs to one thread at a time (its event loop); the
+ * client under it may be shared with other threads and queues. Requests
+ * started on a queue are written by the connection's I/O thread, so a loop
+ * that starts many ops in a row costs one send() for them all. */
+typedef struct tk_queue tk_queue;
+
+enum { TK_EV_ACQUIRE = 1, TK_EV_RELEASE = 2 };
+
+typedef struct tk_event {
+    void *user;       /* as given to tk_queue_acquire / tk_queue_release */
+    tk_op *op;        /* the handle tk_queue_acquire gave (no longer valid; for matching only) */
+    int kind;         /* TK_EV_ACQUIRE or TK_EV_RELEASE */
+    tk_status status; /* as tk_acquire / tk_release would return */
+    tk_lease lease;   /* acquire TK_OK: the lease. Otherwise key, token (release), code, message */
+} tk_event;
+
+tk_queue *tk_queue_new(tk_client *c);
+int tk_queue_fd(tk_queue *q);
+int tk_queue_timeout_ms(tk_queue *q);
+tk_status tk_queue_acquire(tk_queue *q, const void *key, size_t key_len, uint32_t lease_ms,
+                           uint32_t wait_ms, void *user, tk_op **op_out);
+tk_status tk_queue_release(tk_queue *q, const tk_lease *l, void *user);
+tk_status tk_queue_release_token(tk_queue *q, const void *key, size_t key_len, uint64_t token,
+                                 void *user);
+void tk_queue_cancel(tk_queue *q, tk_op *op);
+size_t tk_queue_poll(tk_queue *q, tk_event *ev, size_t n);
+size_t tk_queue_pending(tk_queue *q);
+void tk_queue_free(tk_queue *q);
+
 /* Validates a key as the server does (1..250 bytes of UTF-8, no control characters). */
 int tk_key_valid(const void *key, size_t len);
 
