@@ -50,7 +50,7 @@ static void run(const char *lang, const char *api, tk_client *c, ticketing::Clie
     fflush(stdout);
 }
 
-// 64 callers as concurrent acquire+release chains on ONE event-loop thread
+// api "queue": 64 callers as concurrent acquire+release chains on ONE event-loop thread
 // (tk_queue): each chain's release starts when its grant arrives and its next
 // acquire when the release is confirmed.
 static void run_queue(tk_client *c, int callers, double secs) {
@@ -91,7 +91,7 @@ static void run_queue(tk_client *c, int callers, double secs) {
     }
     double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     tk_queue_free(q);
-    printf("BENCH {\"lang\":\"c\",\"api\":\"queue (event loop, 1 thread)\",\"callers\":%d,\"pairs\":%lld,\"seconds\":%.1f,\"pairs_per_sec\":%.1f}\n",
+    printf("BENCH {\"lang\":\"c\",\"api\":\"queue\",\"callers\":%d,\"pairs\":%lld,\"seconds\":%.1f,\"pairs_per_sec\":%.1f}\n",
            callers, pairs, el, pairs / el);
     fflush(stdout);
 }

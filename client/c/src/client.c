@@ -39,7 +39,8 @@
 #define REL_WINDOW_NS (5000 * MS)
 #define REL_QUEUE 1024
 #define MAX_WBUF (4u << 20)
-#define SPIN_YIELDS 32 /* a blocking caller yields this often before it sleeps on its futex */
+#define SPIN_YIELDS 32 /* a blocking caller yields at most this often before it sleeps on its futex, */
+#define SPIN_NS (100 * 1000ull) /* and for at most this long (ns) */
 
 enum { F_NONE, F_UNSENT, F_LOST };
 enum { OWN_OP, OWN_ABANDONED, OWN_DROPPED };
@@ -187,6 +188,7 @@ struct tk_queue {
     tk_op *done, **done_tail; /* finished, not yet returned by tk_queue_poll */
     tk_op *spare;             /* finished ops kept for reuse (no malloc per request) */
     size_t nspare;
+    size_t pending;           /* started, not yet returned by tk_queue_poll */
     uint64_t next_timer;      /* no unfinished op needs a step before this (ns); may be early */
 };
 
@@ -235,6 +237,14 @@ static void logf_(tk_client *cl, int level, const char *fmt, ...) {
     vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
     cl->log(cl->log_ud, level, buf);
+}
+
+/* snprintf(dst, n, "%s", src) without the format machinery (once per op) */
+static void copy_msg(char *dst, size_t n, const char *src) {
+    size_t l = strlen(src);
+    if (l >= n) l = n - 1;
+    memcpy(dst, src, l);
+    dst[l] = 0;
 }
 
 static void abs_deadline(struct timespec *ts, uint64_t ns_from_now) {
@@ -1164,7 +1174,7 @@ static void op_finish(tk_op *op, tk_status st, uint8_t code, const char *msg) {
     op->done = 1;
     op->result = st;
     op->code = code;
-    snprintf(op->msg, sizeof op->msg, "%s", msg ? msg : tk_strerror(st));
+    copy_msg(op->msg, sizeof op->msg, msg ? msg : tk_strerror(st));
     if (op->async == A_OP) {
         if (op->efd >= 0) wake_fd(op->efd);
         pthread_cond_broadcast(&op->cv);
@@ -1411,11 +1421,14 @@ static tk_status op_wait_blocking(tk_op *op, tk_lease *out) {
             /* Yield before sleeping: with many callers on few cores the answer
              * usually comes while others run, and a caller that never slept
              * costs the I/O thread no futex wake (on a VM a cross-CPU wake-up
-             * and its switch cost ~6 us; 64 threads: 55 k -> 110-145 k pairs/s,
-             * docs/benchmarks.md). Bounded; alone on a core each yield returns
-             * at once, so a lone caller spins about 10 us before it sleeps. */
-            for (int i = 0; i < SPIN_YIELDS && __atomic_load_n(&op->cstate, __ATOMIC_ACQUIRE) != CS_DONE; i++)
+             * and its switch cost ~6 us; 64 threads: 55 k -> ~105 k pairs/s,
+             * docs/benchmarks.md). Bounded by count and time: alone on a core
+             * each yield returns at once, so a lone caller spins about 10 us. */
+            uint64_t spin_end = tk_now_ns() + SPIN_NS;
+            for (int i = 0; i < SPIN_YIELDS && __atomic_load_n(&op->cstate, __ATOMIC_ACQUIRE) != CS_DONE; i++) {
                 sched_yield();
+                if ((i & 3) == 3 && tk_now_ns() > spin_end) break;
+            }
             if (__atomic_load_n(&op->cstate, __ATOMIC_ACQUIRE) == CS_DONE) continue;
             int idle = CS_IDLE;
             if (__atomic_compare_exchange_n(&op->cstate, &idle, CS_SLEEP, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
@@ -1442,7 +1455,7 @@ static void fill_out(tk_op *op, tk_lease *out) {
         return;
     }
     out->code = op->code;
-    snprintf(out->message, sizeof out->message, "%s", op->msg);
+    copy_msg(out->message, sizeof out->message, op->msg);
 }
 
 static tk_status bad_arg(tk_lease *out, const char *msg) {
@@ -1626,6 +1639,7 @@ static tk_op *queue_op(tk_queue *q, int kind, const void *key, size_t klen, void
         return NULL;
     }
     op_init(op, q->cl, kind, key, klen);
+    q->pending++;
     op->async = A_QUEUE;
     op->q = q;
     op->user = user;
@@ -1732,6 +1746,7 @@ size_t tk_queue_poll(tk_queue *q, tk_event *ev, size_t n) {
         q->done = op->qnext;
         if (!q->done) q->done_tail = &q->done;
         tk_event *e = &ev[k++];
+        q->pending--;
         e->user = op->user;
         e->op = op;
         e->kind = op->kind == K_ACQUIRE ? TK_EV_ACQUIRE : TK_EV_RELEASE;
@@ -1765,13 +1780,7 @@ int tk_queue_timeout_ms(tk_queue *q) {
     return ms > INT32_MAX ? INT32_MAX : (int)ms;
 }
 
-size_t tk_queue_pending(tk_queue *q) {
-    size_t k = 0;
-    if (!q) return 0;
-    for (tk_op *op = q->live; op; op = op->lnext) k++;
-    for (tk_op *op = q->done; op; op = op->qnext) k++;
-    return k;
-}
+size_t tk_queue_pending(tk_queue *q) { return q ? q->pending : 0; }
 
 void tk_queue_free(tk_queue *q) {
     if (!q) return;
