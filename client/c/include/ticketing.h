@@ -181,6 +181,8 @@ void tk_op_free(tk_op *op);
  *   tk_queue_free           withdraws unfinished acquires, hands unconfirmed releases to
  *                           the client's background releaser, waits for answers already
  *                           on their way, and frees. Call before tk_client_free.
+ *                           In a child after fork() a queue starts nothing (TK_E_FORKED),
+ *                           polls nothing, and tk_queue_free only frees its memory.
  *
  * Threading: a queue belongs to one thread at a time (its event loop); the
  * client under it may be shared with other threads and queues. Requests

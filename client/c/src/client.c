@@ -1698,7 +1698,7 @@ tk_status tk_queue_release_token(tk_queue *q, const void *key, size_t klen, uint
 }
 
 void tk_queue_cancel(tk_queue *q, tk_op *op) {
-    if (!q || !op || op->q != q || op->done || op->kind != K_ACQUIRE) return;
+    if (!q || !op || op->q != q || op->done || op->kind != K_ACQUIRE || forked(q->cl)) return;
     op->cancel_req = 1;
     if (op->c && !op->completed && conn_abandon(op->c)) {
         op->c = NULL; /* the I/O thread owns it now and compensates a grant */
@@ -1738,7 +1738,7 @@ static void queue_drive(tk_queue *q) {
 }
 
 size_t tk_queue_poll(tk_queue *q, tk_event *ev, size_t n) {
-    if (!q) return 0;
+    if (!q || forked(q->cl)) return 0; /* a child after fork() never drives the parent's ops */
     queue_drive(q);
     size_t k = 0;
     while (k < n && q->done) {
@@ -1782,8 +1782,32 @@ int tk_queue_timeout_ms(tk_queue *q) {
 
 size_t tk_queue_pending(tk_queue *q) { return q ? q->pending : 0; }
 
+static void queue_release_memory(tk_queue *q) {
+    for (tk_op *op = q->live, *n; op; op = n) {
+        n = op->lnext;
+        free(op);
+    }
+    while (q->done) {
+        tk_op *op = q->done;
+        q->done = op->qnext;
+        free(op);
+    }
+    while (q->spare) {
+        tk_op *op = q->spare;
+        q->spare = op->lnext;
+        free(op);
+    }
+    close(q->efd);
+    pthread_mutex_destroy(&q->mu);
+    free(q);
+}
+
 void tk_queue_free(tk_queue *q) {
     if (!q) return;
+    if (forked(q->cl)) { /* a child after fork(): no I/O thread answers here, no inherited socket is touched */
+        queue_release_memory(q);
+        return;
+    }
     /* unfinished acquires are withdrawn (a grant that won the race is released);
      * unfinished releases go to the client's background releaser (5 s window) */
     for (tk_op *op = q->live, *n; op; op = n) {
@@ -1813,19 +1837,7 @@ void tk_queue_free(tk_queue *q) {
             queue_settle(q, op, 0);
         }
     }
-    while (q->done) {
-        tk_op *op = q->done;
-        q->done = op->qnext;
-        free(op);
-    }
-    while (q->spare) {
-        tk_op *op = q->spare;
-        q->spare = op->lnext;
-        free(op);
-    }
-    close(q->efd);
-    pthread_mutex_destroy(&q->mu);
-    free(q);
+    queue_release_memory(q);
 }
 
 tk_status tk_acquire(tk_client *cl, const void *key, size_t klen, uint32_t lease_ms, uint32_t wait_ms,

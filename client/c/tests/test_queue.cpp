@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <poll.h>
+#include <sys/wait.h>
 
 #include <atomic>
 #include <chrono>
@@ -343,6 +344,46 @@ TEST(QueueIntegration, CancelledWaiterLeavesTheKeyFree) {
     // released by the client
     EXPECT_EQ(tk_acquire(c, "it/qcancel", 10, 5000, 3000, &l2), TK_OK);
     EXPECT_EQ(tk_release(c, &l2), TK_OK);
+    tk_queue_free(q);
+    tk_client_free(c);
+}
+
+TEST(QueueIntegration, ForkedChildNeitherDrivesNorWaits) {
+    Server s;
+    NEED_SERVER(s);
+    std::vector<const char *> a = {s.addr.c_str()};
+    tk_config cfg{};
+    cfg.addrs = a.data();
+    cfg.n_addrs = 1;
+    tk_client *c = tk_client_new(&cfg);
+    ASSERT_EQ(tk_client_wait_connected(c, 0), TK_OK);
+    tk_lease held;
+    ASSERT_EQ(tk_acquire(c, "it/qfork", 8, 5000, 0, &held), TK_OK);
+    tk_queue *q = tk_queue_new(c);
+    ASSERT_EQ(tk_queue_acquire(q, "it/qfork", 8, 5000, 10000, tag(1), nullptr), TK_OK); // queued behind held
+    pid_t p = fork();
+    if (p == 0) {
+        tk_event ev[4];
+        int bad = 0;
+        if (tk_queue_acquire(q, "it/other", 8, 5000, 0, nullptr, nullptr) != TK_E_FORKED) bad |= 1;
+        if (tk_queue_poll(q, ev, 4) != 0) bad |= 2;
+        tk_queue_free(q); // must not wait for the parent's in-flight acquire
+        _exit(bad);
+    }
+    int st = 0;
+    waitpid(p, &st, 0);
+    EXPECT_TRUE(WIFEXITED(st)) << "the child hung or crashed";
+    EXPECT_EQ(WEXITSTATUS(st), 0);
+    // the parent's queue is untouched: its waiter is granted on release
+    ASSERT_EQ(tk_release(c, &held), TK_OK);
+    auto evs = collect(q, 1);
+    ASSERT_EQ(evs.size(), 1u);
+    EXPECT_EQ(evs[0].status, TK_OK);
+    EXPECT_GT(evs[0].lease.token, held.token);
+    ASSERT_EQ(tk_queue_release(q, &evs[0].lease, nullptr), TK_OK);
+    evs = collect(q, 1);
+    ASSERT_EQ(evs.size(), 1u);
+    EXPECT_EQ(evs[0].status, TK_OK);
     tk_queue_free(q);
     tk_client_free(c);
 }
