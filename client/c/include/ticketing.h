@@ -126,7 +126,8 @@ int64_t tk_lease_remaining_ms(const tk_lease *l);
 
 /* Blocking acquire: waits up to wait_ms (0 = try once) for key, with a lease of
  * lease_ms (>= 1). Retried internally only while its bytes were never sent or
- * it was answered M, and only within the remaining wait. */
+ * it was answered M, and only within the remaining wait. A written acquire
+ * unanswered 2 s past its wait (a silent server) ends TK_INDETERMINATE. */
 tk_status tk_acquire(tk_client *c, const void *key, size_t key_len, uint32_t lease_ms,
                      uint32_t wait_ms, tk_lease *out);
 /* Blocking release; TK_OK only when the server answered O. Retried for at most 5 s. */
@@ -178,9 +179,10 @@ void tk_op_free(tk_op *op);
  *                           (never blocks); call it when the fd is readable or the
  *                           timeout passed, until it returns fewer than n.
  *   tk_queue_pending        ops started and not yet returned by tk_queue_poll.
- *   tk_queue_free           withdraws unfinished acquires, hands unconfirmed releases to
- *                           the client's background releaser, waits for answers already
- *                           on their way, and frees. Call before tk_client_free.
+ *   tk_queue_free           withdraws unfinished acquires, releases grants whose events
+ *                           were not yet returned, hands unconfirmed releases to the
+ *                           client's background releaser, waits for answers already on
+ *                           their way, and frees. Call before tk_client_free.
  *                           In a child after fork() a queue starts nothing (TK_E_FORKED),
  *                           polls nothing, and tk_queue_free only frees its memory.
  *

@@ -39,6 +39,7 @@
 #define REL_WINDOW_NS (5000 * MS)
 #define REL_QUEUE 1024
 #define MAX_WBUF (4u << 20)
+#define ANSWER_GRACE_NS (2000 * MS) /* a written acquire unanswered this long past its wait is INDETERMINATE */
 #define SPIN_YIELDS 32 /* a blocking caller yields at most this often before it sleeps on its futex, */
 #define SPIN_NS (100 * 1000ull) /* and for at most this long (ns) */
 
@@ -117,6 +118,8 @@ struct tk_client {
     unsigned fork_gen;
     int gen; /* futex: bumped when a connection comes up or the client closes */
     int gen_waiters;
+    pthread_mutex_t qmu; /* the queues (tk_queue_new..free), signalled when a connection comes up */
+    tk_queue *queues;
     uint8_t token[256];
     size_t tlen;
     SSL_CTX *ssl_ctx;
@@ -190,6 +193,8 @@ struct tk_queue {
     size_t nspare;
     size_t pending;           /* started, not yet returned by tk_queue_poll */
     uint64_t next_timer;      /* no unfinished op needs a step before this (ns); may be early */
+    int retry;                /* atomic: a connection came up, step the ops waiting for one now */
+    tk_queue *cl_next;        /* the client's list of queues (cl->qmu) */
 };
 
 /* ------------------------------------------------------------------ utils */
@@ -298,9 +303,17 @@ static void futex_wait(int *addr, int val, const struct timespec *rel) {
 
 static void futex_wake(int *addr, int n) { syscall(SYS_futex, addr, FUTEX_WAKE_PRIVATE, n, NULL, NULL, 0); }
 
+static void queue_signal(tk_queue *q);
+
 static void bump_gen(tk_client *cl) {
     __atomic_add_fetch(&cl->gen, 1, __ATOMIC_RELEASE);
     if (__atomic_load_n(&cl->gen_waiters, __ATOMIC_ACQUIRE) > 0) futex_wake(&cl->gen, 1 << 30);
+    pthread_mutex_lock(&cl->qmu);
+    for (tk_queue *q = cl->queues; q; q = q->cl_next) {
+        __atomic_store_n(&q->retry, 1, __ATOMIC_RELEASE);
+        queue_signal(q);
+    }
+    pthread_mutex_unlock(&cl->qmu);
 }
 
 static int is_closed(tk_client *cl) { return __atomic_load_n(&cl->closed, __ATOMIC_ACQUIRE); }
@@ -1293,6 +1306,12 @@ static void op_step(tk_op *op) {
         if (op->kind == K_RELEASE && now >= op->deadline && conn_drop(op->c)) {
             op->c = NULL; /* the I/O thread frees it */
             op_finish(op, TK_INDETERMINATE, 0, "release not confirmed within 5 s");
+        } else if (op->kind == K_ACQUIRE && now >= op->budget_end + ANSWER_GRACE_NS && conn_abandon(op->c)) {
+            /* the server answers T by the wait at the latest: a connection that is up
+             * but silent (a stopped process, a black-holed path) must not hold the
+             * caller forever; C withdraws it, a late G is released by the client */
+            op->c = NULL;
+            op_finish(op, TK_INDETERMINATE, 0, "no answer within the wait + 2 s (server unresponsive)");
         }
         return;
     }
@@ -1352,7 +1371,10 @@ static void op_step(tk_op *op) {
         }
         return;
     }
-    uint64_t nt = now + 5 * MS;
+    /* waiting for a free slot: every 5 ms; for a connection: blocking callers are
+     * woken by bump_gen's futex and queues by its signal, so a queue only needs
+     * a slow fallback poll */
+    uint64_t nt = now + (r == ENQ_DOWN && op->async == A_QUEUE ? 250 : 5) * MS;
     op->next_try = nt < limit ? nt : limit;
 }
 
@@ -1362,8 +1384,8 @@ static uint64_t op_wait_ns(tk_op *op) {
     uint64_t now = tk_now_ns();
     if (op->completed) return 0;
     if (op->c) {
-        if (op->kind == K_RELEASE) return op->deadline > now ? op->deadline - now : 0;
-        return UINT64_MAX;
+        uint64_t end = op->kind == K_RELEASE ? op->deadline : op->budget_end + ANSWER_GRACE_NS;
+        return end > now ? end - now : 0;
     }
     return op->next_try > now ? op->next_try - now : 0;
 }
@@ -1379,6 +1401,18 @@ static void op_init(tk_op *op, tk_client *cl, int kind, const void *key, size_t 
     op->efd = -1;
     memcpy(op->key, key, klen);
     op->klen = klen;
+}
+
+/* An acquire's lease and its budgets from now: the wait bounds the whole call,
+ * connecting included (at least connect_timeout_ms to get a connection). */
+static void acquire_budget(tk_op *op, uint32_t lease_ms, uint32_t wait_ms) {
+    uint64_t now = tk_now_ns();
+    op->lease = lease_ms;
+    op->wait = wait_ms;
+    op->start = now;
+    op->budget_end = now + (uint64_t)wait_ms * MS;
+    op->conn_giveup = now + (uint64_t)op->cl->connect_timeout_ms * MS;
+    if (op->budget_end > op->conn_giveup) op->conn_giveup = op->budget_end;
 }
 
 /* An op other threads may touch (tk_acquire_start): heap, mutex, condvar. */
@@ -1476,13 +1510,7 @@ tk_status tk_acquire_start(tk_client *cl, const void *key, size_t klen, uint32_t
     tk_op *op = op_new(cl, K_ACQUIRE, key, klen);
     if (!op) return TK_E_NOMEM;
     op->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    uint64_t now = tk_now_ns();
-    op->lease = lease_ms;
-    op->wait = wait_ms;
-    op->start = now;
-    op->budget_end = now + (uint64_t)wait_ms * MS;
-    op->conn_giveup = now + (uint64_t)cl->connect_timeout_ms * MS;
-    if (op->budget_end > op->conn_giveup) op->conn_giveup = op->budget_end;
+    acquire_budget(op, lease_ms, wait_ms);
     pthread_mutex_lock(&op->mu);
     op_step(op);
     pthread_mutex_unlock(&op->mu);
@@ -1625,10 +1653,14 @@ tk_queue *tk_queue_new(tk_client *cl) {
     q->ready_tail = &q->ready;
     q->done_tail = &q->done;
     q->next_timer = UINT64_MAX;
+    pthread_mutex_lock(&cl->qmu);
+    q->cl_next = cl->queues;
+    cl->queues = q;
+    pthread_mutex_unlock(&cl->qmu);
     return q;
 }
 
-int tk_queue_fd(tk_queue *q) { return q->efd; }
+int tk_queue_fd(tk_queue *q) { return q ? q->efd : -1; }
 
 static tk_op *queue_op(tk_queue *q, int kind, const void *key, size_t klen, void *user) {
     tk_op *op = q->spare;
@@ -1666,13 +1698,7 @@ tk_status tk_queue_acquire(tk_queue *q, const void *key, size_t klen, uint32_t l
     if (is_closed(cl)) return TK_E_CLOSED;
     tk_op *op = queue_op(q, K_ACQUIRE, key, klen, user);
     if (!op) return TK_E_NOMEM;
-    uint64_t now = tk_now_ns();
-    op->lease = lease_ms;
-    op->wait = wait_ms;
-    op->start = now;
-    op->budget_end = now + (uint64_t)wait_ms * MS;
-    op->conn_giveup = now + (uint64_t)cl->connect_timeout_ms * MS;
-    if (op->budget_end > op->conn_giveup) op->conn_giveup = op->budget_end;
+    acquire_budget(op, lease_ms, wait_ms);
     if (op_out) *op_out = op;
     queue_start(q, op);
     return TK_OK;
@@ -1728,7 +1754,7 @@ static void queue_drive(tk_queue *q) {
         queue_settle(q, r, now);
         r = n;
     }
-    if (now < q->next_timer) return;
+    if (now < q->next_timer && !__atomic_exchange_n(&q->retry, 0, __ATOMIC_ACQ_REL)) return;
     q->next_timer = UINT64_MAX;
     for (tk_op *op = q->live, *n; op; op = n) {
         n = op->lnext;
@@ -1738,7 +1764,7 @@ static void queue_drive(tk_queue *q) {
 }
 
 size_t tk_queue_poll(tk_queue *q, tk_event *ev, size_t n) {
-    if (!q || forked(q->cl)) return 0; /* a child after fork() never drives the parent's ops */
+    if (!q || (!ev && n) || forked(q->cl)) return 0; /* a child after fork() never drives the parent's ops */
     queue_drive(q);
     size_t k = 0;
     while (k < n && q->done) {
@@ -1782,7 +1808,18 @@ int tk_queue_timeout_ms(tk_queue *q) {
 
 size_t tk_queue_pending(tk_queue *q) { return q ? q->pending : 0; }
 
-static void queue_release_memory(tk_queue *q) {
+/* unlink: 0 in a child after fork(), where no I/O thread runs bump_gen and
+ * cl->qmu may have been copied locked */
+static void queue_release_memory(tk_queue *q, int unlink) {
+    if (unlink) {
+        pthread_mutex_lock(&q->cl->qmu);
+        for (tk_queue **pp = &q->cl->queues; *pp; pp = &(*pp)->cl_next)
+            if (*pp == q) {
+                *pp = q->cl_next;
+                break;
+            }
+        pthread_mutex_unlock(&q->cl->qmu);
+    }
     for (tk_op *op = q->live, *n; op; op = n) {
         n = op->lnext;
         free(op);
@@ -1805,7 +1842,7 @@ static void queue_release_memory(tk_queue *q) {
 void tk_queue_free(tk_queue *q) {
     if (!q) return;
     if (forked(q->cl)) { /* a child after fork(): no I/O thread answers here, no inherited socket is touched */
-        queue_release_memory(q);
+        queue_release_memory(q, 0);
         return;
     }
     /* unfinished acquires are withdrawn (a grant that won the race is released);
@@ -1837,7 +1874,11 @@ void tk_queue_free(tk_queue *q) {
             queue_settle(q, op, 0);
         }
     }
-    queue_release_memory(q);
+    /* grants finished but never returned by tk_queue_poll: nobody holds them */
+    for (tk_op *op = q->done; op; op = op->qnext)
+        if (op->kind == K_ACQUIRE && op->result == TK_OK && !is_closed(q->cl))
+            compensate(q->cl, op->key, op->klen, op->lease_out.token);
+    queue_release_memory(q, 1);
 }
 
 tk_status tk_acquire(tk_client *cl, const void *key, size_t klen, uint32_t lease_ms, uint32_t wait_ms,
@@ -1849,13 +1890,7 @@ tk_status tk_acquire(tk_client *cl, const void *key, size_t klen, uint32_t lease
     if (is_closed(cl)) return TK_E_CLOSED;
     tk_op op;
     op_init(&op, cl, K_ACQUIRE, key, klen);
-    uint64_t now = tk_now_ns();
-    op.lease = lease_ms;
-    op.wait = wait_ms;
-    op.start = now;
-    op.budget_end = now + (uint64_t)wait_ms * MS;
-    op.conn_giveup = now + (uint64_t)cl->connect_timeout_ms * MS;
-    if (op.budget_end > op.conn_giveup) op.conn_giveup = op.budget_end;
+    acquire_budget(&op, lease_ms, wait_ms);
     return op_wait_blocking(&op, out);
 }
 
@@ -1989,6 +2024,7 @@ tk_client *tk_client_new(const tk_config *cfg) {
         if (cfg->tls->server_name) snprintf(cl->server_name, sizeof cl->server_name, "%s", cfg->tls->server_name);
     }
     pthread_mutex_init(&cl->mu, NULL);
+    pthread_mutex_init(&cl->qmu, NULL);
     cond_init_mono(&cl->cv);
     pthread_mutex_init(&cl->rmu, NULL);
     pthread_cond_init(&cl->rcv, NULL);
@@ -2089,6 +2125,7 @@ void tk_client_free(tk_client *cl) {
     OPENSSL_cleanse(cl->token, sizeof cl->token);
     free(cl->jobs);
     pthread_mutex_destroy(&cl->mu);
+    pthread_mutex_destroy(&cl->qmu);
     pthread_cond_destroy(&cl->cv);
     pthread_mutex_destroy(&cl->rmu);
     pthread_cond_destroy(&cl->rcv);

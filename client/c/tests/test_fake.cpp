@@ -171,6 +171,26 @@ TEST(Fake, CancelWithdrawsQueuedAcquire) {
     EXPECT_EQ(cancels.load(), 1);
 }
 
+TEST(Fake, SilentServerEndsTheAcquireIndeterminateAfterItsWait) {
+    std::atomic<int> cancels{0};
+    Fake f([&](FakeConn &c) {
+        loop(c, [&](FakeConn &, const Req &q) {
+            if (q.op == 'C') cancels++; // up but silent: a stopped server
+        });
+    });
+    Client cl({f.addr()});
+    ASSERT_EQ(tk_client_wait_connected(cl.c, 0), TK_OK);
+    tk_lease l;
+    auto t0 = std::chrono::steady_clock::now();
+    EXPECT_EQ(tk_acquire(cl.c, "k", 1, 1000, 300, &l), TK_INDETERMINATE);
+    auto took = std::chrono::steady_clock::now() - t0;
+    EXPECT_GE(took, std::chrono::milliseconds(2300)) << "the server gets its wait and 2 s to answer";
+    EXPECT_LT(took, std::chrono::seconds(20));
+    EXPECT_NE(std::string(l.message).find("no answer"), std::string::npos) << l.message;
+    for (int i = 0; i < 100 && cancels == 0; i++) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    EXPECT_EQ(cancels.load(), 1);
+}
+
 TEST(Fake, GrantThatWinsTheCancelRaceIsReleased) {
     std::atomic<uint64_t> released{0};
     Fake f([&](FakeConn &c) {

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <map>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -255,14 +256,104 @@ TEST(Queue, FreeWithdrawsQueuedAcquiresAndHandsReleasesToTheReleaser) {
     EXPECT_GE(releases.load(), 2);
 }
 
+TEST(Queue, FreeReleasesGrantsWhoseEventsWereNotReturned) {
+    std::mutex mu;
+    std::vector<uint64_t> released;
+    std::atomic<uint64_t> next{1};
+    Fake f([&](FakeConn &c) {
+        loop(c, [&](FakeConn &c, const Req &q) {
+            if (q.op == 'A') c.send('G', q.req_id, next++);
+            if (q.op == 'R') {
+                std::lock_guard<std::mutex> g(mu);
+                released.push_back(q.arg);
+                c.send('O', q.req_id);
+            }
+        });
+    });
+    Client cl({f.addr()});
+    ASSERT_EQ(tk_client_wait_connected(cl.c, 0), TK_OK);
+    tk_queue *q = tk_queue_new(cl.c);
+    for (int i = 0; i < 5; i++) {
+        std::string k = "k" + std::to_string(i);
+        ASSERT_EQ(tk_queue_acquire(q, k.data(), k.size(), 1000, 0, tag(i), nullptr), TK_OK);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200)); // all five granted
+    tk_event ev[1];
+    ASSERT_EQ(tk_queue_poll(q, ev, 1), 1u);
+    ASSERT_EQ(ev[0].status, TK_OK);
+    uint64_t kept = ev[0].lease.token; // this one the caller holds: not released by free
+    tk_queue_free(q);
+    size_t n = 0;
+    for (int i = 0; i < 300 && n < 4; i++) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        std::lock_guard<std::mutex> g(mu);
+        n = released.size();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    std::lock_guard<std::mutex> g(mu);
+    EXPECT_EQ(released.size(), 4u) << "the four grants nobody received are released, the received one is not";
+    for (uint64_t t : released) EXPECT_NE(t, kept);
+}
+
+TEST(Queue, SilentServerEndsTheAcquireIndeterminateAfterItsWait) {
+    std::atomic<int> cancels{0};
+    Fake f([&](FakeConn &c) {
+        loop(c, [&](FakeConn &, const Req &q) {
+            if (q.op == 'C') cancels++; // up but silent: answers nothing
+        });
+    });
+    Client cl({f.addr()});
+    ASSERT_EQ(tk_client_wait_connected(cl.c, 0), TK_OK);
+    Queue q(cl.c);
+    auto t0 = std::chrono::steady_clock::now();
+    ASSERT_EQ(tk_queue_acquire(q.q, "k", 1, 1000, 300, tag(1), nullptr), TK_OK);
+    int t = tk_queue_timeout_ms(q.q);
+    EXPECT_GE(t, 2000) << "the wait + 2 s bounds a written acquire";
+    EXPECT_LE(t, 2300);
+    auto evs = collect(q.q, 1);
+    ASSERT_EQ(evs.size(), 1u);
+    EXPECT_EQ(evs[0].status, TK_INDETERMINATE);
+    EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(2300));
+    for (int i = 0; i < 100 && cancels == 0; i++) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    EXPECT_EQ(cancels.load(), 1) << "the queued acquire is withdrawn with C";
+}
+
+TEST(Queue, WaitingForAConnectionDoesNotSpin) {
+    Client cl({"127.0.0.1:1"}, nullptr, 1000);
+    Queue q(cl.c);
+    ASSERT_EQ(tk_queue_acquire(q.q, "k", 1, 1000, 1000, tag(1), nullptr), TK_OK);
+    int wakeups = 0;
+    std::vector<tk_event> evs;
+    while (evs.empty() && wakeups < 1000) {
+        struct pollfd p = {tk_queue_fd(q.q), POLLIN, 0};
+        poll(&p, 1, tk_queue_timeout_ms(q.q));
+        wakeups++;
+        tk_event ev[1];
+        if (tk_queue_poll(q.q, ev, 1) == 1) evs.push_back(ev[0]);
+    }
+    ASSERT_EQ(evs.size(), 1u);
+    EXPECT_EQ(evs[0].status, TK_E_CONNECT);
+    EXPECT_LT(wakeups, 30) << "the loop was woken every few ms while no connection was up";
+}
+
+TEST(Queue, NullArgumentsAreHarmless) {
+    EXPECT_EQ(tk_queue_fd(nullptr), -1);
+    EXPECT_EQ(tk_queue_timeout_ms(nullptr), -1);
+    EXPECT_EQ(tk_queue_pending(nullptr), 0u);
+    tk_event ev[1];
+    EXPECT_EQ(tk_queue_poll(nullptr, ev, 1), 0u);
+    tk_queue_cancel(nullptr, nullptr);
+    tk_queue_free(nullptr);
+    Client cl({"127.0.0.1:1"}, nullptr, 300);
+    Queue q(cl.c);
+    EXPECT_EQ(tk_queue_poll(q.q, nullptr, 4), 0u);
+}
+
 TEST(QueueIntegration, SixtyFourChainsOnEightKeysQueueFairlyWithABlockingCaller) {
     Server s;
     NEED_SERVER(s);
-    std::vector<const char *> a = {s.addr.c_str()};
-    tk_config cfg{};
-    cfg.addrs = a.data();
-    cfg.n_addrs = 1;
-    tk_client *c = tk_client_new(&cfg);
+    Client cl({s.addr});
+    tk_client *c = cl.c;
     ASSERT_EQ(tk_client_wait_connected(c, 0), TK_OK);
     std::atomic<bool> stop{false};
     std::atomic<int> blocking_pairs{0};
@@ -313,7 +404,6 @@ TEST(QueueIntegration, SixtyFourChainsOnEightKeysQueueFairlyWithABlockingCaller)
     stop = true;
     t.join();
     tk_queue_free(q);
-    tk_client_free(c);
     EXPECT_EQ(failures, 0);
     EXPECT_EQ(pairs, chains * rounds);
     EXPECT_GT(blocking_pairs.load(), 0) << "the blocking caller was served in the same FIFO";
@@ -322,11 +412,8 @@ TEST(QueueIntegration, SixtyFourChainsOnEightKeysQueueFairlyWithABlockingCaller)
 TEST(QueueIntegration, CancelledWaiterLeavesTheKeyFree) {
     Server s;
     NEED_SERVER(s);
-    std::vector<const char *> a = {s.addr.c_str()};
-    tk_config cfg{};
-    cfg.addrs = a.data();
-    cfg.n_addrs = 1;
-    tk_client *c = tk_client_new(&cfg);
+    Client cl({s.addr});
+    tk_client *c = cl.c;
     ASSERT_EQ(tk_client_wait_connected(c, 0), TK_OK);
     tk_lease held, l2;
     ASSERT_EQ(tk_acquire(c, "it/qcancel", 10, 5000, 0, &held), TK_OK);
@@ -345,17 +432,13 @@ TEST(QueueIntegration, CancelledWaiterLeavesTheKeyFree) {
     EXPECT_EQ(tk_acquire(c, "it/qcancel", 10, 5000, 3000, &l2), TK_OK);
     EXPECT_EQ(tk_release(c, &l2), TK_OK);
     tk_queue_free(q);
-    tk_client_free(c);
 }
 
 TEST(QueueIntegration, ForkedChildNeitherDrivesNorWaits) {
     Server s;
     NEED_SERVER(s);
-    std::vector<const char *> a = {s.addr.c_str()};
-    tk_config cfg{};
-    cfg.addrs = a.data();
-    cfg.n_addrs = 1;
-    tk_client *c = tk_client_new(&cfg);
+    Client cl({s.addr});
+    tk_client *c = cl.c;
     ASSERT_EQ(tk_client_wait_connected(c, 0), TK_OK);
     tk_lease held;
     ASSERT_EQ(tk_acquire(c, "it/qfork", 8, 5000, 0, &held), TK_OK);
@@ -385,5 +468,4 @@ TEST(QueueIntegration, ForkedChildNeitherDrivesNorWaits) {
     ASSERT_EQ(evs.size(), 1u);
     EXPECT_EQ(evs[0].status, TK_OK);
     tk_queue_free(q);
-    tk_client_free(c);
 }
