@@ -1492,6 +1492,16 @@ static void fill_out(tk_op *op, tk_lease *out) {
     copy_msg(out->message, sizeof out->message, op->msg);
 }
 
+/* The checks every call that starts an op makes before anything is sent
+ * (tk_acquire makes the same ones with a message for each). */
+static tk_status start_check(tk_client *cl, const void *key, size_t klen, int lease_zero) {
+    if (!cl) return TK_E_INVALID;
+    if (forked(cl)) return TK_E_FORKED;
+    if (!tk_key_valid(key, klen) || lease_zero) return TK_E_INVALID;
+    if (is_closed(cl)) return TK_E_CLOSED;
+    return TK_OK;
+}
+
 static tk_status bad_arg(tk_lease *out, const char *msg) {
     if (out) {
         out->code = 0;
@@ -1503,10 +1513,8 @@ static tk_status bad_arg(tk_lease *out, const char *msg) {
 tk_status tk_acquire_start(tk_client *cl, const void *key, size_t klen, uint32_t lease_ms, uint32_t wait_ms,
                            tk_op **op_out) {
     *op_out = NULL;
-    if (!cl) return TK_E_INVALID;
-    if (forked(cl)) return TK_E_FORKED;
-    if (!tk_key_valid(key, klen) || lease_ms == 0) return TK_E_INVALID;
-    if (is_closed(cl)) return TK_E_CLOSED;
+    tk_status st = start_check(cl, key, klen, lease_ms == 0);
+    if (st != TK_OK) return st;
     tk_op *op = op_new(cl, K_ACQUIRE, key, klen);
     if (!op) return TK_E_NOMEM;
     op->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -1595,23 +1603,25 @@ void tk_op_free(tk_op *op) {
 
 /* The I/O thread hands an answered op to its queue; one eventfd write per
  * burst (while the queue's thread has not drained the previous one). */
+static void queue_signal_locked(tk_queue *q) {
+    if (!q->signalled) {
+        q->signalled = 1;
+        wake_fd(q->efd);
+    }
+}
+
 static void queue_push(tk_queue *q, tk_op *op) {
     pthread_mutex_lock(&q->mu);
     op->qnext = NULL;
     *q->ready_tail = op;
     q->ready_tail = &op->qnext;
-    int sig = !q->signalled;
-    q->signalled = 1;
-    if (sig) wake_fd(q->efd);
+    queue_signal_locked(q);
     pthread_mutex_unlock(&q->mu);
 }
 
 static void queue_signal(tk_queue *q) {
     pthread_mutex_lock(&q->mu);
-    if (!q->signalled) {
-        q->signalled = 1;
-        wake_fd(q->efd);
-    }
+    queue_signal_locked(q);
     pthread_mutex_unlock(&q->mu);
 }
 
@@ -1681,26 +1691,25 @@ static tk_op *queue_op(tk_queue *q, int kind, const void *key, size_t klen, void
     return op;
 }
 
-static void queue_start(tk_queue *q, tk_op *op) {
+/* Steps op outside tk_queue_poll (a start, a cancel): an op that finished
+ * at once (closed client, cancel) makes the fd readable, poll returns it. */
+static void queue_step(tk_queue *q, tk_op *op) {
     uint64_t now = tk_now_ns();
     op_step(op);
     queue_settle(q, op, now);
-    if (op->done) queue_signal(q); /* finished at once (closed client): poll returns it */
+    if (op->done) queue_signal(q);
 }
 
 tk_status tk_queue_acquire(tk_queue *q, const void *key, size_t klen, uint32_t lease_ms, uint32_t wait_ms,
                            void *user, tk_op **op_out) {
     if (op_out) *op_out = NULL;
-    if (!q) return TK_E_INVALID;
-    tk_client *cl = q->cl;
-    if (forked(cl)) return TK_E_FORKED;
-    if (!tk_key_valid(key, klen) || lease_ms == 0) return TK_E_INVALID;
-    if (is_closed(cl)) return TK_E_CLOSED;
+    tk_status st = start_check(q ? q->cl : NULL, key, klen, lease_ms == 0);
+    if (st != TK_OK) return st;
     tk_op *op = queue_op(q, K_ACQUIRE, key, klen, user);
     if (!op) return TK_E_NOMEM;
     acquire_budget(op, lease_ms, wait_ms);
     if (op_out) *op_out = op;
-    queue_start(q, op);
+    queue_step(q, op);
     return TK_OK;
 }
 
@@ -1710,16 +1719,13 @@ tk_status tk_queue_release(tk_queue *q, const tk_lease *l, void *user) {
 }
 
 tk_status tk_queue_release_token(tk_queue *q, const void *key, size_t klen, uint64_t token, void *user) {
-    if (!q) return TK_E_INVALID;
-    tk_client *cl = q->cl;
-    if (forked(cl)) return TK_E_FORKED;
-    if (!tk_key_valid(key, klen)) return TK_E_INVALID;
-    if (is_closed(cl)) return TK_E_CLOSED;
+    tk_status st = start_check(q ? q->cl : NULL, key, klen, 0);
+    if (st != TK_OK) return st;
     tk_op *op = queue_op(q, K_RELEASE, key, klen, user);
     if (!op) return TK_E_NOMEM;
     op->token = token;
     op->deadline = tk_now_ns() + REL_WINDOW_NS;
-    queue_start(q, op);
+    queue_step(q, op);
     return TK_OK;
 }
 
@@ -1729,10 +1735,7 @@ void tk_queue_cancel(tk_queue *q, tk_op *op) {
     if (op->c && !op->completed && conn_abandon(op->c)) {
         op->c = NULL; /* the I/O thread owns it now and compensates a grant */
     }
-    uint64_t now = tk_now_ns();
-    op_step(op); /* finishes now unless the answer is on its way (then at its arrival) */
-    queue_settle(q, op, now);
-    if (op->done) queue_signal(q);
+    queue_step(q, op); /* finishes now unless the answer is on its way (then at its arrival) */
 }
 
 /* Steps every op the I/O threads answered, and every op whose timer came. */
@@ -1845,34 +1848,26 @@ void tk_queue_free(tk_queue *q) {
         queue_release_memory(q, 0);
         return;
     }
-    /* unfinished acquires are withdrawn (a grant that won the race is released);
-     * unfinished releases go to the client's background releaser (5 s window) */
+    /* unfinished acquires are withdrawn (a grant that won the race is released) */
     for (tk_op *op = q->live, *n; op; op = n) {
         n = op->lnext;
-        if (op->kind == K_ACQUIRE) {
-            tk_queue_cancel(q, op);
-        } else if (!op->c) {
-            if (!is_closed(q->cl)) compensate(q->cl, op->key, op->klen, op->token);
-            op_finish(op, TK_E_CANCELLED, 0, NULL);
-            queue_settle(q, op, 0);
-        }
+        if (op->kind == K_ACQUIRE) tk_queue_cancel(q, op);
     }
-    /* answers on their way (releases in flight, acquires answered before the
-     * cancel) come to the ready list: wait for them; a release that would need
-     * another attempt goes to the background releaser */
-    while (q->live) {
-        struct pollfd p = {q->efd, POLLIN, 0};
-        poll(&p, 1, 100);
-        queue_drive(q);
+    /* a release with no attempt in flight goes to the client's background
+     * releaser (5 s window); answers on their way (releases in flight,
+     * acquires answered before the cancel) come to the ready list: wait */
+    for (;;) {
         for (tk_op *op = q->live, *n; op; op = n) {
             n = op->lnext;
             if (op->c) continue;
-            if (!op->done) {
-                if (op->kind == K_RELEASE && !is_closed(q->cl)) compensate(q->cl, op->key, op->klen, op->token);
-                op_finish(op, TK_E_CANCELLED, 0, NULL);
-            }
+            if (op->kind == K_RELEASE && !is_closed(q->cl)) compensate(q->cl, op->key, op->klen, op->token);
+            op_finish(op, TK_E_CANCELLED, 0, NULL);
             queue_settle(q, op, 0);
         }
+        if (!q->live) break;
+        struct pollfd p = {q->efd, POLLIN, 0};
+        poll(&p, 1, 100);
+        queue_drive(q);
     }
     /* grants finished but never returned by tk_queue_poll: nobody holds them */
     for (tk_op *op = q->done; op; op = op->qnext)
@@ -1908,10 +1903,8 @@ static tk_status release_until(tk_client *cl, const void *key, size_t klen, uint
 
 tk_status tk_release_token(tk_client *cl, const void *key, size_t klen, uint64_t token, uint8_t *code) {
     if (code) *code = 0;
-    if (!cl) return TK_E_INVALID;
-    if (forked(cl)) return TK_E_FORKED;
-    if (!tk_key_valid(key, klen)) return TK_E_INVALID;
-    if (is_closed(cl)) return TK_E_CLOSED;
+    tk_status st = start_check(cl, key, klen, 0);
+    if (st != TK_OK) return st;
     return release_until(cl, key, klen, token, tk_now_ns() + REL_WINDOW_NS, code);
 }
 

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <functional>
 #include <mutex>
@@ -145,6 +146,55 @@ struct Client {
 void loop(FakeConn &c, const std::function<void(FakeConn &, const Req &)> &answer) {
     Req q;
     while (c.read(q)) answer(c, q);
+}
+
+// Checks cond every 10 ms until it holds or limit passed; returns its last value.
+template <class F> bool eventually(F cond, std::chrono::milliseconds limit = std::chrono::seconds(1)) {
+    for (auto end = std::chrono::steady_clock::now() + limit; !cond();) {
+        if (std::chrono::steady_clock::now() >= end) return cond();
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return true;
+}
+
+// A server holding the key: every acquire is queued and never answered, and a
+// C withdraws it as the server does (T for the acquire, O for the C).
+inline std::function<void(FakeConn &)> withdraws_on_cancel(std::atomic<int> &cancels) {
+    return [&cancels](FakeConn &c) {
+        loop(c, [&cancels](FakeConn &c, const Req &q) {
+            if (q.op == 'C') {
+                cancels++;
+                c.send('T', (uint32_t)(q.arg >> 32));
+                c.send('O', q.req_id);
+            }
+        });
+    };
+}
+
+// The grant wins the race against C: G (token 99) for the acquire, N for the
+// C; records the token of the release that follows.
+inline std::function<void(FakeConn &)> grant_wins_cancel(std::atomic<uint64_t> &released) {
+    return [&released](FakeConn &c) {
+        loop(c, [&released](FakeConn &c, const Req &q) {
+            if (q.op == 'C') {
+                c.send('G', (uint32_t)(q.arg >> 32), 99);
+                c.send('N', q.req_id);
+            }
+            if (q.op == 'R') {
+                released = q.arg;
+                c.send('O', q.req_id);
+            }
+        });
+    };
+}
+
+// Up but silent (a stopped server): answers nothing, counts the Cs.
+inline std::function<void(FakeConn &)> silent_counting_cancels(std::atomic<int> &cancels) {
+    return [&cancels](FakeConn &c) {
+        loop(c, [&cancels](FakeConn &, const Req &q) {
+            if (q.op == 'C') cancels++;
+        });
+    };
 }
 
 } // namespace

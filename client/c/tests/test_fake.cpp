@@ -148,15 +148,7 @@ TEST(Fake, MovedLoopHitsTheHopLimit) {
 
 TEST(Fake, CancelWithdrawsQueuedAcquire) {
     std::atomic<int> cancels{0};
-    Fake f([&](FakeConn &c) {
-        loop(c, [&](FakeConn &c, const Req &q) {
-            if (q.op == 'C') {
-                cancels++;
-                c.send('T', (uint32_t)(q.arg >> 32));
-                c.send('O', q.req_id);
-            }
-        });
-    });
+    Fake f(withdraws_on_cancel(cancels));
     Client cl({f.addr()});
     ASSERT_EQ(tk_client_wait_connected(cl.c, 0), TK_OK);
     tk_op *op = nullptr;
@@ -167,17 +159,13 @@ TEST(Fake, CancelWithdrawsQueuedAcquire) {
     tk_lease l;
     EXPECT_EQ(tk_op_wait(op, &l), TK_E_CANCELLED);
     tk_op_free(op);
-    for (int i = 0; i < 100 && cancels == 0; i++) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    eventually([&] { return cancels > 0; });
     EXPECT_EQ(cancels.load(), 1);
 }
 
 TEST(Fake, SilentServerEndsTheAcquireIndeterminateAfterItsWait) {
     std::atomic<int> cancels{0};
-    Fake f([&](FakeConn &c) {
-        loop(c, [&](FakeConn &, const Req &q) {
-            if (q.op == 'C') cancels++; // up but silent: a stopped server
-        });
-    });
+    Fake f(silent_counting_cancels(cancels));
     Client cl({f.addr()});
     ASSERT_EQ(tk_client_wait_connected(cl.c, 0), TK_OK);
     tk_lease l;
@@ -187,24 +175,13 @@ TEST(Fake, SilentServerEndsTheAcquireIndeterminateAfterItsWait) {
     EXPECT_GE(took, std::chrono::milliseconds(2300)) << "the server gets its wait and 2 s to answer";
     EXPECT_LT(took, std::chrono::seconds(20));
     EXPECT_NE(std::string(l.message).find("no answer"), std::string::npos) << l.message;
-    for (int i = 0; i < 100 && cancels == 0; i++) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    eventually([&] { return cancels > 0; });
     EXPECT_EQ(cancels.load(), 1);
 }
 
 TEST(Fake, GrantThatWinsTheCancelRaceIsReleased) {
     std::atomic<uint64_t> released{0};
-    Fake f([&](FakeConn &c) {
-        loop(c, [&](FakeConn &c, const Req &q) {
-            if (q.op == 'C') {
-                c.send('G', (uint32_t)(q.arg >> 32), 99);
-                c.send('N', q.req_id);
-            }
-            if (q.op == 'R') {
-                released = q.arg;
-                c.send('O', q.req_id);
-            }
-        });
-    });
+    Fake f(grant_wins_cancel(released));
     Client cl({f.addr()});
     ASSERT_EQ(tk_client_wait_connected(cl.c, 0), TK_OK);
     tk_op *op = nullptr;
@@ -213,7 +190,7 @@ TEST(Fake, GrantThatWinsTheCancelRaceIsReleased) {
     tk_op_cancel(op);
     EXPECT_EQ(tk_op_wait(op, nullptr), TK_E_CANCELLED);
     tk_op_free(op);
-    for (int i = 0; i < 200 && released == 0; i++) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    eventually([&] { return released != 0; }, std::chrono::seconds(2));
     EXPECT_EQ(released.load(), 99u);
 }
 
@@ -276,7 +253,7 @@ TEST(Fake, TwoConnectionsForOneAddress) {
     Fake f([](FakeConn &c) { loop(c, [](FakeConn &, const Req &) {}); });
     Client cl({f.addr()});
     ASSERT_EQ(tk_client_wait_connected(cl.c, 0), TK_OK);
-    for (int i = 0; i < 100 && f.accepted < 2; i++) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    eventually([&] { return f.accepted >= 2; });
     EXPECT_EQ(f.accepted.load(), 2);
 }
 

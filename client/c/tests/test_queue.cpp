@@ -109,11 +109,8 @@ TEST(Queue, PollReturnsAtMostNAndTheFdStaysReadable) {
     ASSERT_EQ(tk_client_wait_connected(cl.c, 0), TK_OK);
     Queue q(cl.c);
     for (int i = 0; i < 5; i++) ASSERT_EQ(tk_queue_acquire(q.q, "k", 1, 1000, 0, tag(i), nullptr), TK_OK);
-    for (int i = 0; i < 200 && tk_queue_pending(q.q) > 0; i++) {
-        // wait until all five are answered before taking any
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
-        if (readable(tk_queue_fd(q.q))) break;
-    }
+    // wait until all five are answered before taking any
+    eventually([&] { return readable(tk_queue_fd(q.q)); }, std::chrono::seconds(2));
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     tk_event ev[2];
     size_t got = tk_queue_poll(q.q, ev, 2);
@@ -128,15 +125,7 @@ TEST(Queue, PollReturnsAtMostNAndTheFdStaysReadable) {
 
 TEST(Queue, CancelWithdrawsQueuedAcquireWithC) {
     std::atomic<int> cancels{0};
-    Fake f([&](FakeConn &c) {
-        loop(c, [&](FakeConn &c, const Req &q) {
-            if (q.op == 'C') {
-                cancels++;
-                c.send('T', (uint32_t)(q.arg >> 32));
-                c.send('O', q.req_id);
-            }
-        });
-    });
+    Fake f(withdraws_on_cancel(cancels));
     Client cl({f.addr()});
     ASSERT_EQ(tk_client_wait_connected(cl.c, 0), TK_OK);
     Queue q(cl.c);
@@ -149,24 +138,13 @@ TEST(Queue, CancelWithdrawsQueuedAcquireWithC) {
     ASSERT_EQ(evs.size(), 1u);
     EXPECT_EQ(evs[0].status, TK_E_CANCELLED);
     EXPECT_EQ(evs[0].op, op);
-    for (int i = 0; i < 100 && cancels == 0; i++) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    eventually([&] { return cancels > 0; });
     EXPECT_EQ(cancels.load(), 1);
 }
 
 TEST(Queue, GrantThatWinsTheCancelRaceIsReleased) {
     std::atomic<uint64_t> released{0};
-    Fake f([&](FakeConn &c) {
-        loop(c, [&](FakeConn &c, const Req &q) {
-            if (q.op == 'C') {
-                c.send('G', (uint32_t)(q.arg >> 32), 99);
-                c.send('N', q.req_id);
-            }
-            if (q.op == 'R') {
-                released = q.arg;
-                c.send('O', q.req_id);
-            }
-        });
-    });
+    Fake f(grant_wins_cancel(released));
     Client cl({f.addr()});
     ASSERT_EQ(tk_client_wait_connected(cl.c, 0), TK_OK);
     Queue q(cl.c);
@@ -177,7 +155,7 @@ TEST(Queue, GrantThatWinsTheCancelRaceIsReleased) {
     auto evs = collect(q.q, 1);
     ASSERT_EQ(evs.size(), 1u);
     EXPECT_EQ(evs[0].status, TK_E_CANCELLED);
-    for (int i = 0; i < 200 && released == 0; i++) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    eventually([&] { return released != 0; }, std::chrono::seconds(2));
     EXPECT_EQ(released.load(), 99u);
 }
 
@@ -247,11 +225,11 @@ TEST(Queue, FreeWithdrawsQueuedAcquiresAndHandsReleasesToTheReleaser) {
     tk_queue *q = tk_queue_new(cl.c);
     ASSERT_EQ(tk_queue_acquire(q, "a", 1, 1000, 10000, tag(1), nullptr), TK_OK);
     ASSERT_EQ(tk_queue_release_token(q, "r", 1, 5, tag(2)), TK_OK);
-    for (int i = 0; i < 100 && releases == 0; i++) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    eventually([&] { return releases > 0; });
     collect(q, 1, std::chrono::milliseconds(100)); // takes the U: the release now waits to retry
     answer_releases = true;
     tk_queue_free(q); // the queued acquire gets C; the release goes to the background releaser
-    for (int i = 0; i < 300 && (cancels == 0 || releases < 2); i++) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    eventually([&] { return cancels > 0 && releases >= 2; }, std::chrono::seconds(3));
     EXPECT_EQ(cancels.load(), 1);
     EXPECT_GE(releases.load(), 2);
 }
@@ -283,12 +261,12 @@ TEST(Queue, FreeReleasesGrantsWhoseEventsWereNotReturned) {
     ASSERT_EQ(ev[0].status, TK_OK);
     uint64_t kept = ev[0].lease.token; // this one the caller holds: not released by free
     tk_queue_free(q);
-    size_t n = 0;
-    for (int i = 0; i < 300 && n < 4; i++) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
-        std::lock_guard<std::mutex> g(mu);
-        n = released.size();
-    }
+    eventually(
+        [&] {
+            std::lock_guard<std::mutex> g(mu);
+            return released.size() >= 4;
+        },
+        std::chrono::seconds(3));
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     std::lock_guard<std::mutex> g(mu);
     EXPECT_EQ(released.size(), 4u) << "the four grants nobody received are released, the received one is not";
@@ -297,11 +275,7 @@ TEST(Queue, FreeReleasesGrantsWhoseEventsWereNotReturned) {
 
 TEST(Queue, SilentServerEndsTheAcquireIndeterminateAfterItsWait) {
     std::atomic<int> cancels{0};
-    Fake f([&](FakeConn &c) {
-        loop(c, [&](FakeConn &, const Req &q) {
-            if (q.op == 'C') cancels++; // up but silent: answers nothing
-        });
-    });
+    Fake f(silent_counting_cancels(cancels));
     Client cl({f.addr()});
     ASSERT_EQ(tk_client_wait_connected(cl.c, 0), TK_OK);
     Queue q(cl.c);
@@ -314,7 +288,7 @@ TEST(Queue, SilentServerEndsTheAcquireIndeterminateAfterItsWait) {
     ASSERT_EQ(evs.size(), 1u);
     EXPECT_EQ(evs[0].status, TK_INDETERMINATE);
     EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(2300));
-    for (int i = 0; i < 100 && cancels == 0; i++) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    eventually([&] { return cancels > 0; });
     EXPECT_EQ(cancels.load(), 1) << "the queued acquire is withdrawn with C";
 }
 
