@@ -92,6 +92,10 @@ test("abort withdraws a queued acquire: the next waiter is not delayed", async (
   await sleep(100);
   ac.abort();
   await assert.rejects(p, CancelledError);
+  // The abort answers as soon as C is written; the release may go out on the
+  // client's other connection and overtake it at the server (the waiter would
+  // then be granted and compensated, a few ms later). Give C a head start.
+  await sleep(200);
   await a.release();
   // Were the cancelled waiter still queued, it would hold the key now.
   const b = await cl.acquire("it/cancel", { leaseMs: 1000, waitMs: 0 });
