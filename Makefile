@@ -42,6 +42,9 @@ test: deps
 # (default: all); a language whose client/<lang>/ci.sh is absent or whose
 # `ci.sh toolchain` fails is skipped with the install command.
 CLIENT_LANGS := go python js rust java kotlin c cpp ruby csharp
+# Second APIs run as their own testkit languages (client/testkit/README.md,
+# "Variants"): the base language's driver with TESTKIT_VARIANT set.
+CLIENT_VARIANTS := python-asyncio rust-blocking java-async c-queue
 comma := ,
 SEL_LANGS = $(if $(LANGS),$(subst $(comma), ,$(LANGS)),$(CLIENT_LANGS))
 # ci_script LANG: the ci.sh that provides LANG (kotlin/cpp fall back to java/c).
@@ -60,6 +63,7 @@ deps:
 # Builds the driver of every selected language whose toolchain is present.
 drivers:
 	@failed=""; built=" "; for l in $(SEL_LANGS); do \
+	  l=$${l%%-*}; \
 	  if [ $$l = go ]; then echo "== drivers: go"; \
 	    CGO_ENABLED=0 $(GO) build -o client/testkit/bin/godriver ./client/testkit/godriver || failed="$$failed go"; continue; fi; \
 	  $(ci_for); \
@@ -80,14 +84,14 @@ test-clients: build
 
 # One language: make test-client LANG=python
 test-client: build
-	@[ -n "$(filter $(CLIENT_LANGS),$(LANG))" ] || { echo "usage: make test-client LANG=<one of: $(CLIENT_LANGS)>"; exit 2; }
+	@[ -n "$(filter $(CLIENT_LANGS) $(CLIENT_VARIANTS),$(LANG))" ] || { echo "usage: make test-client LANG=<one of: $(CLIENT_LANGS) $(CLIENT_VARIANTS)>"; exit 2; }
 	@$(MAKE) --no-print-directory drivers LANGS='$(LANG)'
 	$(GO) run ./client/testkit/cmd/runner -bin bin/ticketing -langs $(LANG) $(TESTKIT_FLAGS)
 
 # Each present client's own suite (client/<lang>/ci.sh test). Kotlin's and
 # C++'s suites are Java's and C's (one Maven build, one CMake build): each runs once.
 test-lang-suites: build
-	@failed=""; done_=" "; for l in $(filter-out go,$(SEL_LANGS)); do \
+	@failed=""; done_=" "; for l in $(filter-out go $(CLIENT_VARIANTS),$(SEL_LANGS)); do \
 	  $(ci_for); \
 	  case $$l in kotlin) [ ! -f client/java/ci.sh ] || ci=client/java/ci.sh;; cpp) [ ! -f client/c/ci.sh ] || ci=client/c/ci.sh;; esac; \
 	  if [ ! -f $$ci ]; then echo "== test-lang-suites: $$l skipped: no $$ci yet"; continue; fi; \
