@@ -18,6 +18,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 repo="$(cd "$here/../.." && pwd)"
 bin="${TICKETING_BIN:-$repo/bin/ticketing}"
 [[ -x "$bin" ]] || { echo "package-check: server binary $bin missing (make build or TICKETING_BIN)" >&2; exit 1; }
+bin="$(cd "$(dirname "$bin")" && pwd)/$(basename "$bin")" # the checks run in another directory
 
 tmp="$(mktemp -d)"
 server_pid=""
