@@ -59,6 +59,7 @@ from .errors import (
     ClosedIndeterminate,
     ConnectError,
     Indeterminate,
+    InsufficientLease,
     InvalidArgument,
     LockBusy,
     LockTimeout,
@@ -81,6 +82,9 @@ ENQ_DOWN = 1  # not connected (or its write buffer is over its bound)
 ENQ_FULL = 2  # connected, but all of max_inflight is in use
 
 READ_ONLY_ADMIN = ("status", "locks", "time", "members")
+
+DEFAULT_ANSWER_ALLOWANCE = 3.0  # R2: one default in every client (the Go client's WithAnswerAllowance)
+FIRST_CONNECT_GRACE = 1.0  # R1: a first connection may be waited for this long past a shorter wait
 
 
 class NoSlot(Exception):
@@ -114,6 +118,7 @@ class Call:
         "job",
         "key",
         "op",
+        "overdue",
         "owner",
         "payload",
         "pending",
@@ -140,6 +145,7 @@ class Call:
         self.sent = 0.0
         self.pending = False
         self.owner = OWNER_CALLER
+        self.overdue = False  # no answer within wait + the answer allowance (R2)
         self.job: Any = None  # the blocking releaser's job
         self.status = 0
         self.code = 0
@@ -171,17 +177,20 @@ class ConnCore:
         self.wbuf = bytearray()
         self.seq = 0
         self.taken = 0
+        self.cfg_err: TicketingError | None = None  # the last attempt failed auth or TLS (R4)
 
     def note_failed(self, cl: ClientCore[Any], err: TicketingError) -> None:
         self.failures += 1  # written by this connection's own thread/task only
         n = self.failures
         cl._last_err = err
+        self.cfg_err = err if isinstance(err, (AuthError, TLSError)) else None
         lvl = logging.WARNING if n == 1 else logging.DEBUG
         if isinstance(err, AuthError):
             lvl = logging.ERROR
         log.log(lvl, "ticketing: connect to %s failed (attempt %d): %s", self.addr, n, err)
 
     def up_locked(self, w: _wire.Welcome) -> None:
+        self.cfg_err = None
         self.state = UP
         self.ever_up = True
         self.failures = 0
@@ -285,14 +294,15 @@ class ConnCore:
         self.wbuf = bytearray()
         return calls
 
-    def abandon_locked(self, c: Call, cancel: Call) -> bool | None:
+    def abandon_locked(self, c: Call, cancel: Call, withdraw: bool = False) -> bool | None:
         """The caller gives up on c: None when c was already answered; else
         c is left to the reader (which compensates a grant), and True when a
-        queued acquire must be withdrawn (cancel, a C, was queued)."""
+        queued acquire (or, with withdraw, any acquire) must be withdrawn
+        (cancel, a C, was queued)."""
         if not c.pending or c.owner != OWNER_CALLER:
             return None
         c.owner = OWNER_ABANDONED
-        if c.op != _wire.OP_ACQUIRE or not c.counts or self.state != UP:
+        if c.op != _wire.OP_ACQUIRE or not (c.counts or withdraw) or self.state != UP:
             return False
         cancel.owner = OWNER_DROPPED
         self.enqueue_locked(cancel)
@@ -398,6 +408,7 @@ class ClientCore(Generic[C]):
         server_name: str | None,
         connect_timeout: Duration,
         admin_token: str | None,
+        answer_allowance: Duration = DEFAULT_ANSWER_ALLOWANCE,
     ) -> None:
         if isinstance(addrs, str):
             addrs = [addrs]
@@ -410,6 +421,7 @@ class ClientCore(Generic[C]):
             raise InvalidArgument("no server address")
         self._addrs = uniq
         self._connect_timeout = seconds(connect_timeout, "connect_timeout")
+        self._answer_allowance = seconds(answer_allowance, "answer_allowance")
         self._role = _wire.ROLE_CLIENT
         self._token = (token or "").encode("utf-8")
         if admin_token is not None:
@@ -464,7 +476,10 @@ class ClientCore(Generic[C]):
     async def _send(self, c: Call, give_up: float, slot_give_up: float, cancel: CancelToken | None) -> None:
         raise NotImplementedError
 
-    async def _wait_call(self, c: Call, cancel: CancelToken | None) -> bool:
+    async def _wait_call(self, c: Call, cancel: CancelToken | None, due: float | None = None) -> bool:
+        """Wait for c's answer: False when cancelled (c abandoned). With due,
+        an answer still missing then abandons c (withdrawn with C, a late
+        grant released) and sets c.overdue."""
         raise NotImplementedError
 
     async def _wait_release(self, c: Call, s: ReleaseState) -> bool:
@@ -490,6 +505,22 @@ class ClientCore(Generic[C]):
         if err is not None:
             return ConnectError(f"no connection to {', '.join(self._addrs)}: {err}")
         return ConnectError(f"no connection to {', '.join(self._addrs)} within {self._connect_timeout:g} s")
+
+    def _config_error(self) -> TicketingError | None:
+        """The error to fail waiting calls with at once (R4, R5): every
+        connection's last attempt failed authentication or TLS."""
+        conns = self._conns
+        if conns and all(cn.cfg_err is not None for cn in conns):
+            return self._connect_error()
+        return None
+
+    def _conn_limit(self, c: Call, give_up: float) -> float:
+        """How long c may wait for a connection: an acquire until its wait's
+        end (R1), or up to 1 s past it while a connection is still being
+        opened for the first time."""
+        if c.op == _wire.OP_ACQUIRE and any(cn.connecting() for cn in self._conns):
+            return give_up + FIRST_CONNECT_GRACE
+        return give_up
 
     def _try_enqueue(self, c: Call) -> tuple[int, C | None, Any]:
         """Queue c without waiting: the known leader first, then round robin.
@@ -568,23 +599,25 @@ class ClientCore(Generic[C]):
 
     # ------------------------------------------------------------ operations
 
-    async def _acquire(self, kb: bytes, lease_ms: int, wait_ms: int, cancel: CancelToken | None) -> tuple[int, float]:
+    async def _acquire(
+        self, kb: bytes, lease_ms: int, wait_ms: int, cancel: CancelToken | None, min_remaining: float | None = None
+    ) -> tuple[int, float]:
         """(token, local deadline) of a granted acquire; retried only when
         its request was never written or answered M, within the wait. Every
         error names the key and the server (edge rule R15)."""
         try:
-            return await self._acquire_loop(kb, lease_ms, wait_ms, cancel)
+            return await self._acquire_loop(kb, lease_ms, wait_ms, cancel, min_remaining)
         except TicketingError as e:
             if e._where:
                 raise
             raise where(e, f"acquire {show_key(kb)}") from e.__cause__
 
     async def _acquire_loop(
-        self, kb: bytes, lease_ms: int, wait_ms: int, cancel: CancelToken | None
+        self, kb: bytes, lease_ms: int, wait_ms: int, cancel: CancelToken | None, min_remaining: float | None
     ) -> tuple[int, float]:
         start = time.monotonic()
         budget_end = start + wait_ms / 1000
-        conn_give_up = max(start + self._connect_timeout, budget_end)
+        conn_give_up = budget_end  # R1: the wait bounds the whole call, connecting included
         moves = rounds = 0
         st: ReleaseState | None = None  # for its once-per-call "woken" flag
         while True:
@@ -596,13 +629,23 @@ class ClientCore(Generic[C]):
                 await self._send(c, conn_give_up, budget_end, cancel)
             except NoSlot:
                 raise LockTimeout("not acquired: no free max_inflight slot within the wait") from None
-            if not await self._wait_call(c, cancel):
+            # R2: no answer within its wait plus the answer allowance, counted from its write
+            due = c.sent + c.a2 / 1000 + self._answer_allowance
+            if not await self._wait_call(c, cancel, due):
                 raise Cancelled("cancelled")
+            at = f"acquire {show_key(kb)} on {c.conn.addr}"
+            if c.overdue:
+                raise where(
+                    Indeterminate(
+                        f"no answer within {due - c.sent:.3g} s of the request's write (its wait "
+                        f"{c.a2 / 1000:g} s + the answer allowance {self._answer_allowance:g} s); withdrawn"
+                    ),
+                    at,
+                )
             if cancel is not None and cancel.cancelled:
                 if c.granted():
                     self._compensate(kb, c.value)
                 raise Cancelled("cancelled")
-            at = f"acquire {show_key(kb)} on {c.conn.addr}"
             if c.fail != FAIL_NONE:
                 if c.fail == FAIL_LOST:
                     if isinstance(c.fail_err, ClientClosed):
@@ -616,7 +659,22 @@ class ClientCore(Generic[C]):
             else:
                 s = c.status
                 if s == _wire.ST_GRANTED:
-                    return c.value, c.sent + c.queued * _wire.QUEUED_UNIT + lease_ms / 1000
+                    deadline = c.sent + c.queued * _wire.QUEUED_UNIT + lease_ms / 1000
+                    if min_remaining is not None:
+                        left = deadline - time.monotonic()
+                        if left < min_remaining:  # R14: released at once, the work not started
+                            try:
+                                await self._release(ReleaseState(kb, c.value))
+                            except TicketingError as e:  # the lease ends it
+                                log.warning("ticketing: release of an insufficient lease failed: %s", e)
+                            raise where(
+                                InsufficientLease(
+                                    f"granted with {max(left, 0.0) * 1000:.0f} ms of the lease left, below "
+                                    f"min_remaining {min_remaining * 1000:.0f} ms; released"
+                                ),
+                                at,
+                            )
+                    return c.value, deadline
                 if s == _wire.ST_TIMEOUT:
                     raise where(LockTimeout("timed out, not acquired"), at)
                 if s == _wire.ST_BUSY:
