@@ -175,6 +175,10 @@ module Ticketing
       @mu.synchronize { @state == :up }
     end
 
+    # The last connect attempt failed authentication or TLS (a configuration
+    # error: waiting calls fail at once, edge rule R4), else nil.
+    attr_reader :cfg_err
+
     def failures
       @mu.synchronize { @failures }
     end
@@ -206,12 +210,14 @@ module Ticketing
     # Leaves a pending call to the connection: a queued acquire is withdrawn
     # with C and a grant that wins the race is compensated. False when the
     # call was already answered (its result is on the call).
-    def abandon(call)
+    def abandon(call, withdraw: false)
       @mu.synchronize do
         return false unless call.pending
 
         call.owner = :abandoned
-        enqueue_locked(Call.new(Wire::OP_CANCEL, call.key, call.req_id, owner: :dropped)) if call.op == Wire::OP_ACQUIRE && call.counts
+        if call.op == Wire::OP_ACQUIRE && (call.counts || withdraw) && @state == :up
+          enqueue_locked(Call.new(Wire::OP_CANCEL, call.key, call.req_id, owner: :dropped))
+        end
       end
       flush
       true
@@ -482,6 +488,7 @@ module Ticketing
     end
 
     def failed(err)
+      @cfg_err = err.is_a?(AuthenticationError) || err.is_a?(TLSError) ? err : nil
       n = @mu.synchronize { @failures += 1 }
       @client.connection_failed(self, err, n)
     end
@@ -490,6 +497,7 @@ module Ticketing
       @mu.synchronize do
         return false if @client.closed?
 
+        @cfg_err = nil
         @state = :up
         @sock = sock
         @ever_up = true
