@@ -68,10 +68,10 @@ type conn struct {
 	state       connState
 	nc          net.Conn // the live connection, nil when down
 	everUp      bool
-	failures    int // failed attempts since the last successful handshake
+	failures    int   // failed attempts since the last successful handshake
 	cfgErr      error // the last attempt failed for a configuration reason (auth, TLS); nil once up
-	maxInflight int // from WELCOME
-	inflight    int // outstanding calls with counts
+	maxInflight int   // from WELCOME
+	inflight    int   // outstanding calls with counts
 	pending     map[uint32]*call
 	nextID      uint32
 	wbuf        []byte

@@ -58,8 +58,8 @@ const (
 	// is being opened for the first time (Dial's second connection, a
 	// leader learned from M) waits up to this long for it (R1).
 	firstConnectGrace = time.Second
-	backoffBase        = 100 * time.Millisecond // first reconnect step
-	backoffCap         = 3200 * time.Millisecond
+	backoffBase       = 100 * time.Millisecond // first reconnect step
+	backoffCap        = 3200 * time.Millisecond
 	// After maxMoves consecutive M answers (an election under way), and
 	// between the tries of a release, the client backs off on a shorter
 	// schedule than for reconnects: 25 ms doubling to 200 ms, jittered. An
