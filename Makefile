@@ -8,7 +8,7 @@ LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.dat
 FUZZTIME ?= 60s
 
 .PHONY: build run demo test test-short lint fuzz bench bench-smoke e2e clean image release man completions \
-	drivers test-clients test-client test-lang-suites bench-clients deps
+	drivers test-clients test-client test-lang-suites test-packages bench-clients deps
 
 # Deployment artifacts (docs/operations.md).
 DIST      ?= dist
@@ -34,6 +34,7 @@ test: deps
 	$(GO) vet $(PKGS)
 	$(GO) test -race -count=1 -timeout 20m $(PKGS)
 	$(MAKE) test-lang-suites
+	$(MAKE) test-packages
 	$(MAKE) test-clients
 
 # ---------------------------------------------------------------------------
@@ -100,6 +101,22 @@ test-lang-suites: build
 	  TICKETING_BIN=$(CURDIR)/bin/ticketing bash $$ci test || failed="$$failed $$l"; \
 	done; \
 	if [ -n "$$failed" ]; then echo "test-lang-suites: FAILED:$$failed"; exit 1; fi; echo "test-lang-suites: ok"
+
+# Each present client's package as its users install it (client/<lang>/ci.sh
+# package-check: the artifact built with the ecosystem's tool, installed into
+# a fresh project outside the repository, the README's first example against
+# a real server; issues 32-34 P3). A ci.sh without the command is listed.
+test-packages: build
+	@failed=""; done_=" "; for l in $(filter-out go,$(SEL_LANGS)); do \
+	  $(ci_for); \
+	  if [ ! -f $$ci ]; then echo "== test-packages: $$l skipped: no $$ci yet"; continue; fi; \
+	  case "$$done_" in *" $$ci "*) continue;; esac; done_="$$done_$$ci "; \
+	  if ! grep -q '^ *package-check)' $$ci; then echo "== test-packages: $$l: $$ci has no package-check yet"; continue; fi; \
+	  if ! bash $$ci toolchain; then echo "== test-packages: $$l skipped: toolchain missing (install command above)"; continue; fi; \
+	  echo "== test-packages: $$l ($$ci package-check)"; \
+	  TICKETING_BIN=$(CURDIR)/bin/ticketing bash $$ci package-check || failed="$$failed $$l"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "test-packages: FAILED:$$failed"; exit 1; fi; echo "test-packages: ok"
 
 # Client throughput beside the Go client (scripts/bench-clients.sh).
 bench-clients: build

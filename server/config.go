@@ -40,7 +40,10 @@ type Config struct {
 	AdminReserve int
 	// MaxHandshakes bounds the connections still in the handshake (not
 	// counted in MaxConnections); MaxHandshakesPerAddr those from one source
-	// IP address. At a cap the oldest handshaking connection is closed.
+	// IP address. At the first cap the server stops accepting; beyond the
+	// second a connection waits, parked, for its address's slot; only one
+	// that has been in the handshake for HandshakeEvictAge is closed to
+	// admit a newer one (handshakes.go).
 	// Defaults 1,024 and 128.
 	MaxHandshakes        int
 	MaxHandshakesPerAddr int

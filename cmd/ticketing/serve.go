@@ -77,7 +77,7 @@ SIGHUP reloads the TLS certificate files.`,
 	f.Int("max-inflight", def.MaxInflight, "queued acquires per connection (B OVERLOADED beyond)")
 	f.Duration("handshake-timeout", def.HandshakeTimeout, "time allowed for TLS and the AUTH frame")
 	f.Int("admin-reserve", def.AdminReserve, "admin and peer connections allowed beyond --max-connections")
-	f.Int("max-handshakes", def.MaxHandshakes, "connections in the handshake at once (the oldest is closed beyond)")
+	f.Int("max-handshakes", def.MaxHandshakes, "connections in the handshake at once (beyond, new ones wait in the listen backlog; one silent for 1 s is closed)")
 	f.Int("max-handshakes-per-addr", def.MaxHandshakesPerAddr, "connections in the handshake from one IP address")
 	f.Duration("frame-timeout", def.FrameTimeout, "time a started request frame may take to complete")
 	f.Duration("write-timeout", def.WriteTimeout, "time a connection's output may stay blocked before it is closed")
