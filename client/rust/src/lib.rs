@@ -51,7 +51,7 @@ mod tls;
 pub mod wire;
 
 pub use client::Client;
-pub use config::{Config, ConfigBuilder, DEFAULT_CONNECT_TIMEOUT};
+pub use config::{Config, ConfigBuilder, DEFAULT_ANSWER_ALLOWANCE, DEFAULT_CONNECT_TIMEOUT};
 pub use error::{Error, Invalid};
 pub use lease::Lease;
 #[cfg(feature = "rustls")]

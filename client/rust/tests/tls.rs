@@ -100,6 +100,7 @@ fn p(d: &Path, n: &str) -> PathBuf {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_and_mutual_tls() {
+    let _w = common::watchdog("tls_and_mutual_tls", common::TEST_BOUND);
     let Some(td) = make_certs() else { return };
     let d = td.0.clone();
     let s = |n: &str| p(&d, n).to_string_lossy().into_owned();
