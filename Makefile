@@ -8,7 +8,7 @@ LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.dat
 FUZZTIME ?= 60s
 
 .PHONY: build run demo test test-short lint fuzz bench bench-smoke e2e clean image release man completions \
-	drivers test-clients test-client test-lang-suites bench-clients deps
+	drivers test-clients test-client test-lang-suites test-packages bench-clients deps
 
 # Deployment artifacts (docs/operations.md).
 DIST      ?= dist
@@ -34,6 +34,7 @@ test: deps
 	$(GO) vet $(PKGS)
 	$(GO) test -race -count=1 -timeout 20m $(PKGS)
 	$(MAKE) test-lang-suites
+	$(MAKE) test-packages
 	$(MAKE) test-clients
 
 # ---------------------------------------------------------------------------
@@ -41,6 +42,9 @@ test: deps
 # (default: all); a language whose client/<lang>/ci.sh is absent or whose
 # `ci.sh toolchain` fails is skipped with the install command.
 CLIENT_LANGS := go python js rust java kotlin c cpp ruby csharp
+# Second APIs run as their own testkit languages (client/testkit/README.md,
+# "Variants"): the base language's driver with TESTKIT_VARIANT set.
+CLIENT_VARIANTS := python-asyncio rust-blocking java-async c-queue
 comma := ,
 SEL_LANGS = $(if $(LANGS),$(subst $(comma), ,$(LANGS)),$(CLIENT_LANGS))
 # ci_script LANG: the ci.sh that provides LANG (kotlin/cpp fall back to java/c).
@@ -59,6 +63,7 @@ deps:
 # Builds the driver of every selected language whose toolchain is present.
 drivers:
 	@failed=""; built=" "; for l in $(SEL_LANGS); do \
+	  l=$${l%%-*}; \
 	  if [ $$l = go ]; then echo "== drivers: go"; \
 	    CGO_ENABLED=0 $(GO) build -o client/testkit/bin/godriver ./client/testkit/godriver || failed="$$failed go"; continue; fi; \
 	  $(ci_for); \
@@ -79,14 +84,14 @@ test-clients: build
 
 # One language: make test-client LANG=python
 test-client: build
-	@[ -n "$(filter $(CLIENT_LANGS),$(LANG))" ] || { echo "usage: make test-client LANG=<one of: $(CLIENT_LANGS)>"; exit 2; }
+	@[ -n "$(filter $(CLIENT_LANGS) $(CLIENT_VARIANTS),$(LANG))" ] || { echo "usage: make test-client LANG=<one of: $(CLIENT_LANGS) $(CLIENT_VARIANTS)>"; exit 2; }
 	@$(MAKE) --no-print-directory drivers LANGS='$(LANG)'
 	$(GO) run ./client/testkit/cmd/runner -bin bin/ticketing -langs $(LANG) $(TESTKIT_FLAGS)
 
 # Each present client's own suite (client/<lang>/ci.sh test). Kotlin's and
 # C++'s suites are Java's and C's (one Maven build, one CMake build): each runs once.
 test-lang-suites: build
-	@failed=""; done_=" "; for l in $(filter-out go,$(SEL_LANGS)); do \
+	@failed=""; done_=" "; for l in $(filter-out go $(CLIENT_VARIANTS),$(SEL_LANGS)); do \
 	  $(ci_for); \
 	  case $$l in kotlin) [ ! -f client/java/ci.sh ] || ci=client/java/ci.sh;; cpp) [ ! -f client/c/ci.sh ] || ci=client/c/ci.sh;; esac; \
 	  if [ ! -f $$ci ]; then echo "== test-lang-suites: $$l skipped: no $$ci yet"; continue; fi; \
@@ -96,6 +101,22 @@ test-lang-suites: build
 	  TICKETING_BIN=$(CURDIR)/bin/ticketing bash $$ci test || failed="$$failed $$l"; \
 	done; \
 	if [ -n "$$failed" ]; then echo "test-lang-suites: FAILED:$$failed"; exit 1; fi; echo "test-lang-suites: ok"
+
+# Each present client's package as its users install it (client/<lang>/ci.sh
+# package-check: the artifact built with the ecosystem's tool, installed into
+# a fresh project outside the repository, the README's first example against
+# a real server; issues 32-34 P3). A ci.sh without the command is listed.
+test-packages: build
+	@failed=""; done_=" "; for l in $(filter-out go,$(SEL_LANGS)); do \
+	  $(ci_for); \
+	  if [ ! -f $$ci ]; then echo "== test-packages: $$l skipped: no $$ci yet"; continue; fi; \
+	  case "$$done_" in *" $$ci "*) continue;; esac; done_="$$done_$$ci "; \
+	  if ! grep -q '^ *package-check)' $$ci; then echo "== test-packages: $$l: $$ci has no package-check yet"; continue; fi; \
+	  if ! bash $$ci toolchain; then echo "== test-packages: $$l skipped: toolchain missing (install command above)"; continue; fi; \
+	  echo "== test-packages: $$l ($$ci package-check)"; \
+	  TICKETING_BIN=$(CURDIR)/bin/ticketing bash $$ci package-check || failed="$$failed $$l"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "test-packages: FAILED:$$failed"; exit 1; fi; echo "test-packages: ok"
 
 # Client throughput beside the Go client (scripts/bench-clients.sh).
 bench-clients: build

@@ -449,7 +449,7 @@ func backoffStep(base, ceiling time.Duration, n int) time.Duration {
 	return min(d, ceiling)
 }
 
-// jitter draws a delay uniformly from [step/2, step].
+// jitter draws a delay uniformly from [step/2, step] (the redirect schedule).
 func jitter(step time.Duration) time.Duration {
 	if step <= 1 {
 		return step
@@ -458,8 +458,23 @@ func jitter(step time.Duration) time.Duration {
 	return half + rand.N(step-half+1)
 }
 
+// fullJitter draws a reconnect delay uniformly from [0, step] ("full
+// jitter", architecture.md "Client library behaviour" R16): clients that
+// lost one server at the same instant spread their reconnects over the
+// whole step instead of bunching in its upper half. n draws uniformly from
+// [0, k); nil is math/rand/v2's shared source.
+func fullJitter(step time.Duration, n func(k int64) int64) time.Duration {
+	if step <= 0 {
+		return 0
+	}
+	if n == nil {
+		n = rand.N[int64]
+	}
+	return time.Duration(n(int64(step) + 1))
+}
+
 func (cl *Client) backoffDelay(n int) time.Duration {
-	return jitter(backoffStep(cl.cfg.backoffBase, cl.cfg.backoffCap, n))
+	return fullJitter(backoffStep(cl.cfg.backoffBase, cl.cfg.backoffCap, n), cl.cfg.randN)
 }
 
 // sleep waits d; false when the client closed meanwhile.

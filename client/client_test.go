@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -830,6 +831,53 @@ func TestBackoffScheduleAndJitter(t *testing.T) {
 	}
 }
 
+// TestReconnectFullJitter: each reconnect delay is drawn uniformly from
+// [0, step] (architecture.md R16, issue #29 item 5), so clients that lost a
+// server at one instant spread over the whole step; before, the delays were
+// drawn from [step/2, step] and the lower half of every step stayed empty.
+// A seeded source: the figures are the same at every run.
+func TestReconnectFullJitter(t *testing.T) {
+	r := rand.New(rand.NewPCG(29, 5))
+	cl := &Client{cfg: newConfig([]Option{func(c *config) { c.randN = r.Int64N }})}
+	const draws, bins = 10000, 10
+	for attempt := 1; attempt <= 7; attempt++ {
+		step := backoffStep(backoffBase, backoffCap, attempt)
+		var hist [bins]int
+		for range draws {
+			d := cl.backoffDelay(attempt)
+			if d < 0 || d > step {
+				t.Fatalf("attempt %d: delay %v outside [0, %v]", attempt, d, step)
+			}
+			hist[min(bins-1, int(int64(d)*bins/int64(step)))]++
+		}
+		for i, n := range hist { // uniform: 1,000 each; 4.5 sigma is ±135
+			if n < draws/bins*85/100 || n > draws/bins*115/100 {
+				t.Errorf("attempt %d (step %v): %d of %d delays in [%v, %v), want about %d (histogram %v)",
+					attempt, step, n, draws, step*time.Duration(i)/bins, step*time.Duration(i+1)/bins, draws/bins, hist)
+			}
+		}
+	}
+	// The issue's herd: 20 clients of one restarted server, first attempt
+	// (step 0.1 s), bucketed by 10 ms: no bucket holds more than 5 (before:
+	// all 20 in the upper five buckets, 6 in one).
+	var buckets [11]int
+	for range 20 {
+		buckets[cl.backoffDelay(1)/(10*time.Millisecond)]++
+	}
+	for i, n := range buckets {
+		if n > 5 {
+			t.Errorf("%d of 20 first reconnects in [%d, %d) ms (buckets %v)", n, 10*i, 10*i+10, buckets)
+		}
+	}
+	// Both ends of the step are reachable.
+	if d := fullJitter(time.Second, func(int64) int64 { return 0 }); d != 0 {
+		t.Errorf("fullJitter with a source at 0 = %v, want 0", d)
+	}
+	if d := fullJitter(time.Second, func(k int64) int64 { return k - 1 }); d != time.Second {
+		t.Errorf("fullJitter with a source at its top = %v, want the step", d)
+	}
+}
+
 type reconnectRec struct {
 	cn      *conn
 	attempt int
@@ -869,7 +917,7 @@ func (r *recorder) byConn() map[*conn][]reconnectRec {
 }
 
 // Server restarted: the client reconnects on the backoff schedule (each
-// delay drawn from [step/2, step], steps 0.1 s, 0.2, 0.4, 0.8 …) and
+// delay drawn from [0, step], steps 0.1 s, 0.2, 0.4, 0.8 …) and
 // serves new acquires.
 func TestServerRestartReconnectsOnSchedule(t *testing.T) {
 	var rec recorder
@@ -891,8 +939,8 @@ func TestServerRestartReconnectsOnSchedule(t *testing.T) {
 				t.Fatalf("conn %p: attempt %d at position %d", cn, x.attempt, i)
 			}
 			step := backoffStep(backoffBase, backoffCap, x.attempt)
-			if x.delay < step/2 || x.delay > step {
-				t.Errorf("attempt %d: delay %v outside [%v, %v]", x.attempt, x.delay, step/2, step)
+			if x.delay < 0 || x.delay > step {
+				t.Errorf("attempt %d: delay %v outside [0, %v]", x.attempt, x.delay, step)
 			}
 			if i > 0 {
 				gap := x.at.Sub(recs[i-1].at)

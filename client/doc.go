@@ -51,8 +51,8 @@
 //
 //   - One persistent connection per address (two when Dial is given a single
 //     address), reconnected in the background with exponential backoff
-//     (0.1 s doubling to 3.2 s, each delay drawn between half and all of its
-//     step) until Close. A dead connection never breaks the Client.
+//     (0.1 s doubling to 3.2 s, each delay drawn uniformly from zero to its
+//     step: full jitter) until Close. A dead connection never breaks the Client.
 //   - Requests go to the known leader first (learned from "moved" answers),
 //     else round robin. Requests are pipelined; answers are matched by
 //     req_id, and a req_id is never reused while its request is outstanding.

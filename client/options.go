@@ -73,6 +73,7 @@ type config struct {
 	backoffCap    time.Duration
 	releaseWindow time.Duration
 	onReconnect   func(cn *conn, attempt int, delay time.Duration) // called with each chosen backoff delay
+	randN         func(k int64) int64                              // reconnect jitter's source, uniform in [0, k); nil: math/rand/v2
 	beforeWrite   func(cn *conn)                                   // called by a writer before it takes a batch
 	afterEnqueue  func(c *call)                                    // called by send once c is queued on a connection
 }

@@ -240,6 +240,9 @@ func (c *conn) readLoop() (fatal bool) {
 			want := 0 // length of the incomplete frame left at the buffer's start
 			for r-off >= wire.HeaderLen {
 				flen, ferr := wire.RequestFrameLen(c.rbuf[off:r])
+				if ferr == nil && !wire.Op(c.rbuf[off]).V1() {
+					ferr = wire.ErrBadOp // the 1.1 ops are not served yet (issue 30 step 3)
+				}
 				if ferr != nil {
 					c.frameError(c.rbuf[off:r], ferr)
 					return true

@@ -310,7 +310,7 @@ func TestUnknownOp(t *testing.T) {
 	t.Run("flags and key also bad", func(t *testing.T) {
 		t.Parallel()
 		c := dial(t, s)
-		c.Write(frame('X', 0, 0xffff, 9, 0, ""))
+		c.Write(frame('Z', 0, 0xffff, 9, 0, ""))
 		expectE(t, c.Read(), wire.CodeBadOp, 9)
 		c.ExpectEOF()
 	})

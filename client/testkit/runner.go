@@ -18,6 +18,45 @@ import (
 // AllLangs are the official clients, in the matrix's column order.
 var AllLangs = []string{"go", "python", "js", "rust", "java", "kotlin", "c", "cpp", "ruby", "csharp"}
 
+// Variant is a second API of a client (its own acquire/release/cancel code)
+// run as a testkit language of its own: the runner starts the base
+// language's driver with TESTKIT_VARIANT=<Env> in its environment, and the
+// driver's `info` must then answer language <Name> (checked once per run,
+// before any scenario: a driver that ignores the variable would otherwise
+// pass the base API's cells under the variant's name).
+type Variant struct {
+	Name string // e.g. python-asyncio
+	Base string // e.g. python
+	Env  string // TESTKIT_VARIANT value, e.g. asyncio
+}
+
+// Variants are run after the official clients, in this order.
+var Variants = []Variant{
+	{"python-asyncio", "python", "asyncio"},
+	{"rust-blocking", "rust", "blocking"},
+	{"java-async", "java", "async"},
+	{"c-queue", "c", "queue"},
+}
+
+// VariantOf is the variant named name.
+func VariantOf(name string) (Variant, bool) {
+	for _, v := range Variants {
+		if v.Name == name {
+			return v, true
+		}
+	}
+	return Variant{}, false
+}
+
+// LangNames are every language and variant, in the matrix's column order.
+func LangNames() []string {
+	n := append([]string(nil), AllLangs...)
+	for _, v := range Variants {
+		n = append(n, v.Name)
+	}
+	return n
+}
+
 // AllModes are the deployments.
 var AllModes = []string{"single", "cluster", "tls"}
 
@@ -27,6 +66,9 @@ type Lang struct {
 	Driver string   // executable
 	Env    []string // added to the driver's environment
 	Skip   string   // non-empty: not available, and why (with the install command)
+	// Broken: non-empty when the driver cannot be run as this language (a
+	// variant whose driver does not implement it): every cell fails with it.
+	Broken string
 }
 
 // CIScript is the ci.sh providing lang's toolchain: client/<lang>/ci.sh, or
@@ -53,8 +95,18 @@ func DriverPath(root, lang string) string {
 }
 
 // Discover resolves a language: its driver must exist and its `ci.sh
-// toolchain` pass (Go needs neither check beyond the driver).
+// toolchain` pass (Go needs neither check beyond the driver). A variant is
+// its base language's driver with TESTKIT_VARIANT set, probed with `info`.
 func Discover(root, name string) Lang {
+	if v, ok := VariantOf(name); ok {
+		l := Discover(root, v.Base)
+		l.Name = name
+		l.Env = append(l.Env, "TESTKIT_VARIANT="+v.Env)
+		if l.Skip == "" {
+			l.Broken = ProbeVariant(l)
+		}
+		return l
+	}
 	l := Lang{Name: name, Driver: DriverPath(root, name)}
 	if name != "go" {
 		ci := CIScript(root, name)
@@ -78,6 +130,28 @@ func Discover(root, name string) Lang {
 		l.Skip = fmt.Sprintf("driver %s not built: run `make drivers LANGS=%s`", rel(root, l.Driver), name)
 	}
 	return l
+}
+
+// ProbeVariant starts l's driver and checks that `info` names l.Name: ""
+// when it does, else why not.
+func ProbeVariant(l Lang) string {
+	d, err := StartDriver(l.Name, l.Driver, l.Env)
+	if err != nil {
+		return err.Error()
+	}
+	defer d.Stop(10 * time.Second)
+	p, err := d.Send(map[string]any{"cmd": "info"})
+	if err != nil {
+		return err.Error()
+	}
+	r, err := p.Wait(60 * time.Second)
+	switch {
+	case err != nil:
+		return oneLine(err.Error())
+	case r.Language != l.Name:
+		return fmt.Sprintf("the driver does not implement this variant: started with %s, its info names language %q, not %q (client/testkit/README.md, \"Variants\")", strings.Join(l.Env, " "), r.Language, l.Name)
+	}
+	return ""
 }
 
 func fileExists(p string) bool {
@@ -141,6 +215,10 @@ type Outcome struct {
 	Status   string  `json:"status"`
 	Reason   string  `json:"reason,omitempty"`
 	Seconds  float64 `json:"seconds"`
+	// Known is the title of the issue that will fix the cell, for a cell
+	// listed in known-failures.txt (status KnownFail or XPass).
+	Known     string `json:"known,omitempty"`
+	KnownLine int    `json:"known_line,omitempty"`
 }
 
 // Config of a run.
@@ -152,6 +230,7 @@ type Config struct {
 	Dir       string         // scratch directory
 	Log       io.Writer      // progress lines (nil: none)
 	Scenarios []Scenario     // nil: Scenarios()
+	Known     *KnownFailures // cells expected to fail (nil: none)
 }
 
 // failure is raised by T.Fatalf.
@@ -221,10 +300,30 @@ func (d *D) Send(cmd map[string]any) *Pending {
 	return p
 }
 
-// Call sends a command and waits up to timeout for its answer.
+// Call sends a command and waits up to timeout for its answer. An answer
+// `unsupported` fails the scenario at once (a missing feature is a failing
+// cell, never a pass or a skip).
 func (d *D) Call(cmd map[string]any, timeout time.Duration) Result {
-	r, err := d.Send(cmd).Wait(timeout)
+	p := d.Send(cmd)
+	r, err := p.Wait(timeout)
 	d.t.Check(err)
+	d.t.NoUnsupported(p, r)
+	return r
+}
+
+// NoUnsupported fails the scenario when r answers `unsupported`.
+func (t *T) NoUnsupported(p *Pending, r Result) {
+	if !r.OK && r.Error == "unsupported" {
+		t.Fatalf("the driver answered unsupported to %s: %s", cmdString(p.Cmd), r)
+	}
+}
+
+// Wait waits for p's answer (failing the scenario when none comes within
+// timeout, or when it is `unsupported`).
+func (t *T) Wait(p *Pending, timeout time.Duration) Result {
+	r, err := p.Wait(timeout)
+	t.Check(err)
+	t.NoUnsupported(p, r)
 	return r
 }
 
@@ -305,7 +404,7 @@ func Run(cfg Config) []Outcome {
 	}
 	var active []Lang
 	for _, l := range cfg.Langs {
-		if l.Skip == "" {
+		if l.Skip == "" && l.Broken == "" {
 			active = append(active, l)
 		}
 	}
@@ -339,13 +438,22 @@ func Run(cfg Config) []Outcome {
 					o.Status = NA
 				case l.Skip != "":
 					o.Status, o.Reason = Skip, l.Skip
+				case l.Broken != "":
+					o.Status, o.Reason = Fail, l.Broken
+					cfg.Known.Mark(&o)
 				case envErr != nil:
 					o.Status, o.Reason = Fail, "environment: "+envErr.Error()
+					cfg.Known.Mark(&o)
 				default:
 					start := time.Now()
 					o.Status, o.Reason = runOne(env, l, active, s)
 					o.Seconds = time.Since(start).Seconds()
-					logf("%-6s %-7s %-32s %s %5.1fs %s", l.Name, mode, s.Name, o.Status, o.Seconds, firstLine(o.Reason))
+					cfg.Known.Mark(&o)
+					known := ""
+					if o.Known != "" {
+						known = " [known: " + o.Known + "]"
+					}
+					logf("%-6s %-7s %-32s %s %5.1fs %s%s", l.Name, mode, s.Name, o.Status, o.Seconds, firstLine(o.Reason), known)
 				}
 				out = append(out, o)
 			}
@@ -397,7 +505,8 @@ func runOne(env *Env, l Lang, all []Lang, s Scenario) (status, reason string) {
 	return Pass, ""
 }
 
-// Failed reports whether any cell failed.
+// Failed reports whether any cell failed outside the known failures
+// (KnownFail and XPass cells do not fail a run).
 func Failed(out []Outcome) bool {
 	for _, o := range out {
 		if o.Status == Fail {
@@ -415,12 +524,18 @@ func WriteJSON(w io.Writer, out []Outcome) error {
 }
 
 // WriteTable writes one table per mode (scenario × language), then the
-// failures with their reasons and the skipped languages with why.
+// failures with their reasons, the known failures with the issue that will
+// fix them, the listed cells that passed (XPASS), the skipped languages with
+// why, and the counts.
 func WriteTable(w io.Writer, out []Outcome, markdown bool) {
 	modes, langs, scs := axes(out)
 	cell := map[[3]string]Outcome{}
 	for _, o := range out {
 		cell[[3]string{o.Mode, o.Lang, o.Scenario}] = o
+	}
+	width := map[string]int{}
+	for _, l := range langs {
+		width[l] = max(len(l), len(KnownFail))
 	}
 	for _, m := range modes {
 		if markdown {
@@ -428,7 +543,7 @@ func WriteTable(w io.Writer, out []Outcome, markdown bool) {
 		} else {
 			fmt.Fprintf(w, "\n== mode %s\n%-34s", m, "scenario")
 			for _, l := range langs {
-				fmt.Fprintf(w, " %-7s", l)
+				fmt.Fprintf(w, " %-*s", width[l], l)
 			}
 			fmt.Fprintln(w)
 		}
@@ -446,27 +561,39 @@ func WriteTable(w io.Writer, out []Outcome, markdown bool) {
 				if markdown {
 					fmt.Fprintf(w, " %s |", st)
 				} else {
-					fmt.Fprintf(w, " %-7s", st)
+					fmt.Fprintf(w, " %-*s", width[l], st)
 				}
 			}
 			fmt.Fprintln(w)
 		}
 	}
 	fmt.Fprintln(w)
-	nf := 0
-	for _, o := range out {
-		if o.Status == Fail {
-			if nf == 0 {
-				fmt.Fprintln(w, "Failures:")
+	reasonOf := func(o Outcome) string {
+		if markdown {
+			return "`" + strings.ReplaceAll(firstLine(o.Reason), "`", "'") + "`"
+		}
+		return indent(o.Reason)
+	}
+	section := func(title string, want string, line func(o Outcome) string) {
+		n := 0
+		for _, o := range out {
+			if o.Status != want {
+				continue
 			}
-			nf++
-			reason := indent(o.Reason)
-			if markdown {
-				reason = "`" + strings.ReplaceAll(firstLine(o.Reason), "`", "'") + "`"
+			if n == 0 {
+				fmt.Fprintln(w, title)
 			}
-			fmt.Fprintf(w, "- %s/%s/%s: %s\n", o.Lang, o.Mode, o.Scenario, reason)
+			n++
+			fmt.Fprintf(w, "- %s/%s/%s: %s\n", o.Lang, o.Mode, o.Scenario, line(o))
 		}
 	}
+	section("Failures:", Fail, reasonOf)
+	section("Known failures (listed in "+KnownFailuresFile+"; they do not fail the run):", KnownFail, func(o Outcome) string {
+		return "[" + o.Known + "] " + reasonOf(o)
+	})
+	section("XPASS (listed in "+KnownFailuresFile+" but passed):", XPass, func(o Outcome) string {
+		return fmt.Sprintf("passed: remove it from known-failures.txt (line %d, %s)", o.KnownLine, o.Known)
+	})
 	skipped := map[string]string{}
 	for _, o := range out {
 		if o.Status == Skip {
@@ -481,18 +608,17 @@ func WriteTable(w io.Writer, out []Outcome, markdown bool) {
 			}
 		}
 	}
-	pass, fail, skip := 0, 0, 0
+	c := Count(out)
+	fmt.Fprintf(w, "\n%d passed, %d failed, %d known failures, %d xpass, %d skipped\n", c[Pass], c[Fail], c[KnownFail], c[XPass], c[Skip])
+}
+
+// Count is the number of cells per status.
+func Count(out []Outcome) map[string]int {
+	c := map[string]int{}
 	for _, o := range out {
-		switch o.Status {
-		case Pass:
-			pass++
-		case Fail:
-			fail++
-		case Skip:
-			skip++
-		}
+		c[o.Status]++
 	}
-	fmt.Fprintf(w, "\n%d passed, %d failed, %d skipped\n", pass, fail, skip)
+	return c
 }
 
 func indent(s string) string { return strings.ReplaceAll(s, "\n", "\n    ") }
@@ -511,7 +637,7 @@ func axes(out []Outcome) (modes, langs, scs []string) {
 		add(&scs, "s", o.Scenario)
 	}
 	order := map[string]int{}
-	for i, l := range AllLangs {
+	for i, l := range LangNames() {
 		order[l] = i
 	}
 	sort.SliceStable(langs, func(i, j int) bool { return order[langs[i]] < order[langs[j]] })

@@ -28,6 +28,11 @@ var (
 	sinkReq  wire.Request
 	sinkResp wire.Response
 	sinkBool bool
+
+	benchSet      = []string{"acct/17", "acct/42", "acct/99"}
+	benchSetFrame = wire.AppendAcquireSet(nil, 1, benchSet, 30000, 5000)
+	benchKS       wire.KeySet
+	sinkCode      wire.Code
 )
 
 func parseStream(b []byte) int {
@@ -76,6 +81,11 @@ func TestZeroAllocs(t *testing.T) {
 		{"ValidKey", func() { sinkBool = wire.ValidKey(benchAcquire[16:]) }},
 		{"ValidKey UTF-8", func() { sinkBool = wire.ValidKey([]byte("clé/🔒")) }},
 		{"Code.String", func() { _ = wire.CodeDuplicateReqID.String() }},
+		{"AppendAcquireSet", func() { buf = wire.AppendAcquireSet(buf[:0], 1, benchSet, 30000, 5000) }},
+		{"AppendReleaseSet", func() { buf = wire.AppendReleaseSet(buf[:0], 1, benchSet, 1<<52) }},
+		{"AppendLabel", func() { buf = wire.AppendLabel(buf[:0], 1, "web-1/4242 go/1.1.0") }},
+		{"ParseKeySet", func() { sinkCode, _ = wire.ParseKeySet(&benchKS, 3, benchSetFrame[wire.HeaderLen:]) }},
+		{"ValidLabel", func() { sinkBool = wire.ValidLabel([]byte("web-1/4242 go/1.1.0")) }},
 	}
 	goldenCache = map[string][]byte{}
 	for _, name := range []string{"hello_flags1.hex", "auth_client.hex", "welcome_client.hex"} {

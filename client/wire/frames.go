@@ -9,8 +9,8 @@ type Request struct {
 	Flags  uint16 // MUST be 0 in version 1
 	ReqID  uint32
 	Arg    uint64 // bytes 8..16; use the accessors below
-	Key    []byte // A R C: the key; P: the key bytes to discard (valid only when KeyLen is 0)
-	Body   []byte // Q: the JSON body
+	Key    []byte // A R C: the key; P: the key bytes to discard (valid only when KeyLen is 0); L: the label
+	Body   []byte // Q: the JSON body; S X: the key set body (ParseKeySet)
 }
 
 // The request arg (bytes 8..16) of each op, §2: A lease_ms<<32 | wait_ms;
@@ -94,7 +94,8 @@ func AppendQuery(b []byte, reqID uint32, body []byte) []byte {
 }
 
 // RequestFrameLen returns the full length of the request whose 16-byte header
-// starts b: 16 + key_len for A R C P, 16 + body_len for Q.
+// starts b: 16 + key_len for A R C P L, 16 + body_len for Q, 16 + the u16
+// body_len at offset 2 for S and X (§12.2).
 // Errors: ErrShortFrame (fewer than 16 bytes), ErrBadOp (§2.1 check 1),
 // ErrBodyTooLarge (Q with body_len > 65,536). Both of the latter are fatal to
 // the connection: the frame cannot be skipped.
@@ -112,6 +113,9 @@ func RequestFrameLen(b []byte) (int, error) {
 			return 0, ErrBodyTooLarge
 		}
 		return HeaderLen + int(n), nil
+	}
+	if op == OpAcquireSet || op == OpReleaseSet {
+		return HeaderLen + int(be.Uint16(b[2:4])), nil
 	}
 	return HeaderLen + int(b[1]), nil
 }
@@ -148,7 +152,7 @@ func ParseRequest(b []byte) (req Request, n int, err error) {
 		return req, 0, nil
 	}
 	req, _ = ParseRequestHeader(b)
-	if req.Op == OpQuery {
+	if req.Op == OpQuery || req.Op == OpAcquireSet || req.Op == OpReleaseSet {
 		req.Body = b[HeaderLen:n:n]
 	} else {
 		req.Key = b[HeaderLen:n:n]

@@ -146,7 +146,7 @@ func TestParseRequestErrors(t *testing.T) {
 		want   error
 	}{
 		{"op 0x00", "00 00 0000 00000001 00000000 00000000", wire.ErrBadOp},
-		{"op X", "58 00 0000 00000001 00000000 00000000", wire.ErrBadOp},
+		{"op Z", "5a 00 0000 00000001 00000000 00000000", wire.ErrBadOp},
 		{"op lower-case a", "61 01 0000 00000001 00000000 00000000", wire.ErrBadOp},
 		{"op G (a status)", "47 00 0000 00000001 00000000 00000000", wire.ErrBadOp},
 		{"op ff", "ff ff ffff ffffffff ffffffff ffffffff", wire.ErrBadOp},

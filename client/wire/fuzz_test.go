@@ -37,7 +37,14 @@ func FuzzParseRequest(f *testing.F) {
 	f.Add(wire.AppendCancel(wire.AppendPing(nil, 3), 4, "k", 1))
 	f.Add(wire.AppendQuery(nil, 5, []byte(`{"cmd":"locks","limit":5}`)))
 	f.Add(wire.AppendRequestHeader(nil, wire.OpQuery, 0, 0, 6, 0x0001000100000000)) // body_len 65537
-	f.Add(wire.AppendRequestHeader(nil, 'X', 0, 0, 7, 0))                           // bad op
+	f.Add(wire.AppendRequestHeader(nil, 'Z', 0, 0, 7, 0))                           // bad op
+	f.Add(wire.AppendAcquireSet(nil, 10, []string{"acct/17", "acct/42"}, 30000, 5000))
+	f.Add(wire.AppendReleaseSet(nil, 11, []string{"a", "b", "c"}, 1<<40))
+	f.Add(wire.AppendLabel(nil, 12, "web-1/4242 go/1.1.0"))
+	f.Add(wire.AppendRequestHeader(nil, wire.OpAcquireSet, 2, 0xffff, 13, 0)) // body_len 65535
+	for _, name := range []string{"req_acquire_set.hex", "req_acquire_set_try.hex", "req_release_set.hex", "req_label.hex", "req_ping_features.hex"} {
+		f.Add(readGolden11(f, name))
+	}
 	f.Add(append(wire.AppendRequestHeader(nil, wire.OpPing, 3, 1, 8, 9), "abc"...))
 	f.Add([]byte("A"))
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -58,8 +65,10 @@ func FuzzParseRequest(f *testing.F) {
 			var frameLen int
 			var wantErr error
 			switch op {
-			case 'A', 'R', 'C', 'P':
+			case 'A', 'R', 'C', 'P', 'L':
 				frameLen = 16 + int(rest[1])
+			case 'S', 'X':
+				frameLen = 16 + int(binary.BigEndian.Uint16(rest[2:4]))
 			case 'Q':
 				bodyLen := binary.BigEndian.Uint32(rest[8:12])
 				if bodyLen > 65536 {
@@ -115,14 +124,55 @@ func FuzzParseRequest(f *testing.F) {
 					if req.KeyLen == 0 && req.ArgLow() == 0 {
 						enc = wire.AppendQuery(nil, req.ReqID, req.Body)
 					}
+				case wire.OpLabel:
+					if req.Arg == 0 {
+						enc = wire.AppendLabel(nil, req.ReqID, string(req.Key))
+					}
 				}
 				if enc != nil && !bytes.Equal(enc, frame) {
 					t.Fatalf("%c encoder wrote %x, frame %x", req.Op, enc, frame)
 				}
 			}
+			if req.Op == wire.OpAcquireSet || req.Op == wire.OpReleaseSet {
+				checkFuzzKeySet(t, &req, frame)
+			}
 			rest = rest[n:]
 		}
 	})
+}
+
+// checkFuzzKeySet: a body ParseKeySet accepts has count distinct valid keys
+// that exactly fill it, and the op's encoder writes the same frame back.
+func checkFuzzKeySet(t *testing.T, req *wire.Request, frame []byte) {
+	var ks wire.KeySet
+	code, _ := wire.ParseKeySet(&ks, req.SetCount(), req.Body)
+	if code != wire.CodeNone {
+		if ks.N != 0 {
+			t.Fatalf("rejected set (%s) with N %d", code, ks.N)
+		}
+		return
+	}
+	if ks.N != int(req.SetCount()) || ks.N < 2 || ks.N > 16 {
+		t.Fatalf("N %d count %d", ks.N, req.SetCount())
+	}
+	keys := make([]string, ks.N)
+	seen := map[string]bool{}
+	for i := range keys {
+		keys[i] = string(ks.Keys[i])
+		if !wire.ValidKey(ks.Keys[i]) || seen[keys[i]] {
+			t.Fatalf("accepted bad or duplicate key %q", keys[i])
+		}
+		seen[keys[i]] = true
+	}
+	var enc []byte
+	if req.Op == wire.OpAcquireSet {
+		enc = wire.AppendAcquireSet(nil, req.ReqID, keys, req.LeaseMS(), req.WaitMS())
+	} else {
+		enc = wire.AppendReleaseSet(nil, req.ReqID, keys, req.Token())
+	}
+	if !bytes.Equal(enc, frame) {
+		t.Fatalf("set encoder wrote %x, frame %x", enc, frame)
+	}
 }
 
 func FuzzParseResponse(f *testing.F) {

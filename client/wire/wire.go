@@ -84,10 +84,11 @@ const (
 	OpQuery   Op = 'Q' // 0x51
 )
 
-// Valid reports whether o is one of A R C P Q (§2.1 check 1).
+// Valid reports whether o is one of A R C P Q (§2.1 check 1) or one of the
+// 1.1 ops S X L (§12).
 func (o Op) Valid() bool {
 	switch o {
-	case OpAcquire, OpRelease, OpCancel, OpPing, OpQuery:
+	case OpAcquire, OpRelease, OpCancel, OpPing, OpQuery, OpAcquireSet, OpReleaseSet, OpLabel:
 		return true
 	}
 	return false
@@ -170,6 +171,7 @@ var codeNames = [...]string{
 	CodeBadOp: "BAD_OP", CodeBadKey: "BAD_KEY", CodeBadLease: "BAD_LEASE", CodeBadWait: "BAD_WAIT",
 	CodeBadFlags: "BAD_FLAGS", CodeDuplicateReqID: "DUPLICATE_REQ_ID", CodeBadAdmin: "BAD_ADMIN",
 	CodeNotPermitted: "NOT_PERMITTED", CodeInternal: "INTERNAL",
+	CodeTLSRequired: "TLS_REQUIRED", CodeBadKeySet: "BAD_KEYSET", CodeBadLabel: "BAD_LABEL",
 }
 
 // String is the code's name in §4 (e.g. "QUEUE_FULL"), or "CODE_n" for an unknown one.
@@ -206,7 +208,7 @@ var (
 	ErrBadReserved = errors.New("wire: nonzero reserved bytes")
 	// ErrBadStatus: a WELCOME or response status byte is not one of the spec's.
 	ErrBadStatus = errors.New("wire: unknown status")
-	// ErrBadOp: a request op byte is not A R C P Q (§2.1 check 1; the connection closes).
+	// ErrBadOp: a request op byte is not A R C P Q S X L (§2.1 check 1; the connection closes).
 	ErrBadOp = errors.New("wire: unknown op")
 	// ErrBodyTooLarge: a Q header announces body_len > 65,536 (§2.1 check 5; the connection closes).
 	ErrBodyTooLarge = errors.New("wire: admin body_len above 65536")

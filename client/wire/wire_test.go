@@ -206,7 +206,8 @@ func TestCodeString(t *testing.T) {
 		{4, "SHUTTING_DOWN"}, {5, "NO_QUORUM"}, {10, "BAD_HANDSHAKE"}, {11, "AUTH_FAILED"},
 		{20, "BAD_OP"}, {21, "BAD_KEY"}, {22, "BAD_LEASE"}, {23, "BAD_WAIT"}, {24, "BAD_FLAGS"},
 		{25, "DUPLICATE_REQ_ID"}, {26, "BAD_ADMIN"}, {27, "NOT_PERMITTED"}, {28, "INTERNAL"},
-		{6, "CODE_6"}, {9, "CODE_9"}, {12, "CODE_12"}, {19, "CODE_19"}, {29, "CODE_29"},
+		{12, "TLS_REQUIRED"}, {29, "BAD_KEYSET"}, {30, "BAD_LABEL"},
+		{6, "CODE_6"}, {9, "CODE_9"}, {13, "CODE_13"}, {19, "CODE_19"}, {31, "CODE_31"},
 		{100, "CODE_100"}, {255, "CODE_255"},
 	}
 	for _, tt := range tests {
@@ -221,8 +222,9 @@ func TestCodeString(t *testing.T) {
 		wire.CodeBadOp: 20, wire.CodeBadKey: 21, wire.CodeBadLease: 22, wire.CodeBadWait: 23,
 		wire.CodeBadFlags: 24, wire.CodeDuplicateReqID: 25, wire.CodeBadAdmin: 26,
 		wire.CodeNotPermitted: 27, wire.CodeInternal: 28,
+		wire.CodeTLSRequired: 12, wire.CodeBadKeySet: 29, wire.CodeBadLabel: 30,
 	}
-	if len(consts) != 17 {
+	if len(consts) != 20 {
 		t.Fatalf("code constants collide: %d distinct", len(consts))
 	}
 	for c, n := range consts {
@@ -274,7 +276,7 @@ func TestQueuedUnits(t *testing.T) {
 
 func TestEnumValues(t *testing.T) {
 	for b := 0; b < 256; b++ {
-		wantOp := strings.IndexByte("ARCPQ", byte(b)) >= 0
+		wantOp := strings.IndexByte("ARCPQSXL", byte(b)) >= 0 // with the 1.1 ops (§12)
 		if got := wire.Op(b).Valid(); got != wantOp {
 			t.Errorf("Op(%#x).Valid() = %v", b, got)
 		}

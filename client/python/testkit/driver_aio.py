@@ -118,7 +118,7 @@ class AioDriver:
         import platform
 
         return {
-            "language": "python",
+            "language": "python-asyncio",
             "client_version": ticketing.__version__,
             "runtime": f"{platform.python_implementation()} {platform.python_version()} asyncio",
         }

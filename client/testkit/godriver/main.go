@@ -187,7 +187,7 @@ func (d *driver) dispatch(c command) {
 			go run()
 		}
 	default:
-		d.reply(errReply(c.ID, "internal", 0, "unknown cmd "+strconv.Quote(c.Cmd)))
+		d.reply(errReply(c.ID, "unsupported", 0, "unknown cmd "+strconv.Quote(c.Cmd)))
 	}
 }
 

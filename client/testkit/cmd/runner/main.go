@@ -34,12 +34,29 @@ func main() {
 	list := flag.Bool("list", false, "list the scenarios and exit")
 	from := flag.String("from", "", "render the cells of an earlier -json run (file) instead of running")
 	quiet := flag.Bool("q", false, "no progress lines on stderr")
+	knownPath := flag.String("known", "", "known-failures list (default: <root>/"+testkit.KnownFailuresFile+"; \"none\": none)")
 	flag.Parse()
 	if *list {
 		for _, s := range testkit.ScenarioNames() {
 			fmt.Println(s)
 		}
 		return
+	}
+	r := *root
+	if r == "" {
+		r = findRoot()
+	}
+	var known *testkit.KnownFailures
+	if *knownPath != "none" {
+		p := *knownPath
+		if p == "" {
+			p = filepath.Join(r, testkit.KnownFailuresFile)
+		}
+		var err error
+		if known, err = testkit.LoadKnownFailures(p); err != nil {
+			fmt.Fprintln(os.Stderr, "runner:", err)
+			os.Exit(2)
+		}
 	}
 	if *from != "" {
 		b, err := os.ReadFile(*from)
@@ -51,12 +68,18 @@ func main() {
 			fmt.Fprintln(os.Stderr, "runner: -from:", err)
 			os.Exit(2)
 		}
+		for i := range out {
+			out[i].Known, out[i].KnownLine = "", 0
+			switch out[i].Status {
+			case testkit.KnownFail:
+				out[i].Status = testkit.Fail
+			case testkit.XPass:
+				out[i].Status = testkit.Pass
+			}
+			known.Mark(&out[i])
+		}
 		finish(out, *asJSON, *md)
 		return
-	}
-	r := *root
-	if r == "" {
-		r = findRoot()
 	}
 	b := *bin
 	if b == "" {
@@ -77,18 +100,18 @@ func main() {
 			os.Exit(2)
 		}
 	}
-	names := testkit.AllLangs
+	names := testkit.LangNames()
 	if *langs != "" {
 		names = split(*langs)
 	}
-	known := map[string]bool{}
-	for _, l := range testkit.AllLangs {
-		known[l] = true
+	isLang := map[string]bool{}
+	for _, l := range testkit.LangNames() {
+		isLang[l] = true
 	}
 	var ls []testkit.Lang
 	for _, n := range names {
-		if !known[n] {
-			fmt.Fprintf(os.Stderr, "runner: unknown language %q (%s)\n", n, strings.Join(testkit.AllLangs, ", "))
+		if !isLang[n] {
+			fmt.Fprintf(os.Stderr, "runner: unknown language %q (%s)\n", n, strings.Join(testkit.LangNames(), ", "))
 			os.Exit(2)
 		}
 		l := testkit.Discover(r, n)
@@ -119,7 +142,7 @@ func main() {
 		os.RemoveAll(dir)
 		os.Exit(130)
 	}()
-	cfg := testkit.Config{Bin: b, Langs: ls, Modes: ms, Filter: filter, Dir: dir}
+	cfg := testkit.Config{Bin: b, Langs: ls, Modes: ms, Filter: filter, Dir: dir, Known: known}
 	if !*quiet {
 		cfg.Log = os.Stderr
 	}
