@@ -20,17 +20,16 @@ const RELEASE_QUEUE_LEN: usize = 4096;
 const REDIRECT_BASE: Duration = Duration::from_millis(25);
 const REDIRECT_CAP: Duration = Duration::from_millis(200);
 
-fn log_enabled() -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| std::env::var_os("TICKETING_RUST_LOG").is_some_and(|v| !v.is_empty() && v != "0"))
+/// Connection events (connected, lost, failed, redirects, background
+/// failures; never a token) go to the `log` facade, target `ticketing`,
+/// with the cargo feature `log` (off by default: then nothing is logged).
+#[cfg(feature = "log")]
+pub(crate) fn log(args: std::fmt::Arguments<'_>) {
+    log::info!(target: "ticketing", "{args}");
 }
 
-/// Connection events go to stderr when `TICKETING_RUST_LOG` is set (never a token).
-pub(crate) fn log(args: std::fmt::Arguments<'_>) {
-    if log_enabled() {
-        eprintln!("ticketing: {args}");
-    }
-}
+#[cfg(not(feature = "log"))]
+pub(crate) fn log(_args: std::fmt::Arguments<'_>) {}
 
 pub(crate) struct Endpoint {
     addr: String,

@@ -48,6 +48,9 @@ mod error;
 mod lease;
 #[cfg(feature = "rustls")]
 mod tls;
+// The codec is not public API (no semver promise; hidden from the docs): it
+// is reachable only for the crate's own tests and fake servers.
+#[doc(hidden)]
 pub mod wire;
 
 pub use client::Client;
