@@ -30,7 +30,11 @@ type conn struct {
 	id          uint64
 	role        wire.Role
 	peerPort    bool          // accepted on the cluster peer port: role 3 only
-	hsElem      *list.Element // on Server.hs.mu: in the handshaking list
+	hsElem      *list.Element // on Server.hs.mu: in the handshaking list (nil: out of it, or evicted)
+	hsAddrElem  *list.Element // on Server.hs.mu: in its address's active or parked list
+	hsAt        int64         // on Server.hs.mu: nanotime it was accepted, or given its slot
+	hsActive    bool          // on Server.hs.mu: has a slot of its address (HELLO may be sent)
+	hsWake      chan struct{} // a parked connection's wake-up: promoted, evicted, or first in the queue
 	hsAddr      string        // source address (handshake caps)
 	maxInflight int32
 
@@ -80,6 +84,10 @@ func (c *conn) serve() {
 		if c.s.cfg.SendBuffer > 0 && !c.peerPort {
 			_ = tcp.SetWriteBuffer(c.s.cfg.SendBuffer)
 		}
+	}
+	if !c.s.hsSlot(c) {
+		c.raw.Close()
+		return
 	}
 	ok := c.handshake()
 	c.s.hsDone(c)
@@ -193,6 +201,7 @@ func (c *conn) handshake() bool {
 func (c *conn) reject(code wire.Code) {
 	c.s.log.Debug("handshake rejected", "remote", c.nc.RemoteAddr().String(), "code", code.String())
 	_, _ = c.nc.Write(wire.AppendReject(nil, code))
+	c.s.hsDone(c) // answered: its slot is free while it lingers
 	c.lingerClose()
 }
 

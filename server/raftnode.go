@@ -219,6 +219,9 @@ func (s *Server) peerTLSClient() (*tls.Config, error) {
 func (s *Server) servePeers(ln net.Listener) {
 	defer s.wg.Done()
 	for {
+		if !s.hsWaitRoom() {
+			return
+		}
 		nc, err := ln.Accept()
 		if err != nil {
 			select {

@@ -229,6 +229,10 @@ func (s *Server) Serve(ln net.Listener) error {
 	s.lock.run()
 	var delay time.Duration
 	for {
+		if !s.hsWaitRoom() { // back-pressure at the handshake cap: the backlog holds the rest
+			ln.Close()
+			return ErrServerClosed
+		}
 		nc, err := ln.Accept()
 		if err != nil {
 			if s.draining.Load() { // Shutdown closed ln before closing s.closed

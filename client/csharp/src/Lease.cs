@@ -80,9 +80,19 @@ namespace Ticketing
             }
         }
 
-        void DisposeEnding()
+        /// <summary>
+        /// After a confirmed release the token stays readable and is cancelled (R12): never
+        /// disposed, so a thread reading LeaseEndingToken while another releases sees a
+        /// cancelled token, not ObjectDisposedException. Callbacks registered on it run inside
+        /// the release (as CancellationTokenSource.Cancel runs them); one that throws is logged.
+        /// </summary>
+        void EndOnRelease()
         {
-            lock (endingMu) if (ending != null) ending.Dispose();
+            CancellationTokenSource e;
+            lock (endingMu) e = ending;
+            if (e == null || e.IsCancellationRequested) return;
+            try { e.Cancel(); }
+            catch (AggregateException x) { client.Log("ticketing: a LeaseEndingToken callback failed: " + x.InnerException.Message); }
         }
 
         /// <summary>True once the server confirmed the release.</summary>
@@ -98,7 +108,7 @@ namespace Ticketing
             if (IsReleased) return;
             await client.ReleaseAsync(KeyBytes, Token, ct).ConfigureAwait(false);
             Volatile.Write(ref released, 1);
-            DisposeEnding();
+            EndOnRelease();
         }
 
         /// <summary>Synchronous Release (blocks the calling thread only).</summary>
@@ -107,7 +117,7 @@ namespace Ticketing
             if (IsReleased) return;
             client.Release(KeyBytes, Token);
             Volatile.Write(ref released, 1);
-            DisposeEnding();
+            EndOnRelease();
         }
 
         /// <summary>Releases; never throws (a failed release ends with the lease, and is logged).</summary>

@@ -201,9 +201,11 @@ namespace Ticketing
                 {
                     c.Done.Task.Wait(ct);
                 }
-                catch (OperationCanceledException)
+                catch (Exception e) when (e is OperationCanceledException || e is ThreadInterruptedException)
                 {
-                    CancelCall(c); // withdraws it, or (answered meanwhile) compensates a grant
+                    // ct cancelled or Thread.Interrupt (R11): withdraws it, or (answered
+                    // meanwhile) compensates a grant.
+                    CancelCall(c);
                     throw;
                 }
                 if (Interlocked.CompareExchange(ref c.Claim, 1, 0) != 0) throw new OperationCanceledException(ct);
@@ -410,7 +412,7 @@ namespace Ticketing
                 catch (OperationCanceledException) { releaser.Submit(st); throw; }
                 bool answered;
                 try { answered = c.Done.Task.Wait((int)Math.Ceiling(Clock.Ms(Math.Max(0, st.Deadline - Clock.Now))), ct); }
-                catch (OperationCanceledException) { releaser.Adopt(c, st); throw; }
+                catch (Exception e) when (e is OperationCanceledException || e is ThreadInterruptedException) { releaser.Adopt(c, st); throw; }
                 if (!answered)
                 {
                     if (c.Conn.Reown(c, Owner.Caller, Owner.Dropped, null)) throw new IndeterminateException(st.GiveUp(cause));

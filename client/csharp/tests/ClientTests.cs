@@ -184,6 +184,88 @@ namespace Ticketing.Tests
         }
 
         [Test]
+        public void InterruptWithdrawsABlockedSyncAcquire()
+        {
+            // issue 34 C# 1, R11: Thread.Interrupt on a thread blocked in the synchronous
+            // Acquire withdraws the queued acquire (C) instead of leaving it queued.
+            var cancels = new BlockingCollection<Request>();
+            Request acq = null;
+            using (var f = new FakeServer((s, r) =>
+            {
+                if (r.Op == Wire.OpAcquire) acq = r;
+                else if (r.Op == Wire.OpCancel) { cancels.Add(r); FakeServer.Respond(s, Status.Timeout, acq); FakeServer.Respond(s, Status.Released, r); }
+            }))
+            using (var c = Client(f))
+            {
+                Exception got = null;
+                var t = new Thread(() =>
+                {
+                    try { c.Acquire("k", TimeSpan.FromSeconds(5), TimeSpan.FromSeconds(30)); }
+                    catch (Exception e) { got = e; }
+                });
+                t.Start();
+                Until.True(() => acq != null);
+                t.Interrupt();
+                Assert.IsTrue(t.Join(5000), "the interrupted caller returned");
+                Assert.IsInstanceOf<ThreadInterruptedException>(got);
+                Request cr;
+                Assert.IsTrue(cancels.TryTake(out cr, 5000), "the interrupted acquire was withdrawn with C");
+                Assert.AreEqual(acq.ReqId, (uint)(cr.Arg >> 32));
+            }
+        }
+
+        [Test]
+        public void LeaseEndingTokenStaysReadableAndCancelledAfterRelease()
+        {
+            // issue 34 C# 2, R12: after a release the token is cancelled and reading it never
+            // throws ObjectDisposedException, also for a thread reading while another releases.
+            long next = 0;
+            using (var f = new FakeServer((s, r) =>
+            {
+                if (r.Op == Wire.OpAcquire) FakeServer.Respond(s, Status.Granted, r, value: (ulong)Interlocked.Increment(ref next));
+                else if (r.Op == Wire.OpRelease) FakeServer.Respond(s, Status.Released, r);
+            }))
+            using (var c = Client(f))
+            {
+                var l = c.Acquire("k", TimeSpan.FromSeconds(30), TimeSpan.Zero);
+                var before = l.LeaseEndingToken;
+                Assert.IsFalse(before.IsCancellationRequested);
+                l.Release();
+                Assert.IsTrue(before.IsCancellationRequested, "the token handed out before the release is cancelled");
+                var after = l.LeaseEndingToken;
+                Assert.IsTrue(after.IsCancellationRequested);
+                Assert.IsTrue(after.WaitHandle.WaitOne(0));
+                after.Register(() => { }).Dispose();
+                l.Dispose(); // a second release is a no-op
+                Assert.IsTrue(l.LeaseEndingToken.IsCancellationRequested);
+
+                // A reader racing the release: every read works, and it ends cancelled.
+                var l2 = c.Acquire("k2", TimeSpan.FromSeconds(30), TimeSpan.Zero);
+                Exception err = null;
+                int seenCancelled = 0;
+                var reader = new Thread(() =>
+                {
+                    var sw = Stopwatch.StartNew();
+                    try
+                    {
+                        while (seenCancelled < 1000 && sw.Elapsed < TimeSpan.FromSeconds(10))
+                        {
+                            var t = l2.LeaseEndingToken;
+                            t.Register(() => { }).Dispose();
+                            if (t.WaitHandle.WaitOne(0)) seenCancelled++;
+                        }
+                    }
+                    catch (Exception e) { err = e; }
+                });
+                reader.Start();
+                l2.Release();
+                Assert.IsTrue(reader.Join(15000));
+                Assert.IsNull(err, "reading LeaseEndingToken during a release threw: " + err);
+                Assert.AreEqual(1000, seenCancelled);
+            }
+        }
+
+        [Test]
         public void GrantThatWonTheRaceIsCompensated()
         {
             var releases = new BlockingCollection<ulong>();

@@ -682,7 +682,11 @@ public final class TicketingClient implements AutoCloseable {
     /**
      * Acquires asynchronously. The future completes on the client's callback executor (never on
      * an I/O thread nor the common pool). Cancelling it withdraws the queued acquire and
-     * releases a grant that won the race.
+     * releases a grant that won the race. Stages derived from it ({@code thenApply},
+     * {@code thenCompose}, {@code whenComplete}, ..., and stages derived from those) propagate:
+     * cancelling one of them, or its {@code orTimeout} firing, while the acquire is still pending
+     * withdraws the acquire the same way (and so fails every other stage of it). Once the acquire
+     * completed, the lease is the caller's: cancelling a later stage releases nothing.
      *
      * @param key the key
      * @param lease the lease
@@ -733,19 +737,43 @@ public final class TicketingClient implements AutoCloseable {
         return f;
     }
 
+    /**
+     * The future of an acquire. Stages derived from it ({@code thenApply}, {@code thenCompose},
+     * {@code whenComplete}, ... and stages derived from those) are {@link Dependent}s: cancelling
+     * one of them, or completing it exceptionally from outside ({@code orTimeout}), while the
+     * acquire is still pending withdraws the acquire like cancelling this future does (issue 34
+     * item 9, R11).
+     */
     private final class AcquireFuture extends CompletableFuture<Lease> {
         final AcquireOp op;
+        private volatile boolean delivering;
 
         AcquireFuture(AcquireOp op) {
             this.op = op;
         }
 
         void deliver(Lease l, Throwable e) {
+            delivering = true;
             if (e != null) {
-                completeExceptionally(e);
+                super.completeExceptionally(e);
             } else if (!complete(l)) {
                 l.releaseInBackground(); // cancelled meanwhile
             }
+        }
+
+        @Override
+        public <U> CompletableFuture<U> newIncompleteFuture() {
+            return new Dependent<>(this);
+        }
+
+        /** From outside (orTimeout, a caller giving up): withdraws like cancel. */
+        @Override
+        public boolean completeExceptionally(Throwable ex) {
+            if (delivering || isDone()) {
+                return super.completeExceptionally(ex);
+            }
+            op.cancel();
+            return super.completeExceptionally(ex);
         }
 
         @Override
@@ -764,6 +792,42 @@ public final class TicketingClient implements AutoCloseable {
                 }
             }
             return super.cancel(mayInterruptIfRunning);
+        }
+    }
+
+    /**
+     * A stage derived from an {@link AcquireFuture}: cancelling it (or completing it exceptionally
+     * from outside, as {@code orTimeout} does) cancels the acquire it derives from while that is
+     * still pending. Once the acquire completed, the lease belongs to the caller's stages.
+     */
+    static final class Dependent<T> extends CompletableFuture<T> {
+        private final CompletableFuture<Lease> root;
+
+        Dependent(CompletableFuture<Lease> root) {
+            this.root = root;
+        }
+
+        @Override
+        public <U> CompletableFuture<U> newIncompleteFuture() {
+            return new Dependent<>(root);
+        }
+
+        @Override
+        public boolean cancel(boolean mayInterruptIfRunning) {
+            boolean ok = super.cancel(mayInterruptIfRunning);
+            if (ok && !root.isDone()) {
+                root.cancel(mayInterruptIfRunning);
+            }
+            return ok;
+        }
+
+        @Override
+        public boolean completeExceptionally(Throwable ex) {
+            boolean ok = super.completeExceptionally(ex);
+            if (ok && !root.isDone()) {
+                root.cancel(false);
+            }
+            return ok;
         }
     }
 

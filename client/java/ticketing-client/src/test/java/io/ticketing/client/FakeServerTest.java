@@ -207,6 +207,33 @@ class FakeServerTest {
     }
 
     @Test
+    void cancellingADerivedStageWithdrawsTheAcquire() throws Exception {
+        // issue 34 item 9: thenApply(...).cancel(true) withdraws like cancelling the future itself,
+        // also two stages down and through orTimeout.
+        try (FakeServer s = new FakeServer(); TicketingClient c = client(s)) {
+            s.script(r -> {
+                if (r.op() == 'C') {
+                    r.conn().send(Wire.ST_TIMEOUT, (int) (r.arg() >>> 32), 0);
+                    r.conn().send(Wire.ST_RELEASED, r.reqId(), 0);
+                }
+            });
+            CompletableFuture<Long> derived = c.acquireAsync("k", LEASE, WAIT).thenApply(Lease::token).thenApply(t -> t + 1);
+            FakeServer.Req a = s.next('A');
+            assertTrue(derived.cancel(true));
+            FakeServer.Req cc = s.next('C');
+            assertEquals(a.reqId(), (int) (cc.arg() >>> 32));
+            assertThrows(CancellationException.class, derived::join);
+
+            CompletableFuture<Lease> timed = c.acquireAsync("k2", LEASE, WAIT).whenComplete((l, e) -> { }).orTimeout(50, TimeUnit.MILLISECONDS);
+            FakeServer.Req a2 = s.next('A');
+            FakeServer.Req cc2 = s.next('C');
+            assertEquals(a2.reqId(), (int) (cc2.arg() >>> 32));
+            ExecutionException e = assertThrows(ExecutionException.class, () -> timed.get(5, TimeUnit.SECONDS));
+            assertTrue(e.getCause() instanceof java.util.concurrent.TimeoutException, e.toString());
+        }
+    }
+
+    @Test
     void grantThatWonTheRaceIsCompensated() throws Exception {
         try (FakeServer s = new FakeServer(); TicketingClient c = client(s)) {
             s.script(r -> {

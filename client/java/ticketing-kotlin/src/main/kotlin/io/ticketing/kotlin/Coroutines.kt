@@ -5,28 +5,54 @@ package io.ticketing.kotlin
 import io.ticketing.client.AcquireTimeoutException
 import io.ticketing.client.Lease
 import io.ticketing.client.TicketingClient
+import kotlinx.coroutines.CoroutineDispatcher
 import kotlinx.coroutines.NonCancellable
 import kotlinx.coroutines.future.await
 import kotlinx.coroutines.withContext
+import java.util.concurrent.CompletableFuture
 import java.util.concurrent.Executor
+import kotlin.coroutines.ContinuationInterceptor
+import kotlin.coroutines.coroutineContext
 import kotlin.time.Duration
 import kotlin.time.toJavaDuration
+import kotlin.time.toKotlinDuration
 
 /**
  * Acquires [key], suspending (never blocking a thread) up to [wait] in the key's FIFO queue;
  * [wait] bounds the whole call, connecting included. Cancelling the coroutine withdraws the
  * queued acquire; a grant that won the race is released by the client.
+ *
+ * Takes [kotlin.time.Duration] only: `client.acquire(key, Duration.ofSeconds(..), ..)` with
+ * `java.time.Duration` is the *blocking* Java member. In coroutine code prefer [suspending], whose
+ * [SuspendingTicketingClient] has no blocking member to pick by mistake.
  */
 suspend fun TicketingClient.acquire(key: String, lease: Duration, wait: Duration): Lease =
     acquire(key.toByteArray(Charsets.UTF_8), lease, wait)
 
-// await() dispatches the resumption on the coroutine's dispatcher, so the futures may complete
-// directly on the client's I/O thread (one thread hop less).
+// A direct executor completes the client's futures on its socket reader thread. That is only
+// safe when the coroutine's dispatcher moves the resumption elsewhere anyway (Default, IO, a
+// single-thread dispatcher): one thread hop less. Under Dispatchers.Unconfined, an immediate
+// dispatcher or no dispatcher at all, user code would resume on the reader thread (blocking there
+// stalls every other call on that connection), so the futures complete on the client's callback
+// executor instead (issue 34 item 10).
 private val direct = Executor { it.run() }
+
+private suspend fun <T> resumeSafely(start: (Executor?) -> CompletableFuture<T>): T {
+    val ctx = coroutineContext
+    val d = ctx[ContinuationInterceptor] as? CoroutineDispatcher
+    val ex = if (d != null && d.isDispatchNeeded(ctx)) direct else null
+    return start(ex).await()
+}
 
 /** [acquire] with a raw byte key. */
 suspend fun TicketingClient.acquire(key: ByteArray, lease: Duration, wait: Duration): Lease =
-    acquireAsync(key, lease.toJavaDuration(), wait.toJavaDuration(), direct).await()
+    resumeSafely { ex ->
+        if (ex == null) {
+            acquireAsync(key, lease.toJavaDuration(), wait.toJavaDuration())
+        } else {
+            acquireAsync(key, lease.toJavaDuration(), wait.toJavaDuration(), ex)
+        }
+    }
 
 /** Tries [key] once (wait 0): null when it is held. */
 suspend fun TicketingClient.tryAcquire(key: String, lease: Duration): Lease? =
@@ -38,17 +64,17 @@ suspend fun TicketingClient.tryAcquire(key: String, lease: Duration): Lease? =
 
 /** Releases [key] held with [token], suspending until the server confirmed (`O`) or 5 s passed. */
 suspend fun TicketingClient.releaseSuspending(key: String, token: Long) {
-    releaseAsync(key.toByteArray(Charsets.UTF_8), token, direct).await()
+    releaseSuspending(key.toByteArray(Charsets.UTF_8), token)
 }
 
 /** [releaseSuspending] with a raw byte key. */
 suspend fun TicketingClient.releaseSuspending(key: ByteArray, token: Long) {
-    releaseAsync(key, token, direct).await()
+    resumeSafely { ex -> if (ex == null) releaseAsync(key, token) else releaseAsync(key, token, ex) }
 }
 
 /** Releases this lease, suspending; idempotent once confirmed. */
 suspend fun Lease.releaseSuspending() {
-    releaseAsync(direct).await()
+    resumeSafely { ex -> if (ex == null) releaseAsync() else releaseAsync(ex) }
 }
 
 /**
@@ -77,4 +103,53 @@ private suspend fun <T> withLease(l: Lease, block: suspend (Lease) -> T): T {
     }
     withContext(NonCancellable) { l.releaseSuspending() }
     return result
+}
+
+/** The coroutine view of this client: every member suspends, none blocks (issue 34 item 10). */
+fun TicketingClient.suspending(): SuspendingTicketingClient = SuspendingTicketingClient(this)
+
+/**
+ * The client for coroutine code: only suspending members, taking [kotlin.time.Duration] or
+ * [java.time.Duration] alike, so a coroutine never picks the blocking Java `acquire` by the type
+ * of its arguments. Wraps (and shares the connections of) [client]; closing stays with [client].
+ *
+ * ```
+ * val locks = client.suspending()
+ * locks.withLock("jobs/nightly", 10.minutes, 0.seconds) { lease -> work(lease.token()) }
+ * ```
+ */
+class SuspendingTicketingClient(val client: TicketingClient) {
+    /** Suspends up to [wait] for [key]; see [TicketingClient.acquire] (the extension). */
+    suspend fun acquire(key: String, lease: Duration, wait: Duration): Lease = client.acquire(key, lease, wait)
+
+    /** [acquire] with [java.time.Duration]s (still suspending). */
+    suspend fun acquire(key: String, lease: java.time.Duration, wait: java.time.Duration): Lease =
+        client.acquire(key, lease.toKotlinDuration(), wait.toKotlinDuration())
+
+    /** [acquire] with a raw byte key. */
+    suspend fun acquire(key: ByteArray, lease: Duration, wait: Duration): Lease = client.acquire(key, lease, wait)
+
+    /** [acquire] with a raw byte key and [java.time.Duration]s. */
+    suspend fun acquire(key: ByteArray, lease: java.time.Duration, wait: java.time.Duration): Lease =
+        client.acquire(key, lease.toKotlinDuration(), wait.toKotlinDuration())
+
+    /** One attempt (wait 0): null when [key] is held. */
+    suspend fun tryAcquire(key: String, lease: Duration): Lease? = client.tryAcquire(key, lease)
+
+    /** [tryAcquire] with a [java.time.Duration]. */
+    suspend fun tryAcquire(key: String, lease: java.time.Duration): Lease? = client.tryAcquire(key, lease.toKotlinDuration())
+
+    /** Releases [key] held with [token]; suspends until `O` (or 5 s: IndeterminateException). */
+    suspend fun release(key: String, token: Long) = client.releaseSuspending(key, token)
+
+    /** [release] with a raw byte key. */
+    suspend fun release(key: ByteArray, token: Long) = client.releaseSuspending(key, token)
+
+    /** Runs [block] holding [key]; see [TicketingClient.withLock] (the extension). */
+    suspend fun <T> withLock(key: String, lease: Duration, wait: Duration, block: suspend (Lease) -> T): T =
+        client.withLock(key, lease, wait, block)
+
+    /** [withLock] with [java.time.Duration]s. */
+    suspend fun <T> withLock(key: String, lease: java.time.Duration, wait: java.time.Duration, block: suspend (Lease) -> T): T =
+        client.withLock(key, lease.toKotlinDuration(), wait.toKotlinDuration(), block)
 }

@@ -119,6 +119,40 @@ class CoroutinesTest {
     }
 
     @Test
+    fun unconfinedNeverResumesOnTheClientsThreads() {
+        // issue 34 item 10: under Dispatchers.Unconfined the coroutine resumes where the future
+        // completed; that must never be the socket reader (blocking there stalls other calls).
+        kotlinx.coroutines.runBlocking(Dispatchers.Unconfined) {
+            repeat(20) { i ->
+                val l = client.acquire("kt/unconfined/$i", 10.seconds, 5.seconds)
+                val t = Thread.currentThread().name
+                assertTrue(!t.startsWith("ticketing-read") && !t.startsWith("ticketing-conn"), "resumed on $t after acquire")
+                l.releaseSuspending()
+                val t2 = Thread.currentThread().name
+                assertTrue(!t2.startsWith("ticketing-read") && !t2.startsWith("ticketing-conn"), "resumed on $t2 after release")
+            }
+        }
+    }
+
+    @Test
+    fun theSuspendingViewTakesJavaDurationsAndSuspends() = runTest {
+        // issue 34 item 10: client.suspending() has no blocking member, so java.time.Duration
+        // arguments still reach the suspending acquire; cancelling it withdraws.
+        val locks = client.suspending()
+        withContext(Dispatchers.Default) {
+            val held = locks.acquire("kt/view", java.time.Duration.ofSeconds(10), java.time.Duration.ofSeconds(5))
+            val waiter = async { locks.acquire("kt/view", java.time.Duration.ofSeconds(10), java.time.Duration.ofSeconds(30)) }
+            delay(200)
+            waiter.cancel()
+            assertTrue(runCatching { waiter.await() }.isFailure)
+            locks.release("kt/view", held.token())
+            val n = locks.withLock("kt/view", java.time.Duration.ofSeconds(10), java.time.Duration.ofSeconds(5)) { it.token() }
+            assertTrue(n != 0L)
+            assertNotNull(locks.tryAcquire("kt/view", 10.seconds)?.also { it.releaseSuspending() })
+        }
+    }
+
+    @Test
     fun timeoutAndBadInput() = runTest {
         withContext(Dispatchers.Default) {
             val held = client.acquire("kt/timeout", 10.seconds, 5.seconds)
