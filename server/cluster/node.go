@@ -117,6 +117,7 @@ type Node struct {
 	cleanLoss   atomic.Bool   // every command of ours was applied before leadership went
 	lostGen     atomic.Uint64 // counts completed onLost calls (Handover waits for one)
 	inherited   atomic.Uint64 // the last token granted before this node started leading
+	beatUntil   atomic.Int64  // leader: clock beats until then (unix ns, this clock; ClockBeat)
 	memberMu    sync.Mutex    // one membership change at a time
 	removed     atomic.Bool   // learned it was removed from the configuration (removed.go)
 	removedWhy  atomic.Value  // string: how it learned
@@ -469,6 +470,7 @@ func (n *Node) lead(ctx context.Context, loops *sync.WaitGroup) {
 	// Applied here, and nothing else can be until this node serves: the
 	// leases held now are the inherited ones.
 	n.inherited.Store(n.fsm.LastToken())
+	n.beatUntil.Store(n.now().UnixNano() + int64(beatWindow))
 	select {
 	case <-ctx.Done():
 		return
@@ -555,24 +557,32 @@ func (n *Node) runTimers(ctx context.Context) {
 		}
 		if len(cmds) > 0 {
 			_ = n.Submit(cmds...)
-		} else if keys, _ := n.fsm.Counts(); keys > 0 && nowNs-max(n.fsm.LastBatchTime(), beatAt) >= int64(ClockBeat) {
+		} else if keys, _ := n.fsm.Counts(); keys > 0 && nowNs < n.beatUntil.Load() && nowNs-max(n.fsm.LastBatchTime(), beatAt) >= int64(ClockBeat) {
 			beatAt = nowNs
 			n.clockBeat(nowNs)
 		}
 	}
 }
 
-// ClockBeat: while locks are held (a lease may have to be inherited) and
-// no batch was committed for this long, the leader commits an empty batch
-// stamped with its clock. Every node's estimate of the leader's clock
-// (FSM.InheritShift) is the least apply delay over that leader's batches;
-// without a beat, a node that restarted and caught up applied the last
+// ClockBeat: while locks are held (a lease may have to be inherited), no
+// batch was committed for this long, and a node may be catching up (for
+// beatWindow after this leader started, and after its clock sampler saw a
+// peer come back: a sample that succeeds after failures, or a new
+// incarnation), the leader commits an empty batch stamped with its clock.
+// Every node's estimate of the leader's clock (FSM.InheritShift) is the
+// least apply delay over that leader's batches; without a beat, a node that
+// restarted (or was cut off, or paused) and caught up applied the last
 // batches seconds after they were stamped and kept that lateness until the
 // next write, and elected next it moved every lease later by it (issue #29
 // item 3). With the beat, a caught-up node's estimate is late by at most
 // about ClockBeat: an inherited lease ends at most about that much later
-// per leader change. An idle cluster without locks writes nothing.
+// per leader change. A cluster without locks, or with every node in
+// contact, writes nothing.
 const ClockBeat = 100 * time.Millisecond
+
+// beatWindow is how long the clock beats go on after their trigger: time
+// for a node that came back to catch up.
+const beatWindow = 5 * time.Second
 
 // clockBeat proposes the empty batch without waiting for it (the timers
 // go on); a failed one is simply retried a beat later.
