@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # CI entry points of the JS/TS client (see the client-common brief):
-#   ci.sh toolchain | install | build | test | bench
+#   ci.sh toolchain | install | build | test | package-check | bench
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
@@ -51,10 +51,16 @@ test)
   node_modules/.bin/prettier --check . >/dev/null || { node_modules/.bin/prettier --check .; exit 1; }
   echo "== tsc (strict): ESM, CJS, tests"
   node scripts/build.mjs
-  echo "== npm pack + install into a fresh project (ESM and CJS)"
-  bash scripts/pack-check.sh
+  echo "== package-check: npm pack, install into a fresh project, the README's example (ESM, CJS, tsc --strict)"
+  bash scripts/package-check.sh
   echo "== node --test"
   node --test --test-concurrency=2 build/test/
+  ;;
+package-check)
+  export TICKETING_BIN="${TICKETING_BIN:-$repo/bin/ticketing}"
+  need_node || { echo "node >= 20 missing: apt-get install -y nodejs npm" >&2; exit 3; }
+  deps
+  bash scripts/package-check.sh
   ;;
 bench)
   : "${TICKETING_ADDR:?set TICKETING_ADDR to host:port of a running server}"
@@ -62,7 +68,7 @@ bench)
   node bench/bench.mjs
   ;;
 *)
-  echo "usage: ci.sh toolchain|install|build|test|bench" >&2
+  echo "usage: ci.sh toolchain|install|build|test|package-check|bench" >&2
   exit 2
   ;;
 esac

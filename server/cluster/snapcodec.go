@@ -25,12 +25,15 @@ import (
 //	        varint deadline−grant, uvarint waiters, then per waiter (FIFO):
 //	        u64 conn, uvarint req_id, uvarint lease_ms, varint enqueued−grant,
 //	        varint wait deadline−enqueued
+//	        (version 2, protocol 1.1 key sets: after each waiter its set, and
+//	        after each key's waiters the holder's set: uvarint count of keys,
+//	        0 for none, then per key uvarint len, key)
 //
 // Restore also reads the JSON encoding of earlier versions (its first
 // byte is '{').
 const (
 	snapMagic   = "\x00TKS"
-	snapVersion = 1
+	snapVersion = 2 // 2: key sets (protocol.md §12.2); 1 is still read
 )
 
 var errBadSnapshot = errors.New("cluster: malformed snapshot")
@@ -70,7 +73,9 @@ func encodeSnapshot(w *bufio.Writer, st *fsmState) error {
 			b = binary.AppendUvarint(b, uint64(ws.LeaseMS))
 			b = binary.AppendVarint(b, ws.Enqueued-k.Grant)
 			b = binary.AppendVarint(b, ws.Deadline-ws.Enqueued)
+			b = appendKeyList(b, ws.Set)
 		}
+		b = appendKeyList(b, k.Set)
 		if len(b) >= 32<<10 {
 			if _, err := w.Write(b); err != nil {
 				return err
@@ -93,8 +98,9 @@ func decodeSnapshot(r io.Reader) (fsmState, error) {
 		err := json.NewDecoder(br).Decode(&s)
 		return s, err
 	}
-	if head[len(snapMagic)] != snapVersion {
-		return s, fmt.Errorf("%w: version %d", errBadSnapshot, head[len(snapMagic)])
+	version := head[len(snapMagic)]
+	if version != 1 && version != snapVersion {
+		return s, fmt.Errorf("%w: version %d", errBadSnapshot, version)
 	}
 	_, _ = br.Discard(len(head))
 	d := snapDecoder{r: br}
@@ -125,8 +131,14 @@ func decodeSnapshot(r io.Reader) (fsmState, error) {
 				ws.LeaseMS = uint32(d.uvarint(1<<32 - 1))
 				ws.Enqueued = k.Grant + d.varint()
 				ws.Deadline = ws.Enqueued + d.varint()
+				if version >= 2 {
+					ws.Set = d.keyList()
+				}
 				k.Waiters = append(k.Waiters, ws)
 			}
+		}
+		if version >= 2 {
+			k.Set = d.keyList()
 		}
 		s.Table.Keys = append(s.Table.Keys, k)
 	}
@@ -136,6 +148,30 @@ func decodeSnapshot(r io.Reader) (fsmState, error) {
 		}
 	}
 	return s, d.err
+}
+
+func appendKeyList(b []byte, keys []string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(keys)))
+	for _, k := range keys {
+		b = binary.AppendUvarint(b, uint64(len(k)))
+		b = append(b, k...)
+	}
+	return b
+}
+
+// keyList reads what appendKeyList wrote (nil for none).
+func (d *snapDecoder) keyList() []string {
+	n := d.uvarint(16)
+	if n == 0 {
+		return nil
+	}
+	keys := make([]string, 0, n)
+	for range n {
+		key := make([]byte, d.uvarint(1<<16))
+		d.full(key)
+		keys = append(keys, string(key))
+	}
+	return keys
 }
 
 // snapDecoder reads the snapshot's fields, keeping the first error.

@@ -29,6 +29,12 @@ func sampleState() fsmState {
 		st.Table.Keys = append(st.Table.Keys, ks)
 	}
 	st.Table.Keys = append(st.Table.Keys, locktable.KeyState{Key: "past", Token: 3, Holder: 1, Grant: 5, Deadline: 1}) // deadline before grant: signed deltas
+	// key sets (protocol 1.1): a held set, a waiting set
+	set := []string{"s1", "s2"}
+	for _, k := range set {
+		st.Table.Keys = append(st.Table.Keys, locktable.KeyState{Key: k, Token: 9, Holder: 2, Grant: 5, Deadline: 50, Set: set,
+			Waiters: []locktable.WaiterState{{Owner: locktable.Owner{Conn: 4, ReqID: 1}, LeaseMS: 10, Enqueued: 6, Deadline: 60, Set: []string{"s2", "s1"}}}})
+	}
 	return st
 }
 
@@ -78,8 +84,8 @@ func TestSnapshotCodecCoversEveryField(t *testing.T) {
 		v    any
 		want int
 	}{
-		{locktable.KeyState{}, 6},
-		{locktable.WaiterState{}, 4},
+		{locktable.KeyState{}, 7},
+		{locktable.WaiterState{}, 5},
 		{locktable.Owner{}, 2},
 		{locktable.State{}, 1},
 	} {

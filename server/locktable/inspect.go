@@ -46,7 +46,7 @@ func (t *Table) Locks(now int64, prefix string, fn func(LockInfo) bool) {
 // when the key is free.
 func (t *Table) Holder(key string) (token uint64, leaseDeadline int64, ok bool) {
 	i := t.findString(key)
-	if i == noEntry || t.ent(i).token == 0 {
+	if i == noEntry || t.ent(i).token == 0 || t.ent(i).token == blockedTok {
 		return 0, 0, false
 	}
 	return t.ent(i).token, t.ent(i).lease, true
@@ -56,7 +56,7 @@ func (t *Table) Holder(key string) (token uint64, leaseDeadline int64, ok bool) 
 // deadline (ns), or ok == false when the key is free.
 func (t *Table) HolderTimes(key string) (grant, leaseDeadline int64, ok bool) {
 	i := t.findString(key)
-	if i == noEntry || t.ent(i).token == 0 {
+	if i == noEntry || t.ent(i).token == 0 || t.ent(i).token == blockedTok {
 		return 0, 0, false
 	}
 	return t.ent(i).grant, t.ent(i).lease, true

@@ -1,6 +1,9 @@
 package locktable
 
-import "fmt"
+import (
+	"fmt"
+	"slices"
+)
 
 // CheckInvariants verifies the table's internal consistency and returns the
 // first violation found, or nil. It walks every structure (O(keys + waiters +
@@ -17,7 +20,7 @@ import "fmt"
 // the counters ActiveKeys and Waiters match; the idle cache and free lists
 // are within their bound.
 func (t *Table) CheckInvariants() error {
-	held, waiters := 0, 0
+	held, waiters, blocked := 0, 0, 0
 	tokens := make(map[uint64]string)
 	if want := (int(t.n) + pageSize - 1) / pageSize; len(t.pages) < want || len(t.pages) > want+1 {
 		return fmt.Errorf("%d entries in %d pages", t.n, len(t.pages))
@@ -50,7 +53,11 @@ func (t *Table) CheckInvariants() error {
 		} else if !fitsInline(e.inline()) || string(e.key[len(e.inline()):]) != string(make([]byte, inlineKey-len(e.inline()))) {
 			return fmt.Errorf("entry %d: bad inline key %q", i, e.key)
 		}
-		if e.token != 0 {
+		if e.token == blockedTok {
+			if e.holder != 0 || e.hpos != 0 || e.grant != 0 {
+				return fmt.Errorf("key %q: blocked with a holder or a lease", k)
+			}
+		} else if e.token != 0 {
 			if e.holder == 0 || int(e.holder) > len(t.conns) {
 				return fmt.Errorf("key %q: bad holder reference %d", k, e.holder)
 			}
@@ -74,16 +81,27 @@ func (t *Table) CheckInvariants() error {
 			}
 			continue
 		}
-		held++
 		if inIdle[i] {
-			return fmt.Errorf("key %q: held but in the idle list", k)
+			return fmt.Errorf("key %q: active but in the idle list", k)
 		}
-		if other, dup := tokens[e.token]; dup {
-			return fmt.Errorf("keys %q and %q hold the same token %d", other, k, e.token)
-		}
-		tokens[e.token] = k
-		if e.hpos == 0 || int(e.hpos) > len(t.leases) || t.leases[e.hpos-1] != i {
-			return fmt.Errorf("key %q: held without its lease armed", k)
+		if e.token == blockedTok {
+			blocked++
+			if q == nil || q.head == nil || q.head.set == nil {
+				return fmt.Errorf("key %q: blocked without a waiting key set at its head", k)
+			}
+		} else {
+			held++
+			hs := t.sets[e.token]
+			if other, dup := tokens[e.token]; dup && hs == nil {
+				return fmt.Errorf("keys %q and %q hold the same token %d", other, k, e.token)
+			}
+			if hs != nil && !slices.Contains(hs.keys, k) {
+				return fmt.Errorf("key %q holds the token of a set without it", k)
+			}
+			tokens[e.token] = k
+			if e.hpos == 0 || int(e.hpos) > len(t.leases) || t.leases[e.hpos-1] != i {
+				return fmt.Errorf("key %q: held without its lease armed", k)
+			}
 		}
 		if q == nil {
 			continue
@@ -101,16 +119,26 @@ func (t *Table) CheckInvariants() error {
 			if w.q != q {
 				return fmt.Errorf("key %q: waiter %d points at another queue", k, n)
 			}
-			if t.waiters[w.owner] != w {
+			x := w // the indexed waiter of w's request
+			if w.set != nil {
+				x = w.set.m[0]
+				if !slices.Contains(w.set.m[:w.set.n], w) || w.owner != x.owner || w.wait.at != x.wait.at {
+					return fmt.Errorf("key %q: set member %v not in its set", k, w.owner)
+				}
+			}
+			if t.waiters[w.owner] != x {
 				return fmt.Errorf("key %q: waiter %v not indexed by owner", k, w.owner)
 			}
-			if !t.armed(&w.wait) || w.wait.w != w {
+			if !t.armed(&x.wait) || x.wait.w != x {
 				return fmt.Errorf("key %q: waiter %v without its wait armed", k, w.owner)
 			}
-			if prev != nil && prev.wait.seq >= w.wait.seq {
+			if prev != nil && seqOf(prev) >= seqOf(w) {
 				return fmt.Errorf("key %q: queue not in arrival order at waiter %v", k, w.owner)
 			}
 			prev = w
+			if x == w {
+				waiters++
+			}
 		}
 		if q.tail != prev {
 			return fmt.Errorf("key %q: bad tail", k)
@@ -118,7 +146,6 @@ func (t *Table) CheckInvariants() error {
 		if n == 0 || n != int(q.depth) {
 			return fmt.Errorf("key %q: depth %d, queue has %d", k, q.depth, n)
 		}
-		waiters += n
 	}
 	if long != len(t.long) {
 		return fmt.Errorf("%d long keys, %d in the long-key map", long, len(t.long))
@@ -152,14 +179,36 @@ func (t *Table) CheckInvariants() error {
 			return fmt.Errorf("queue of entry %d: not a held entry's", i)
 		}
 	}
-	if held != t.active {
-		return fmt.Errorf("active = %d, held keys = %d", t.active, held)
+	if held+blocked != t.active || blocked != t.blocked {
+		return fmt.Errorf("active = %d, blocked = %d; held keys = %d, blocked keys = %d", t.active, t.blocked, held, blocked)
+	}
+	// key sets: every held set's keys hold its token; no waiting set is
+	// left grantable (at the head of all its keys, all of them blocked)
+	for tok, hs := range t.sets {
+		for _, k := range hs.keys {
+			if i := t.findString(k); i == noEntry || t.ent(i).token != tok {
+				return fmt.Errorf("held set %d: key %q does not hold its token", tok, k)
+			}
+		}
+	}
+	for _, w := range t.waiters {
+		if s := w.set; s != nil {
+			ready := true
+			for _, m := range s.m[:s.n] {
+				if m.q == nil || m.q.head != m || t.ent(m.q.e).token != blockedTok {
+					ready = false
+				}
+			}
+			if ready {
+				return fmt.Errorf("waiting set %v is grantable but waits", w.owner)
+			}
+		}
 	}
 	if waiters != t.queued || waiters != len(t.waiters) {
 		return fmt.Errorf("queued = %d, owner index = %d, waiters in queues = %d", t.queued, len(t.waiters), waiters)
 	}
-	if int(t.n) != held+t.idle.n {
-		return fmt.Errorf("%d key entries, %d held + %d idle", t.n, held, t.idle.n)
+	if int(t.n) != held+blocked+t.idle.n {
+		return fmt.Errorf("%d key entries, %d held + %d blocked + %d idle", t.n, held, blocked, t.idle.n)
 	}
 	// the index: every slot names an entry with its hash byte, reachable
 	// from its home slot without crossing an empty slot

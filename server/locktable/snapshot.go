@@ -2,7 +2,10 @@ package locktable
 
 import (
 	"fmt"
+	"slices"
 	"sort"
+
+	"github.com/ticketing/ticketing/client/wire"
 )
 
 // WaiterState is one queued acquire in a State.
@@ -11,6 +14,10 @@ type WaiterState struct {
 	LeaseMS  uint32 `json:"lease_ms"`
 	Enqueued int64  `json:"enqueued"` // ns
 	Deadline int64  `json:"deadline"` // wait deadline, ns
+	// Set is every key of the waiting key set this waiter belongs to, in S
+	// order (§12.2); nil for a single-key acquire. The set appears once in
+	// the queue of each of its keys, with the same owner.
+	Set []string `json:"set,omitempty"`
 }
 
 // KeyState is one held key in a State.
@@ -21,6 +28,10 @@ type KeyState struct {
 	Grant    int64         `json:"grant"`    // ns
 	Deadline int64         `json:"deadline"` // lease deadline, ns
 	Waiters  []WaiterState `json:"waiters"`  // FIFO order
+	// Set is every key of the holding key set, in S order, when the holder
+	// is a set (each of its keys has a KeyState with the same token). Token 0
+	// (no holder) is a key blocked for the waiting set at its queue's head.
+	Set []string `json:"set,omitempty"`
 }
 
 // State is a table's complete lock state, in a deterministic order (keys
@@ -47,10 +58,22 @@ func (t *Table) SnapshotUnordered() State {
 		if e.token == 0 {
 			continue
 		}
-		ks := KeyState{Key: t.keyString(i), Token: e.token, Holder: t.holderConn(e), Grant: e.grant, Deadline: e.lease}
+		var ks KeyState
+		if e.token == blockedTok {
+			ks = KeyState{Key: t.keyString(i)}
+		} else {
+			ks = KeyState{Key: t.keyString(i), Token: e.token, Holder: t.holderConn(e), Grant: e.grant, Deadline: e.lease}
+			if hs := t.sets[e.token]; hs != nil {
+				ks.Set = hs.keys
+			}
+		}
 		if q := t.queueOf(i); q != nil {
 			for w := q.head; w != nil; w = w.next {
-				ks.Waiters = append(ks.Waiters, WaiterState{Owner: w.owner, LeaseMS: w.leaseMS, Enqueued: w.enqueued, Deadline: w.wait.at})
+				ws := WaiterState{Owner: w.owner, LeaseMS: w.leaseMS, Enqueued: w.enqueued, Deadline: w.wait.at}
+				if w.set != nil {
+					ws.Set = t.waitingSetKeys(w.set)
+				}
+				ks.Waiters = append(ks.Waiters, ws)
 			}
 		}
 		s.Keys = append(s.Keys, ks)
@@ -70,8 +93,14 @@ func (t *Table) Restore(s State) error {
 	if t.n != 0 || t.active != 0 {
 		return fmt.Errorf("locktable: restore into a non-empty table")
 	}
+	type pend struct {
+		i   uint32
+		key string
+		ws  []WaiterState
+	}
+	var pends []pend
 	for _, ks := range s.Keys {
-		if ks.Token == 0 {
+		if ks.Token == 0 && (len(ks.Waiters) == 0 || ks.Waiters[0].Set == nil) {
 			return fmt.Errorf("locktable: restore: key %q has no holder", ks.Key)
 		}
 		if t.findString(ks.Key) != noEntry {
@@ -80,19 +109,93 @@ func (t *Table) Restore(s State) error {
 		i := t.newEntry([]byte(ks.Key))
 		t.activate()
 		e := t.ent(i)
-		e.token, e.holder, e.grant, e.lease = ks.Token, t.refConn(ks.Holder), ks.Grant, ks.Deadline
-		t.lastTok = max(t.lastTok, e.token)
-		t.pushLease(i)
-		for _, ws := range ks.Waiters {
+		if ks.Token == 0 {
+			e.token = blockedTok
+			t.blocked++
+		} else {
+			e.token, e.holder, e.grant, e.lease = ks.Token, t.refConn(ks.Holder), ks.Grant, ks.Deadline
+			t.lastTok = max(t.lastTok, e.token)
+			t.pushLease(i)
+			if ks.Set != nil && t.sets[ks.Token] == nil {
+				if t.sets == nil {
+					t.sets = make(map[uint64]*heldSet)
+				}
+				t.sets[ks.Token] = &heldSet{keys: slices.Clone(ks.Set), conn: ks.Holder}
+			}
+		}
+		if len(ks.Waiters) > 0 {
+			pends = append(pends, pend{i, ks.Key, ks.Waiters})
+		}
+	}
+	// Queue the waiters in an arrival order consistent with every queue: a
+	// single waiter when it heads what is left of its queue, a set when it
+	// heads what is left of all of its keys' queues.
+	byKey := map[string]int{}
+	for p, pd := range pends {
+		byKey[pd.key] = p
+	}
+	for left := true; left; {
+		moved := false
+		left = false
+		for p := range pends {
+			pd := &pends[p]
+			if len(pd.ws) == 0 {
+				continue
+			}
+			left = true
+			ws := pd.ws[0]
+			if ws.Set == nil {
+				if t.waiters[ws.Owner] != nil {
+					return fmt.Errorf("locktable: restore: owner %v queued twice", ws.Owner)
+				}
+				w := t.newWaiter()
+				w.owner, w.leaseMS, w.enqueued = ws.Owner, ws.LeaseMS, ws.Enqueued
+				t.enqueue(pd.i, w, ws.Deadline)
+				pd.ws = pd.ws[1:]
+				moved = true
+				continue
+			}
+			ready := len(ws.Set) >= wire.MinSetKeys && len(ws.Set) <= wire.MaxSetKeys
+			for _, k := range ws.Set {
+				q, ok := byKey[k]
+				ready = ready && ok && len(pends[q].ws) > 0 && pends[q].ws[0].Owner == ws.Owner
+			}
+			if !ready {
+				continue
+			}
 			if t.waiters[ws.Owner] != nil {
 				return fmt.Errorf("locktable: restore: owner %v queued twice", ws.Owner)
 			}
-			w := t.newWaiter()
-			w.owner, w.leaseMS, w.enqueued = ws.Owner, ws.LeaseMS, ws.Enqueued
-			t.enqueue(i, w, ws.Deadline)
+			st := &setw{n: len(ws.Set)}
+			for k, key := range ws.Set {
+				q := &pends[byKey[key]]
+				w := t.newWaiter()
+				w.owner, w.leaseMS, w.enqueued, w.set = ws.Owner, ws.LeaseMS, ws.Enqueued, st
+				st.m[k] = w
+				if k == 0 {
+					t.enqueue(q.i, w, ws.Deadline)
+				} else {
+					t.linkQueue(q.i, w)
+					w.wait.at = ws.Deadline
+				}
+				q.ws = q.ws[1:]
+			}
+			moved = true
+		}
+		if left && !moved {
+			return fmt.Errorf("locktable: restore: waiting key sets are not in one order")
 		}
 	}
 	return nil
+}
+
+// waitingSetKeys returns the keys of waiting set s, in S order.
+func (t *Table) waitingSetKeys(s *setw) []string {
+	keys := make([]string, s.n)
+	for k, m := range s.m[:s.n] {
+		keys[k] = t.keyString(m.q.e)
+	}
+	return keys
 }
 
 // DueKind tells what a due deadline is.

@@ -143,6 +143,13 @@ type Table struct {
 	seq     uint64 // arm order of waits: ties between equal deadlines go FIFO
 	lastTok uint64 // token of the last lease armed (leases are ordered by token)
 
+	// key sets (sets.go)
+	sets    map[uint64]*heldSet // held key sets by token
+	blocked int                 // entries blocked for a waiting set at their queue's head
+	noTrim  bool                // a set operation runs: postpone idle trimming (entry numbers stay put)
+	recheck []uint32            // blocked entries whose next head must be settled
+	now     int64               // latest instant a command carried (for commands without one)
+
 	// recycled structs, each list capped at the idle cache size so memory
 	// falls back after a burst
 	freeWaiters  *waiter
@@ -170,6 +177,7 @@ type waiter struct {
 	next     *waiter
 	cprev    *waiter // per-connection list
 	cnext    *waiter
+	set      *setw // the waiting key set this waiter is a member of; nil for a single key
 }
 
 // New returns an empty table. tokens, counts and sink must not be nil.
@@ -204,9 +212,8 @@ func (t *Table) Waiters() int { return t.queued }
 
 // Holders is the number of held keys in this table.
 func (t *Table) Holders() int {
-	// every active key with no holder has a queue only transiently (never:
-	// a queue exists only behind a holder), so holders == active.
-	return t.active
+	// an active key is held, or blocked for a waiting key set (sets.go)
+	return t.active - t.blocked
 }
 
 func msToNs(ms uint32) int64 { return int64(ms) * 1e6 }
@@ -269,19 +276,7 @@ func (t *Table) Acquire(now int64, owner Owner, key []byte, leaseMS, waitMS uint
 // enqueue links w (owner, leaseMS, enqueued set) at the tail of entry i's
 // queue and into the owner and connection indexes, and arms its wait deadline.
 func (t *Table) enqueue(i uint32, w *waiter, deadline int64) {
-	q := t.queues[i]
-	if q == nil {
-		q = t.newQueue(i)
-	}
-	w.q = q
-	w.prev = q.tail
-	if q.tail != nil {
-		q.tail.next = w
-	} else {
-		q.head = w
-	}
-	q.tail = w
-	q.depth++
+	t.linkQueue(i, w)
 	if h := t.byConn[w.owner.Conn]; h != nil {
 		w.cnext = h
 		h.cprev = w
@@ -301,13 +296,17 @@ func (t *Table) enqueue(i uint32, w *waiter, deadline int64) {
 // direct handoff), N otherwise.
 func (t *Table) Release(now int64, owner Owner, key []byte, token uint64) Effect {
 	i := t.findBytes(key)
-	if i == noEntry || t.ent(i).token == 0 || t.ent(i).token != token {
+	if i == noEntry || t.ent(i).token == 0 || t.ent(i).token != token || token == blockedTok ||
+		(len(t.sets) > 0 && t.sets[token] != nil) { // a set is released whole (§12.2)
 		t.counter.NotHolder++
 		return Effect{Owner: owner, Status: wire.StatusNotHolder}
 	}
 	t.counter.Releases++
 	t.removeLease(i)
 	t.handoffOrFree(now, i)
+	if t.noTrim {
+		t.endSetOp()
+	}
 	return Effect{Owner: owner, Status: wire.StatusReleased}
 }
 
@@ -323,7 +322,12 @@ func (t *Table) Cancel(now int64, owner Owner, key []byte, target uint32) Effect
 	t.counter.Cancels++
 	t.counter.Timeouts++
 	t.sink.Deliver(Effect{Owner: w.owner, Status: wire.StatusTimeout})
-	t.dropWaiter(w)
+	if w.set != nil {
+		t.withdrawSet(now, w.set)
+		t.endSetOp()
+	} else {
+		t.dropWaiter(w)
+	}
 	return Effect{Owner: owner, Status: wire.StatusReleased}
 }
 
@@ -337,8 +341,16 @@ func (t *Table) Outstanding(owner Owner) bool { return t.waiters[owner] != nil }
 func (t *Table) DropConn(conn uint64) int {
 	n := 0
 	for w := t.byConn[conn]; w != nil; w = t.byConn[conn] {
-		t.dropWaiter(w)
+		if w.set != nil {
+			t.dropMembers(w.set, true)
+		} else {
+			t.dropWaiter(w)
+		}
 		n++
+	}
+	if t.noTrim {
+		t.processRecheck(t.now)
+		t.endSetOp()
 	}
 	return n
 }
@@ -356,8 +368,14 @@ func (t *Table) DrainWaiters() int {
 	for _, w := range ws {
 		t.counter.Busy++
 		t.sink.Deliver(Effect{Owner: w.owner, Status: wire.StatusBusy, Code: wire.CodeShuttingDown})
-		t.dropWaiter(w)
+		if w.set != nil {
+			t.dropMembers(w.set, false)
+		} else {
+			t.dropWaiter(w)
+		}
 	}
+	t.freeOrphans()
+	t.endSetOp()
 	return len(ws)
 }
 
@@ -393,14 +411,18 @@ func (t *Table) NextDeadline() (int64, bool) {
 // in deadline order, and returns how many it applied. Expired leases hand off
 // to the queue head (a new token); timed-out waiters are answered T.
 func (t *Table) Advance(now int64) int {
+	t.now = max(t.now, now)
 	n := 0
 	for {
 		at, i, w, ok := t.next()
 		if !ok || at > now {
+			if t.noTrim {
+				t.endSetOp()
+			}
 			return n
 		}
 		if w != nil {
-			t.timeoutWaiter(w)
+			t.timeoutWaiter(now, w)
 		} else {
 			t.expire(now, i)
 		}
@@ -413,11 +435,13 @@ func (t *Table) Advance(now int64) int {
 // whether anything changed. The cluster uses it to replicate an expiry the
 // leader's timer decided.
 func (t *Table) Expire(now int64, key []byte, token uint64) bool {
+	t.now = max(t.now, now)
 	i := t.findBytes(key)
-	if i == noEntry || t.ent(i).token == 0 || t.ent(i).token != token {
+	if i == noEntry || t.ent(i).token == 0 || t.ent(i).token != token || token == blockedTok {
 		return false
 	}
 	t.expire(now, i)
+	t.endSetOp()
 	return true
 }
 
@@ -428,18 +452,30 @@ func (t *Table) WaitTimeout(owner Owner) bool {
 	if w == nil {
 		return false
 	}
-	t.timeoutWaiter(w)
+	t.timeoutWaiter(t.now, w)
+	t.endSetOp()
 	return true
 }
 
-func (t *Table) timeoutWaiter(w *waiter) {
+func (t *Table) timeoutWaiter(now int64, w *waiter) {
 	t.counter.Timeouts++
+	if s := w.set; s != nil {
+		t.sink.Deliver(Effect{Owner: s.m[0].owner, Status: wire.StatusTimeout})
+		t.withdrawSet(now, s)
+		return
+	}
 	t.sink.Deliver(Effect{Owner: w.owner, Status: wire.StatusTimeout})
 	t.dropWaiter(w)
 }
 
 func (t *Table) expire(now int64, i uint32) {
 	t.counter.Expiries++
+	if len(t.sets) > 0 {
+		if tok := t.ent(i).token; t.sets[tok] != nil {
+			t.freeSet(now, tok, t.sets[tok]) // the lease covers every key: all end at once
+			return
+		}
+	}
 	t.removeLease(i)
 	t.handoffOrFree(now, i)
 }
@@ -449,15 +485,34 @@ func (t *Table) expire(now int64, i uint32) {
 // granted), or frees it. The lease must already be disarmed. Entry numbers
 // may change afterwards (a free entry beyond the idle cache is removed).
 func (t *Table) handoffOrFree(now int64, i uint32) {
+	tok0 := t.ent(i).token // the ending holder's token, or blockedTok
 	for q := t.queueOf(i); q != nil; q = t.queueOf(i) {
 		w := q.head
 		if w.wait.at <= now {
-			t.timeoutWaiter(w)
+			t.timeoutWaiter(now, w)
+			if t.ent(i).token != tok0 {
+				return // a set's withdrawal settled this blocked key already
+			}
 			continue
+		}
+		if w.set != nil {
+			// a waiting key set heads the queue: the key is blocked for it
+			// (nobody behind takes it) and the set is granted if it can be
+			if e := t.ent(i); e.token != blockedTok {
+				t.unrefConn(e.holder)
+				e.token, e.holder, e.grant = blockedTok, 0, 0
+				t.blocked++
+			}
+			t.trySetGrant(now, w.set)
+			return
 		}
 		owner, leaseMS, enq := w.owner, w.leaseMS, w.enqueued
 		t.dropWaiter(w)
-		t.unrefConn(t.ent(i).holder)
+		if e := t.ent(i); e.token != blockedTok {
+			t.unrefConn(e.holder)
+		} else {
+			t.blocked--
+		}
 		t.grant(now, i, owner.Conn, leaseMS)
 		t.counter.Handoffs++
 		t.sink.Deliver(Effect{
@@ -469,8 +524,12 @@ func (t *Table) handoffOrFree(now int64, i uint32) {
 		return
 	}
 	e := t.ent(i)
+	if e.token != blockedTok {
+		t.unrefConn(e.holder)
+	} else {
+		t.blocked--
+	}
 	e.token = 0
-	t.unrefConn(e.holder)
 	e.holder = 0
 	e.grant = 0
 	t.deactivate(i)
@@ -516,20 +575,7 @@ func cmpU64(a, b uint64) int {
 // dropWaiter unlinks w from its key queue (freeing the queue when it empties),
 // its connection list, the owner index and the wait heap, and recycles it.
 func (t *Table) dropWaiter(w *waiter) {
-	q := w.q
-	if w.prev != nil {
-		w.prev.next = w.next
-	} else {
-		q.head = w.next
-	}
-	if w.next != nil {
-		w.next.prev = w.prev
-	} else {
-		q.tail = w.prev
-	}
-	if q.depth--; q.depth == 0 {
-		t.dropQueue(q)
-	}
+	t.unlinkQueue(w)
 	if w.cprev != nil {
 		w.cprev.cnext = w.cnext
 	} else if w.cnext != nil {
@@ -544,6 +590,11 @@ func (t *Table) dropWaiter(w *waiter) {
 	t.waits.remove(&w.wait)
 	t.queued--
 	t.counts.AddWaiters(-1)
+	t.recycleWaiter(w)
+}
+
+// recycleWaiter keeps w for reuse (up to the idle cache size).
+func (t *Table) recycleWaiter(w *waiter) {
 	if t.nFreeWaiters < t.limits.IdleCache {
 		*w = waiter{next: t.freeWaiters}
 		t.freeWaiters = w
@@ -598,7 +649,7 @@ func (t *Table) deactivate(i uint32) {
 	t.active--
 	t.counts.AddKeys(-1)
 	t.idlePush(i)
-	for t.idle.n > t.limits.IdleCache {
+	for !t.noTrim && t.idle.n > t.limits.IdleCache {
 		old := t.idle.head
 		t.idleRemove(old)
 		t.removeEntry(old)

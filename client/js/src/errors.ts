@@ -1,4 +1,4 @@
-import { codeName } from "./wire.js";
+import { codeName } from "./codes.js";
 
 /** The kind of a TicketingError. */
 export type ErrorCode =
@@ -143,12 +143,15 @@ export class ProtocolError extends TicketingError {
 /**
  * The caller's AbortSignal ended the operation. For an acquire: not
  * acquired (a queued acquire was withdrawn, a grant that won the race is
- * released by the client).
+ * released by the client). Its `name` is `"AbortError"`, as the platform's
+ * (`fetch`, `timers/promises`, `events.once`) so the usual
+ * `e.name === "AbortError"` check holds; `cause` is the signal's reason.
+ * Still a TicketingError with code `CANCELLED`.
  */
 export class CancelledError extends TicketingError {
   constructor(message: string, options?: TicketingErrorOptions) {
     super("CANCELLED", message, options);
-    this.name = "CancelledError";
+    this.name = "AbortError";
   }
 }
 

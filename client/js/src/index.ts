@@ -2,7 +2,7 @@
  * Official Node.js client of the Ticketing lock server.
  *
  * ```ts
- * import { Client } from "ticketing";
+ * import { Client } from "ticketing-client";
  * const client = await Client.connect({ addrs: ["127.0.0.1:7470"] });
  * await using lease = await client.acquire("orders/42", { leaseMs: 30_000, waitMs: 5_000 });
  * await writeWithFencing(lease.token);
@@ -10,15 +10,14 @@
  */
 import "./polyfill.js";
 
-export {
-  Client,
-  VERSION,
-  type AcquireOptions,
-  type ConnectOptions,
-  type Logger,
-  type ReleaseOptions,
-} from "./client.js";
-export { Lease } from "./lease.js";
+export { Client, VERSION } from "./client.js";
+export type {
+  AcquireOptions,
+  ConnectOptions,
+  Logger,
+  ReleaseOptions,
+} from "./options.js";
+export { Lease, type LeaseJSON } from "./lease.js";
 export {
   AuthError,
   BusyError,
@@ -36,4 +35,4 @@ export {
   type ErrorCode,
   type TicketingErrorOptions,
 } from "./errors.js";
-export { Code, codeName } from "./wire.js";
+export { Code, codeName } from "./codes.js";

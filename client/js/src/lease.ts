@@ -1,6 +1,15 @@
 import { performance } from "node:perf_hooks";
 
-import type { Client, ReleaseOptions } from "./client.js";
+import type { Client } from "./client.js";
+import type { ReleaseOptions } from "./options.js";
+
+/** The shape of `JSON.stringify(lease)`. */
+export type LeaseJSON = ({ key: string } | { keyHex: string }) & {
+  /** The fencing token, decimal. */
+  token: string;
+  deadline: number;
+  released: boolean;
+};
 
 /**
  * A granted lock: its key, fencing token and conservative local deadline.
@@ -60,7 +69,11 @@ export class Lease implements AsyncDisposable {
 
   /**
    * Aborted at `deadline` or when release() is called, whichever comes
-   * first: the lock must be considered lost then. Its timer is unref'ed.
+   * first: the lock must be considered lost then. Once this signal has been
+   * read, its timer keeps the process alive until the deadline or the
+   * release (a program whose only pending work is awaiting this signal
+   * would otherwise exit with code 13 while holding the lock, issue 32
+   * finding 2); a lease whose signal is never read keeps nothing alive.
    */
   get signal(): AbortSignal {
     if (!this.#ac) {
@@ -75,7 +88,6 @@ export class Lease implements AsyncDisposable {
           () => ac.abort(new Error("lease deadline passed")),
           Math.ceil(d) + 1,
         );
-        this.#timer.unref();
       }
     }
     return this.#ac.signal;
@@ -84,7 +96,8 @@ export class Lease implements AsyncDisposable {
   /**
    * An AbortSignal that aborts `marginMs` before the deadline (or at once
    * when less time is left, or when release() is called): the cue to stop
-   * or hand over before the lease ends. Its timer is unref'ed.
+   * or hand over before the lease ends. Like `signal`, it keeps the process
+   * alive until it fires or the lease is released.
    */
   expiringSignal(marginMs: number): AbortSignal {
     const ac = new AbortController();
@@ -97,7 +110,6 @@ export class Lease implements AsyncDisposable {
       () => ac.abort(new Error("lease about to end")),
       Math.ceil(d) + 1,
     );
-    t.unref();
     const whole = this.signal;
     whole.addEventListener(
       "abort",
@@ -140,8 +152,22 @@ export class Lease implements AsyncDisposable {
     await this.release();
   }
 
-  /** Never shows the token in logs. */
-  toJSON(): { key: string | Uint8Array; deadline: number } {
-    return { key: this.key, deadline: this.deadline };
+  /**
+   * `JSON.stringify(lease)`: the key (a byte key as `keyHex`), the fencing
+   * token as a decimal string (JSON has no u64: a number would round above
+   * 2^53), the deadline and whether the release was confirmed. The fencing
+   * token is not a secret (the client token never appears here).
+   */
+  toJSON(): LeaseJSON {
+    const k: { key: string } | { keyHex: string } =
+      typeof this.key === "string"
+        ? { key: this.key }
+        : { keyHex: Buffer.from(this.key).toString("hex") };
+    return {
+      ...k,
+      token: this.token.toString(),
+      deadline: this.deadline,
+      released: this.#released,
+    };
   }
 }

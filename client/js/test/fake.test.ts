@@ -17,6 +17,7 @@ import {
   NotHolderError,
   TicketingError,
 } from "../src/index.js";
+import { testing } from "../src/client.js";
 import * as wire from "../src/wire.js";
 import { jsRoot, respond, sleep, startFake, until } from "./helpers.js";
 
@@ -243,14 +244,22 @@ test("abort while queued sends C for that req_id; the acquire is CANCELLED", asy
     });
     await until(() => fake.requests.length === 1, 3000, "acquire sent");
     ac.abort();
-    await assert.rejects(p, CancelledError);
+    // The platform's AbortError by name (as fetch), still a TicketingError.
+    await assert.rejects(
+      p,
+      (e: unknown) =>
+        e instanceof CancelledError &&
+        e instanceof TicketingError &&
+        e.name === "AbortError" &&
+        e.code === "CANCELLED",
+    );
     await until(() => fake.requests.length === 2, 3000, "cancel sent");
     const [a, c] = fake.requests;
     assert.equal(c!.op, Op.Cancel);
     assert.equal(c!.argHi, a!.reqId);
     assert.equal(c!.key.toString(), "q");
     await sleep(100);
-    assert.equal(cl.compensations, 0);
+    assert.equal(testing.compensations(cl), 0);
     // A signal aborted before the call: nothing is sent.
     await assert.rejects(
       cl.acquire("q", { leaseMs: 1000, signal: AbortSignal.abort() }),
@@ -296,7 +305,7 @@ test("a grant that wins the race against C is released by the client (compensati
     const rel = fake.requests.find((r) => r.op === Op.Release)!;
     assert.equal(rel.arg, TOKEN);
     assert.equal(rel.key.toString(), "race");
-    assert.equal(cl.compensations, 1);
+    assert.equal(testing.compensations(cl), 1);
   } finally {
     await cl.close();
     await fake.close();
@@ -344,10 +353,10 @@ test("a lost release answered N on retry is INDETERMINATE, a plain N is NOT_HOLD
 
 test("an unanswered release gives up after the release window, never success", async () => {
   const fake = await startFake(); // never answers
-  const cl = await Client.connect({
-    addrs: [fake.addr],
-    _test: { releaseWindowMs: 400 },
-  });
+  const cl = await testing.connect(
+    { addrs: [fake.addr] },
+    { releaseWindowMs: 400 },
+  );
   try {
     const t0 = performance.now();
     await assert.rejects(cl.release("k", TOKEN), IndeterminateError);
@@ -443,12 +452,14 @@ test("reconnect backoff: 0.1 s doubling (jittered within [d/2, d]), capped", asy
   const good = await startFake();
   try {
     // Connect through a good server, then watch the other address's reconnects.
-    cl = await Client.connect({
-      addrs: [good.addr, fake.addr],
-      _test: {
-        onReconnect: (addr, _n, d) => addr === fake.addr && delays.push(d),
+    cl = await testing.connect(
+      { addrs: [good.addr, fake.addr] },
+      {
+        onReconnect: (addr, _n, d) => {
+          if (addr === fake.addr) delays.push(d);
+        },
       },
-    });
+    );
     await until(() => delays.length >= 5, 8000, "five reconnect attempts");
     const steps = [100, 200, 400, 800, 1600];
     delays.slice(0, 5).forEach((d, i) => {
@@ -545,7 +556,7 @@ test("wait bounds the call when no connection is up (CONNECT, nothing sent)", as
   try {
     await fake.close(); // every connection drops, reconnects are refused
     await until(
-      () => cl._conns.every((c) => c.state === "down"),
+      () => testing.conns(cl).every((c) => c.state === "down"),
       3000,
       "connections down",
     );

@@ -1,6 +1,11 @@
 // Against the real server ($TICKETING_BIN serve).
 import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { after, before, test } from "node:test";
+import { pathToFileURL } from "node:url";
 
 import {
   AuthError,
@@ -10,7 +15,13 @@ import {
   NotHolderError,
   type Lease,
 } from "../src/index.js";
-import { sleep, startServer, tokenFile, type Server } from "./helpers.js";
+import {
+  jsRoot,
+  sleep,
+  startServer,
+  tokenFile,
+  type Server,
+} from "./helpers.js";
 
 let srv: Server;
 let cl: Client;
@@ -171,6 +182,62 @@ test("the lease signal aborts at the deadline", async () => {
   await l2.release();
   assert.ok(l2.signal.aborted);
   assert.ok(l2.expiringSignal(0).aborted);
+});
+
+test("JSON.stringify(lease) has the token as an exact decimal string", async () => {
+  const l = await cl.acquire("it/json", { leaseMs: 5000 });
+  try {
+    const j = JSON.parse(JSON.stringify(l)) as Record<string, unknown>;
+    assert.equal(j["key"], "it/json");
+    assert.equal(j["token"], l.token.toString());
+    assert.equal(BigInt(j["token"] as string), l.token);
+    assert.ok(l.token > 2n ** 53n);
+    assert.equal(j["released"], false);
+    assert.equal(typeof j["deadline"], "number");
+  } finally {
+    await l.release();
+  }
+  const b = await cl.acquire(Uint8Array.of(0x61, 0x62), { leaseMs: 5000 });
+  try {
+    assert.equal(JSON.parse(JSON.stringify(b)).keyHex, "6162");
+  } finally {
+    await b.release();
+  }
+});
+
+test("a program whose only pending work is awaiting lease.signal runs to the deadline (exit 0, not 13)", async () => {
+  const dir = mkdtempSync(join(tmpdir(), "tkjs-exit-"));
+  try {
+    const script = join(dir, "main.mjs");
+    const index = pathToFileURL(join(jsRoot, "build", "src", "index.js"));
+    writeFileSync(
+      script,
+      `import { Client } from ${JSON.stringify(index.href)};
+const client = await Client.connect({ addrs: [${JSON.stringify(srv.addr)}] });
+const lease = await client.acquire("it/exit13", { leaseMs: 300 });
+await new Promise((r) => lease.signal.addEventListener("abort", r, { once: true }));
+console.log("lease ended", lease.expired);
+await client.close();
+`,
+    );
+    const child = spawn(process.execPath, [script], {
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    let out = "";
+    child.stdout.on("data", (d: Buffer) => (out += d.toString()));
+    child.stderr.on("data", (d: Buffer) => (out += d.toString()));
+    const code = await new Promise<number | null>((resolve) => {
+      const t = setTimeout(() => child.kill("SIGKILL"), 20000);
+      child.once("exit", (c) => {
+        clearTimeout(t);
+        resolve(c);
+      });
+    });
+    assert.equal(code, 0, out);
+    assert.match(out, /lease ended true/);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 });
 
 test("token auth: right token works, wrong or missing token is AUTH", async () => {

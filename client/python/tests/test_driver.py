@@ -49,7 +49,7 @@ def test_driver(server: Server, name: str) -> None:
     d = Driver(name)
     try:
         d.send(id=1, cmd="info")
-        assert d.result(1)["language"] == "python"
+        assert d.result(1)["language"] == {"driver": "python", "driver-asyncio": "python-asyncio"}[name]
         d.send(id=2, cmd="connect", addrs=[server.addr], token=None, tls=None)
         assert d.result(2) == {"id": 2, "ok": True}
         d.send(id=3, cmd="acquire", key=key, lease_ms=5000, wait_ms=0)

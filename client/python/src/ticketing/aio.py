@@ -1,10 +1,11 @@
 """The asyncio client: ticketing.AsyncClient, native asyncio (no threads).
 
-The same state machine as the blocking client and the Go client: one task
-per connection (connect, handshake, read responses, back off and reconnect),
-frames buffered and written once per loop iteration, responses matched by
-req_id, a queued acquire whose task is cancelled withdrawn with C and a grant
-that won the race released in the background. Nothing here blocks the loop.
+The protocol, the pool and the operations are _core's (shared with the
+blocking client); this front end provides tasks and awaitable waits: one
+task per connection (connect, handshake, read responses, back off and
+reconnect), frames buffered and written once per loop iteration, a queued
+acquire whose task is cancelled withdrawn with C and a grant that won the
+race released in the background. Nothing here blocks the loop.
 """
 
 from __future__ import annotations
@@ -12,29 +13,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import json
 import logging
 import os
-import secrets
 import ssl
 import time
 from collections.abc import Sequence
 from types import TracebackType
 from typing import Any
 
-from . import _transport, _wire
+from . import _core, _transport, _wire
 from ._common import (
     DEFAULT_CONNECT_TIMEOUT,
-    FAIL_LOST,
     FAIL_NONE,
-    FAIL_UNSENT,
-    MAX_EXTRA_ENDPOINTS,
-    MAX_MOVES,
-    MAX_WRITE_BUFFER,
-    OWNER_ABANDONED,
     OWNER_CALLER,
     OWNER_DROPPED,
     RELEASE_QUEUE_LEN,
+    CancelToken,
     Duration,
     Key,
     LeaseBase,
@@ -42,22 +36,12 @@ from ._common import (
     key_bytes,
     millis,
     reconnect_delay,
-    redirect_delay,
-    seconds,
-    server_error,
-    split_addr,
 )
-from .client import check_welcome
+from ._core import ENQ_OK, UP, Call
 from .errors import (
     AuthError,
     ClientClosed,
-    ClosedIndeterminate,
-    ConnectError,
-    Indeterminate,
-    InvalidArgument,
-    LockBusy,
     LockTimeout,
-    NoLeader,
     ProtocolError,
     TicketingError,
     TLSError,
@@ -65,82 +49,12 @@ from .errors import (
 
 log = logging.getLogger("ticketing")
 
-_DOWN = 0
-_UP = 1
-_ENQ_OK = 0
-_ENQ_DOWN = 1
-_ENQ_FULL = 2
 
-
-class _NoSlot(Exception):
-    pass
-
-
-class _ACall:
-    __slots__ = (
-        "a1",
-        "a2",
-        "body",
-        "budget",
-        "code",
-        "conn",
-        "counts",
-        "fail",
-        "fail_err",
-        "fut",
-        "key",
-        "op",
-        "owner",
-        "payload",
-        "pending",
-        "queued",
-        "req_id",
-        "sent",
-        "seq",
-        "status",
-        "value",
-    )
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, op: int, key: bytes, a1: int = 0, a2: int = 0) -> None:
-        self.op = op
-        self.key = key
-        self.a1 = a1
-        self.a2 = a2
-        self.body = b""
-        self.counts = False
-        self.budget = 0.0  # set once the call waited for a connection: the end of its wait
-        self.conn: _AConn | None = None
-        self.req_id = 0
-        self.seq = 0
-        self.sent = 0.0
-        self.pending = False
-        self.owner = OWNER_CALLER
-        self.status = 0
-        self.code = 0
-        self.queued = 0
-        self.value = 0
-        self.payload = b""
-        self.fail = FAIL_NONE
-        self.fail_err: BaseException | None = None
-        self.fut: asyncio.Future[None] = loop.create_future()
-
-
-class _AConn:
+class _AConn(_core.ConnCore):
     def __init__(self, cl: AsyncClient, addr: str) -> None:
+        super().__init__(addr)
         self.cl = cl
-        self.addr = addr
-        self.host, self.port = split_addr(addr)
-        self.state = _DOWN
         self.writer: asyncio.StreamWriter | None = None
-        self.ever_up = False
-        self.failures = 0
-        self.max_inflight = 1
-        self.inflight = 0
-        self.pending: dict[int, _ACall] = {}
-        self.next_id = 0
-        self.wbuf = bytearray()
-        self.seq = 0
-        self.taken = 0
         self.flush_scheduled = False
         self.task: asyncio.Task[None] | None = None
 
@@ -163,7 +77,8 @@ class _AConn:
                 except BaseException as e:
                     if cl._closed:
                         return
-                    self._failed(_connect_error(e))
+                    self.note_failed(cl, _core.connect_error(e))
+                    cl._notify()
                     attempt += 1
                     continue
                 if cl._closed:
@@ -196,44 +111,19 @@ class _AConn:
             sock = writer.get_extra_info("socket")
             if sock is not None:
                 _transport.set_socket_options(sock)
-            try:
-                hello = _wire.decode_hello(await reader.readexactly(_wire.HELLO_LEN))
-            except _wire.WireError as e:
-                raise ProtocolError(f"not a ticketing v1 server: {e}") from None
-            nonce = secrets.token_bytes(_wire.NONCE_LEN)
-            writer.write(
-                _wire.encode_auth(cl._role, nonce, _wire.client_proof(cl._token, cl._role, hello.nonce, nonce))
-            )
-            try:
-                w = _wire.decode_welcome(await reader.readexactly(_wire.WELCOME_LEN))
-            except _wire.WireError as e:
-                raise ProtocolError(f"bad WELCOME: {e}") from None
-            check_welcome(w, hello, cl._token, cl._role, nonce)
+
+            async def read_exact(n: int, what: str) -> bytes:
+                return await reader.readexactly(n)
+
+            w = await _core.handshake(read_exact, writer.write, cl._token, cl._role)
             return reader, writer, w
         except BaseException:
             writer.close()
             raise
 
-    def _failed(self, err: TicketingError) -> None:
-        self.failures += 1
-        n = self.failures
-        self.cl._last_err = err
-        lvl = logging.WARNING if n == 1 else logging.DEBUG
-        if isinstance(err, AuthError):
-            lvl = logging.ERROR
-        log.log(lvl, "ticketing: connect to %s failed (attempt %d): %s", self.addr, n, err)
-        self.cl._notify()
-
     def _up(self, writer: asyncio.StreamWriter, w: _wire.Welcome) -> None:
-        self.state = _UP
+        self.up_locked(w)
         self.writer = writer
-        self.ever_up = True
-        self.failures = 0
-        self.max_inflight = max(1, min(w.max_inflight, 1 << 30))
-        self.inflight = 0
-        self.next_id = 0
-        self.seq = self.taken = 0
-        self.wbuf = bytearray()
         self.flush_scheduled = False
         log.info("ticketing: connected to %s (max_inflight %d)", self.addr, w.max_inflight)
         self.cl._notify()
@@ -262,54 +152,29 @@ class _AConn:
     def _dispatch(self, writer: asyncio.StreamWriter, resps: list[_wire.Response]) -> bool:
         if self.writer is not writer:
             return False
-        pending = self.pending
+        done, perr, freed, unknown = self.match_locked(resps)
         cl = self.cl
-        freed = False
-        unknown = 0
-        for r in resps:
-            c = pending.get(r.req_id)
-            if c is None or (r.status == _wire.ST_ERROR and r.code == _wire.CODE_DUPLICATE_REQ_ID):
-                unknown += 1
-                continue
-            if not _wire.fits(c.op, r.status):
-                self.kill(writer, ProtocolError(f"protocol violation: {chr(c.op)!r} answered with {chr(r.status)!r}"))
-                return False
-            del pending[r.req_id]
-            c.pending = False
-            if c.counts:
-                self.inflight -= 1
-                freed = True
-            c.status = r.status
-            c.code = r.code
-            c.queued = r.queued
-            c.value = r.value
-            c.payload = r.payload
+        for c in done:
             cl._complete(c)
         if unknown:
             log.warning("ticketing: %d unexpected responses from %s ignored", unknown, self.addr)
+        if perr is not None:
+            self.kill(writer, perr)
+            return False
         if freed:
             cl._notify()
         return True
 
     def kill(self, writer: asyncio.StreamWriter, cause: BaseException) -> None:
-        if self.writer is not writer or self.state != _UP:
+        if self.writer is not writer or self.state != UP:
             return
-        self.state = _DOWN
         self.writer = None
-        calls = list(self.pending.values())
-        self.pending = {}
-        taken = self.taken
-        for c in calls:
-            c.pending = False
-            c.fail = FAIL_LOST if c.seq < taken else FAIL_UNSENT
-            c.fail_err = cause
-        self.inflight = 0
-        self.wbuf = bytearray()
+        calls = self.down_locked(cause)
         writer.close()
         cl = self.cl
         if not isinstance(cause, ClientClosed):
             cl._last_err = cause
-            log.warning("ticketing: connection to %s lost (%d pending): %s", self.addr, len(calls), cause)
+        self.log_lost(cause, len(calls))
         for c in calls:
             cl._complete(c)
         cl._notify()
@@ -319,54 +184,23 @@ class _AConn:
         when that loop is gone): close only this process's descriptor."""
         w = self.writer
         self.writer = None
-        self.state = _DOWN
+        self.state = _core.DOWN
         if w is not None:
             sock = w.get_extra_info("socket")
             with contextlib.suppress(Exception):
                 getattr(sock, "_sock", sock).close()
 
-    def enqueue(self, c: _ACall) -> int:
+    def enqueue(self, c: Call) -> int:
         w = self.writer
-        if self.state != _UP or w is None:
-            return _ENQ_DOWN
-        if len(self.wbuf) + w.transport.get_write_buffer_size() > MAX_WRITE_BUFFER:
-            return _ENQ_DOWN
-        if c.counts and self.inflight >= self.max_inflight:
-            return _ENQ_FULL
-        self._enqueue(c, w)
-        return _ENQ_OK
+        if w is None:
+            return _core.ENQ_DOWN
+        e = self.admit_locked(c, w.transport.get_write_buffer_size())
+        if e == ENQ_OK:
+            self.enqueue_locked(c)
+            self._schedule(w)
+        return e
 
-    def _enqueue(self, c: _ACall, w: asyncio.StreamWriter) -> None:
-        pending = self.pending
-        rid = self.next_id
-        while True:
-            rid = (rid + 1) & 0xFFFFFFFF
-            if rid and rid not in pending:
-                break
-        self.next_id = rid
-        c.conn = self
-        c.req_id = rid
-        c.seq = self.seq
-        c.pending = True
-        self.seq += 1
-        pending[rid] = c
-        if c.counts:
-            self.inflight += 1
-        op = c.op
-        if op == _wire.OP_ACQUIRE:
-            c.sent = now = time.monotonic()
-            if c.a2 and c.budget:  # sent after waiting for a connection: only the wait left
-                c.a2 = max(0, min(c.a2, int((c.budget - now) * 1000)))
-            self.wbuf += _wire.encode_acquire(rid, c.key, c.a1, c.a2)
-        elif op == _wire.OP_RELEASE:
-            self.wbuf += _wire.encode_release(rid, c.key, c.a1)
-        elif op == _wire.OP_CANCEL:
-            self.wbuf += _wire.encode_cancel(rid, c.key, c.a1)
-        elif op == _wire.OP_PING:
-            c.sent = time.monotonic()
-            self.wbuf += _wire.encode_ping(rid)
-        else:
-            self.wbuf += _wire.encode_query(rid, c.body)
+    def _schedule(self, w: asyncio.StreamWriter) -> None:
         if not self.flush_scheduled:
             self.flush_scheduled = True
             asyncio.get_running_loop().call_soon(self._flush, w)
@@ -376,9 +210,7 @@ class _AConn:
         self.flush_scheduled = False
         if self.writer is not w or not self.wbuf:
             return
-        buf = bytes(self.wbuf)
-        self.wbuf = bytearray()
-        self.taken = self.seq
+        buf = self.take_wbuf_locked()
         try:
             if w.transport.is_closing():
                 raise ConnectionResetError("transport closing")
@@ -386,50 +218,21 @@ class _AConn:
         except (OSError, RuntimeError) as e:
             self.kill(w, e)
 
-    def abandon(self, c: _ACall) -> bool:
+    def abandon(self, c: Call) -> bool:
         """The awaiting task was cancelled: leave c to the reader (which
         compensates a grant) and withdraw a queued acquire with C."""
-        if not c.pending or c.owner != OWNER_CALLER:
+        r = self.abandon_locked(c, _async_call(_wire.OP_CANCEL, c.key, c.req_id))
+        if r is None:
             return False
-        c.owner = OWNER_ABANDONED
-        w = self.writer
-        if c.op == _wire.OP_ACQUIRE and c.counts and self.state == _UP and w is not None:
-            cc = _ACall(asyncio.get_running_loop(), _wire.OP_CANCEL, c.key, c.req_id)
-            cc.owner = OWNER_DROPPED
-            self._enqueue(cc, w)
+        if r and self.writer is not None:
+            self._schedule(self.writer)
         return True
 
-    def drop(self, c: _ACall) -> bool:
-        if not c.pending:
-            return False
-        c.owner = OWNER_DROPPED
-        return True
 
-    def connecting(self) -> bool:
-        return self.state == _DOWN and not self.ever_up and self.failures == 0
-
-
-def _connect_error(e: BaseException) -> TicketingError:
-    if isinstance(e, TicketingError):
-        return e
-    if isinstance(e, ssl.SSLError):
-        return TLSError(f"TLS: {e}")
-    if isinstance(e, asyncio.IncompleteReadError):
-        return ConnectError("connection closed during the handshake")
-    if isinstance(e, asyncio.TimeoutError):
-        return ConnectError("connect timeout")
-    return ConnectError(f"{type(e).__name__}: {e}")
-
-
-class _AEndpoint:
-    __slots__ = ("addr", "conns")
-
-    def __init__(self, addr: str, conns: list[_AConn]) -> None:
-        self.addr = addr
-        self.conns = conns
-
-    def connecting(self) -> bool:
-        return any(cn.connecting() for cn in self.conns)
+def _async_call(op: int, key: bytes, a1: int = 0, a2: int = 0, body: bytes = b"") -> Call:
+    c = Call(op, key, a1, a2, body)
+    c.waiter = asyncio.get_running_loop().create_future()
+    return c
 
 
 class AsyncLease(LeaseBase):
@@ -442,8 +245,9 @@ class AsyncLease(LeaseBase):
         super().__init__(key, token, deadline, lease_ms)
         self._client = client
 
-    async def release(self) -> None:
-        await self._client.release(self)
+    async def release(self) -> bool:
+        """True once the server answered O; False when already released."""
+        return await self._client.release(self)
 
     async def __aenter__(self) -> AsyncLease:
         return self
@@ -467,6 +271,11 @@ class _AsyncLock:
         self._lease: AsyncLease | None = None
 
     async def __aenter__(self) -> AsyncLease:
+        if self._lease is not None:
+            raise RuntimeError(
+                "this client.lock(...) object is held by an async with block that has not exited: "
+                "call client.lock() again for a nested or concurrent scope"
+            )
         key, lease, wait = self._args
         self._lease = await self._client.acquire(key, lease=lease, wait=wait)
         return self._lease
@@ -479,7 +288,7 @@ class _AsyncLock:
             await self._client._release_at_exit(lease, et)
 
 
-class AsyncClient:
+class AsyncClient(_core.ClientCore[_AConn]):
     """The asyncio client: the same shape as Client.
 
     ``AsyncClient(addrs, token=..., tls=..., connect_timeout=5.0)`` does no
@@ -498,30 +307,9 @@ class AsyncClient:
         connect_timeout: Duration = DEFAULT_CONNECT_TIMEOUT,
         admin_token: str | None = None,
     ) -> None:
-        if isinstance(addrs, str):
-            addrs = [addrs]
-        uniq: list[str] = []
-        for a in addrs:
-            split_addr(a)
-            if a not in uniq:
-                uniq.append(a)
-        if not uniq:
-            raise InvalidArgument("no server address")
-        self._addrs = uniq
-        self._connect_timeout = seconds(connect_timeout, "connect_timeout")
-        self._role = _wire.ROLE_CLIENT
-        self._token = (token or "").encode("utf-8")
-        if admin_token is not None:
-            self._role = _wire.ROLE_ADMIN
-            self._token = admin_token.encode("utf-8")
-        if tls is True:
-            tls = ssl.create_default_context()
-        self._tls: ssl.SSLContext | None = tls or None
-        self._server_name = server_name
-        self._closed = False
+        self._configure(addrs, token, tls, server_name, connect_timeout, admin_token)
         self._started = False
-        self._pid = os.getpid()
-        self._conns: list[_AConn] = []
+        self._conns = []
         self._bg: set[asyncio.Task[Any]] = set()
         self._loop: asyncio.AbstractEventLoop  # set by _ensure_started
 
@@ -541,20 +329,59 @@ class AsyncClient:
         self._loop = loop
         self._started = True
         self._changed = asyncio.Event()
-        self._leader: _AEndpoint | None = None
         self._rr = itertools.count()
-        self._last_err: BaseException | None = None
-        self._extra = 0
         self._bg = set()
-        per = 2 if len(self._addrs) == 1 else 1
-        self._eps = [self._new_endpoint(a, per) for a in self._addrs]
-        self._by_addr = {ep.addr: ep for ep in self._eps}
-        self._conns = [cn for ep in self._eps for cn in ep.conns]
+        self._reset_pool()
         for cn in self._conns:
             cn.start()
 
-    def _new_endpoint(self, addr: str, n: int) -> _AEndpoint:
-        return _AEndpoint(addr, [_AConn(self, addr) for _ in range(n)])
+    # ---------------------------------------------- the core's front-end hooks
+
+    def _new_endpoint(self, addr: str, n: int) -> _core.Endpoint[_AConn]:
+        return _core.Endpoint(addr, [_AConn(self, addr) for _ in range(n)])
+
+    def _start_conn(self, cn: _AConn) -> None:
+        cn.start()
+
+    def _leader_changed(self) -> None:
+        self._notify()
+
+    def _wake(self, c: Call) -> None:
+        if not c.waiter.done():
+            c.waiter.set_result(None)
+
+    def _new_call(self, op: int, key: bytes, a1: int = 0, a2: int = 0, body: bytes = b"") -> Call:
+        return _async_call(op, key, a1, a2, body)
+
+    def _enqueue(self, cn: _AConn, c: Call) -> tuple[int, Any]:
+        return cn.enqueue(c), None
+
+    def _compensate(self, key: bytes, token: int) -> None:
+        self._background_release(ReleaseState(key, token), compensation=True)
+
+    def _release_later(self, s: ReleaseState) -> None:
+        self._background_release(s)
+
+    def _background_release(self, st: ReleaseState, compensation: bool = False) -> None:
+        if self._closed or len(self._bg) >= RELEASE_QUEUE_LEN:
+            log.warning("ticketing: release queue full or client closed; the lock stays held until its lease ends")
+            return
+        t = self._loop.create_task(self._release(st))
+        self._bg.add(t)
+
+        def done(t: asyncio.Task[None]) -> None:
+            self._bg.discard(t)
+            if t.cancelled():
+                return
+            err = t.exception()
+            if err is None and compensation:
+                log.info("ticketing: released a grant that arrived after its acquire was cancelled")
+            elif err is not None:
+                log.warning("ticketing: background release failed: %s", err)
+
+        t.add_done_callback(done)
+
+    # -------------------------------------------------------------- connect
 
     async def connect(self) -> None:
         """Start the connections and wait until one is up: ConnectError
@@ -566,7 +393,7 @@ class AsyncClient:
             ev = self._changed
             all_failed = True
             for cn in self._conns:
-                if cn.state == _UP:
+                if cn.state == UP:
                     return
                 all_failed = all_failed and cn.failures > 0
             if all_failed and isinstance(self._last_err, (AuthError, TLSError)):
@@ -615,137 +442,42 @@ class AsyncClient:
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
 
-    def _connect_error(self) -> TicketingError:
-        """No connection in time: the last connection error when it says why
-        (AuthError, TLSError, LockBusy for a REJECT OVERLOADED/SHUTTING_DOWN,
-        as the Go client's errors do), else ConnectError."""
-        err = self._last_err
-        if isinstance(err, LockBusy):
-            return LockBusy(err.code, f"no connection to any server: {err}")
-        if isinstance(err, (AuthError, TLSError)):
-            return type(err)(f"no connection to any server: {err}", err.code)
-        if err is not None:
-            return ConnectError(f"no connection to any server: {err}")
-        return ConnectError(f"no connection to any server within {self._connect_timeout:g} s")
-
     def _notify(self) -> None:
         ev = self._changed
         if getattr(ev, "_waiters", True):  # nobody waits: keep the event
             self._changed = asyncio.Event()
             ev.set()
 
-    # ------------------------------------------------------ connection choice
+    # ------------------------------------------------------------ the waits
 
-    def _try_enqueue(self, c: _ACall) -> int:
-        r = next(self._rr)
-        res = _ENQ_DOWN
-        ep = self._leader
-        if ep is not None:
-            conns = ep.conns
-            n = len(conns)
-            for i in range(n):
-                e = conns[(r + i) % n].enqueue(c)
-                if e == _ENQ_OK:
-                    return e
-                if e == _ENQ_FULL:
-                    res = e
-            if res == _ENQ_FULL or ep.connecting():
-                return res
-        conns = self._conns
-        n = len(conns)
-        for i in range(n):
-            e = conns[(r + i) % n].enqueue(c)
-            if e == _ENQ_OK:
-                return e
-            if e == _ENQ_FULL:
-                res = e
-        return res
-
-    async def _send(self, c: _ACall, give_up: float, slot_give_up: float) -> None:
+    async def _send(self, c: Call, give_up: float, slot_give_up: float, cancel: CancelToken | None) -> None:
         if self._closed:
             raise ClientClosed("client closed")
-        if self._try_enqueue(c) == _ENQ_OK:
+        if self._try_enqueue(c)[0] == ENQ_OK:
             return
         c.budget = slot_give_up  # an acquire sent later carries only the wait left
         while True:
             ev = self._changed
-            e = self._try_enqueue(c)
-            if e == _ENQ_OK:
+            e = self._try_enqueue(c)[0]
+            if e == ENQ_OK:
                 return
             if self._closed:
                 raise ClientClosed("client closed")
-            d = (slot_give_up if e == _ENQ_FULL else give_up) - time.monotonic()
+            d = (slot_give_up if e == _core.ENQ_FULL else give_up) - time.monotonic()
             if d <= 0:
-                if e == _ENQ_FULL:
-                    raise _NoSlot()
+                if e == _core.ENQ_FULL:
+                    raise _core.NoSlot()
                 raise self._connect_error()
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(ev.wait(), d)
 
-    def _follow(self, addr: str) -> None:
-        if not addr:
-            self._leader = None
-            return
-        ep = self._by_addr.get(addr)
-        if ep is None:
-            try:
-                split_addr(addr)
-            except InvalidArgument:
-                log.warning("ticketing: ignoring malformed leader address %r", addr)
-                self._leader = None
-                return
-            if self._closed or self._extra >= MAX_EXTRA_ENDPOINTS:
-                self._leader = None
-                return
-            ep = self._new_endpoint(addr, 1)
-            self._extra += 1
-            self._eps = [*self._eps, ep]
-            self._conns = self._conns + ep.conns
-            self._by_addr = {**self._by_addr, addr: ep}
-            log.info("ticketing: following the leader to a new address %s", addr)
-            for cn in ep.conns:
-                cn.start()
-        if self._leader is not ep:
-            self._leader = ep
-            self._notify()
-
-    def _complete(self, c: _ACall) -> None:
-        o = c.owner
-        if o == OWNER_CALLER:
-            if not c.fut.done():
-                c.fut.set_result(None)
-        elif o == OWNER_ABANDONED and c.op == _wire.OP_ACQUIRE and c.fail == FAIL_NONE and c.status == _wire.ST_GRANTED:
-            self._compensate(c.key, c.value)
-
-    def _compensate(self, key: bytes, token: int) -> None:
-        self._background_release(ReleaseState(key, token), compensation=True)
-
-    def _background_release(self, st: ReleaseState, compensation: bool = False) -> None:
-        if self._closed or len(self._bg) >= RELEASE_QUEUE_LEN:
-            log.warning("ticketing: release queue full or client closed; the lock stays held until its lease ends")
-            return
-        t = self._loop.create_task(self._release_core(st))
-        self._bg.add(t)
-
-        def done(t: asyncio.Task[None]) -> None:
-            self._bg.discard(t)
-            if t.cancelled():
-                return
-            err = t.exception()
-            if err is None and compensation:
-                log.info("ticketing: released a grant that arrived after its acquire was cancelled")
-            elif err is not None:
-                log.warning("ticketing: background release failed: %s", err)
-
-        t.add_done_callback(done)
-
-    async def _sleep_redirect(self, d: float, known: _AEndpoint | None, st: ReleaseState) -> None:
+    async def _sleep_redirect(self, d: float, known: _core.Endpoint[_AConn] | None, st: ReleaseState | None) -> None:
         if d <= 0:
             return
         end = time.monotonic() + d
         while not self._closed:
             ev = self._changed
-            if not st.woken:
+            if st is not None and not st.woken:
                 ld = self._leader
                 if ld is not None and ld is not known:
                     st.woken = True
@@ -756,16 +488,33 @@ class AsyncClient:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(ev.wait(), rem)
 
-    async def _wait_call(self, c: _ACall) -> None:
+    async def _wait_call(self, c: Call, cancel: CancelToken | None) -> bool:
         try:
-            await c.fut
+            await c.waiter
         except asyncio.CancelledError:
             cn = c.conn
-            abandoned = cn is not None and cn.abandon(c)
-            if not abandoned and c.op == _wire.OP_ACQUIRE and c.fail == FAIL_NONE and c.status == _wire.ST_GRANTED:
+            abandoned = isinstance(cn, _AConn) and cn.abandon(c)
+            if not abandoned and c.granted():
                 # answered meanwhile: a grant that won the race is released
                 self._compensate(c.key, c.value)
             raise
+        return True
+
+    async def _wait_release(self, c: Call, s: ReleaseState) -> bool:
+        # the window ends at s.deadline: an unanswered attempt is dropped then
+        timer = self._loop.call_later(max(0.0, s.deadline - time.monotonic()), _expire, c)
+        try:
+            await c.waiter
+        except asyncio.CancelledError:
+            if c.pending or c.fail != FAIL_NONE or c.status in (_wire.ST_MOVED, _wire.ST_UNKNOWN):
+                if c.pending:
+                    c.owner = OWNER_DROPPED
+                    s.maybe = True
+                self._background_release(s)
+            raise
+        finally:
+            timer.cancel()
+        return bool(c.owner != OWNER_DROPPED)
 
     # ------------------------------------------------------------ operations
 
@@ -777,58 +526,8 @@ class AsyncClient:
         lease_ms = millis(lease, "lease", minimum=1)
         wait_ms = millis(wait, "wait")
         self._ensure_started()
-        loop = self._loop
-        start = time.monotonic()
-        budget_end = start + wait_ms / 1000
-        conn_give_up = max(start + self._connect_timeout, budget_end)
-        moves = rounds = 0
-        st: ReleaseState | None = None  # for its once-per-call "woken" flag
-        while True:
-            c = _ACall(loop, _wire.OP_ACQUIRE, kb, lease_ms, wait_ms)
-            c.counts = wait_ms > 0
-            try:
-                await self._send(c, conn_give_up, budget_end)
-            except _NoSlot:
-                raise LockTimeout("not acquired: no free max_inflight slot within the wait") from None
-            await self._wait_call(c)
-            if c.fail != FAIL_NONE:
-                if c.fail == FAIL_LOST:
-                    if isinstance(c.fail_err, ClientClosed):
-                        raise ClosedIndeterminate("client closed after the acquire was written (outcome unknown)")
-                    raise Indeterminate(f"connection lost after the acquire was written: {c.fail_err}")
-                if self._closed:
-                    raise ClientClosed("client closed")
-            else:
-                s = c.status
-                if s == _wire.ST_GRANTED:
-                    deadline = c.sent + c.queued * _wire.QUEUED_UNIT + lease_ms / 1000
-                    return AsyncLease(self, kb, c.value, deadline, lease_ms)
-                if s == _wire.ST_TIMEOUT:
-                    raise LockTimeout("timed out, not acquired")
-                if s == _wire.ST_BUSY:
-                    raise LockBusy(c.code)
-                if s == _wire.ST_UNKNOWN:
-                    raise Indeterminate("the cluster could not confirm the commit (U)", c.code or None)
-                if s == _wire.ST_ERROR:
-                    raise server_error(c.code, c.payload)
-                addr = c.payload.decode("ascii", "replace")
-                self._follow(addr)
-                moves += 1
-                if moves > MAX_MOVES:
-                    rounds += 1
-                    d = redirect_delay(rounds)
-                    if wait_ms == 0 or budget_end - time.monotonic() <= d:
-                        raise NoLeader(f"{moves} consecutive redirects (last to {addr!r})")
-                    st = st or ReleaseState(kb, 0)
-                    await self._sleep_redirect(d, self._leader, st)
-                    if self._closed:
-                        raise ClientClosed("client closed")
-                    moves = 0
-            if wait_ms > 0:
-                rem = budget_end - time.monotonic()
-                if rem < 0.001:
-                    raise LockTimeout("timed out, not acquired")
-                wait_ms = int(rem * 1000)
+        token, deadline = await self._acquire(kb, lease_ms, wait_ms, None)
+        return AsyncLease(self, kb, token, deadline, lease_ms)
 
     async def try_acquire(self, key: Key, *, lease: Duration) -> AsyncLease | None:
         try:
@@ -841,7 +540,7 @@ class AsyncClient:
         return _AsyncLock(self, (key, lease, wait))
 
     async def _release_at_exit(self, lease: AsyncLease, et: type[BaseException] | None) -> None:
-        task = self._loop.create_task(self.release(lease))
+        task: asyncio.Task[bool] = self._loop.create_task(self.release(lease))
         try:
             await asyncio.shield(task)
         except asyncio.CancelledError:
@@ -854,125 +553,38 @@ class AsyncClient:
                 raise
             log.warning("ticketing: release after a failing block: %s", e)
 
-    async def release(self, lease: LeaseBase | Key, token: int | None = None) -> None:
+    async def release(self, lease: LeaseBase | Key, token: int | None = None) -> bool:
         """Release a lock (see Client.release): ``await release(lease)`` or
-        ``await release(key, token)``. When the awaiting task is cancelled,
-        the release goes on in the background (for at most 5 s)."""
-        lease_obj: LeaseBase | None = None
-        if isinstance(lease, LeaseBase):
-            lease_obj = lease
-            kb, tok = lease.key_bytes, lease.token
-        else:
-            kb = key_bytes(lease)
-            if isinstance(token, bool) or not isinstance(token, int) or not 0 < token <= _wire.MAX_U64:
-                raise InvalidArgument("token must be an int in 1..2^64-1")
-            tok = token
+        ``await release(key, token)``; False for a lease already released.
+        When the awaiting task is cancelled, the release goes on in the
+        background (for at most 5 s)."""
+        kb, tok, lease_obj = _core.release_args(lease, token)
+        if lease_obj is not None and lease_obj._released:
+            return False
         self._ensure_started()
-        await self._release_core(ReleaseState(kb, tok))
+        await self._release(ReleaseState(kb, tok))
         if lease_obj is not None:
             lease_obj._released = True
-
-    async def _release_core(self, s: ReleaseState) -> None:
-        loop = self._loop
-        cause: BaseException | None = None
-        while True:
-            if time.monotonic() >= s.deadline:
-                raise s.give_up(cause)
-            c = _ACall(loop, _wire.OP_RELEASE, s.key, s.token)
-            try:
-                await self._send(c, s.deadline, s.deadline)
-            except ClientClosed:
-                raise ClosedIndeterminate("release not confirmed: the client closed") from None
-            except (ConnectError, AuthError, TLSError, LockBusy, _NoSlot) as e:
-                raise s.give_up(e) from None
-            except asyncio.CancelledError:
-                self._background_release(s)
-                raise
-            # the window ends at s.deadline: an unanswered attempt is dropped then
-            timer = loop.call_later(max(0.0, s.deadline - time.monotonic()), _expire, c)
-            try:
-                await c.fut
-            except asyncio.CancelledError:
-                if c.pending or c.fail != FAIL_NONE or c.status in (_wire.ST_MOVED, _wire.ST_UNKNOWN):
-                    if c.pending:
-                        c.owner = OWNER_DROPPED
-                        s.maybe = True
-                    self._background_release(s)
-                raise
-            finally:
-                timer.cancel()
-            if c.owner == OWNER_DROPPED:
-                raise s.give_up(cause)
-            if c.fail != FAIL_NONE:
-                cause = c.fail_err
-            final, wait, err = s.outcome(c.fail, self._closed, c.status, c.code, c.payload, self._follow)
-            if final:
-                if err is not None:
-                    raise err
-                return
-            await self._sleep_redirect(min(wait, s.deadline - time.monotonic() - 0.01), self._leader, s)
+        return True
 
     async def ping(self) -> tuple[int, float]:
         """(server wall clock in µs since the epoch, round-trip seconds)."""
         self._ensure_started()
-        give_up = time.monotonic() + self._connect_timeout
-        while True:
-            c = _ACall(self._loop, _wire.OP_PING, b"")
-            await self._send(c, give_up, give_up)
-            await self._wait_call(c)
-            now = time.monotonic()
-            if c.fail != FAIL_NONE:
-                if self._closed:
-                    raise ClientClosed("client closed")
-                if now > give_up:
-                    raise ConnectError(f"ping: {c.fail_err}")
-                continue
-            if c.status == _wire.ST_PONG:
-                return c.value, now - c.sent
-            raise server_error(c.code, c.payload)
+        return await self._ping()
 
     async def admin(self, cmd: str, **args: object) -> dict[str, object]:
         """An admin query (protocol.md §8); most need ``admin_token``."""
-        body = json.dumps({**args, "cmd": cmd}).encode("utf-8")
-        if not cmd or len(body) > _wire.MAX_ADMIN_BODY:
-            raise InvalidArgument("bad admin command")
+        body, read_only = _core.admin_body(cmd, args)
         self._ensure_started()
-        give_up = time.monotonic() + self._connect_timeout
-        read_only = cmd in ("status", "locks", "time", "members")
-        moves = 0
-        while True:
-            c = _ACall(self._loop, _wire.OP_QUERY, b"")
-            c.body = body
-            await self._send(c, give_up, give_up)
-            await self._wait_call(c)
-            if c.fail == FAIL_LOST and not read_only:
-                raise Indeterminate(f"connection lost after the query was written: {c.fail_err}")
-            if c.fail != FAIL_NONE:
-                if self._closed:
-                    raise ClientClosed("client closed")
-                if time.monotonic() > give_up:
-                    raise ConnectError(f"admin: {c.fail_err}")
-                continue
-            if c.status == _wire.ST_ADMIN:
-                out = json.loads(c.payload)
-                if not isinstance(out, dict):
-                    raise ProtocolError("admin reply is not a JSON object")
-                return out
-            if c.status == _wire.ST_MOVED:
-                self._follow(c.payload.decode("ascii", "replace"))
-                moves += 1
-                if moves > MAX_MOVES:
-                    raise NoLeader(f"{moves} consecutive redirects")
-                continue
-            raise server_error(c.code, c.payload)
+        return await self._admin(body, read_only)
 
 
-def _expire(c: _ACall) -> None:
+def _expire(c: Call) -> None:
     """The release window ended with c unanswered: give it up."""
     if c.pending and c.owner == OWNER_CALLER:
         c.owner = OWNER_DROPPED
-        if not c.fut.done():
-            c.fut.set_result(None)
+        if not c.waiter.done():
+            c.waiter.set_result(None)
 
 
 def _retrieve(bg: set[asyncio.Task[Any]]) -> Any:
