@@ -95,16 +95,26 @@ class Driver
     end
   end
 
+  # Runs one command and answers it exactly once: a cancel (or the exit)
+  # raised into the thread counts only while the command runs.
   def execute(id, msg)
-    result = Thread.handle_interrupt(DriverCancelled => :immediate) { perform(msg) }
-    reply(id, result)
-  rescue DriverCancelled => e
-    error(id, "cancelled", e.message)
-  rescue Exception => e # -- every command answers once
-    kind, code = classify(e)
-    error(id, kind, "#{e.class}: #{e.message}", code)
-  ensure
-    @mu.synchronize { @pending.delete(id) }
+    Thread.handle_interrupt(DriverCancelled => :never) do
+      outcome = begin
+        [:ok, Thread.handle_interrupt(DriverCancelled => :immediate) { perform(msg) }]
+      rescue Exception => e # -- every command answers once
+        [:err, e]
+      end
+      @mu.synchronize { @pending.delete(id) }
+      answer(id, *outcome)
+    end
+  end
+
+  def answer(id, how, value)
+    return reply(id, value) if how == :ok
+    return error(id, "cancelled", value.message) if value.is_a?(DriverCancelled)
+
+    kind, code = classify(value)
+    error(id, kind, "#{value.class}: #{value.message}", code)
   end
 
   def client

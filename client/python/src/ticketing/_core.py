@@ -83,6 +83,7 @@ ENQ_FULL = 2  # connected, but all of max_inflight is in use
 
 READ_ONLY_ADMIN = ("status", "locks", "time", "members")
 
+CODE_TLS_REQUIRED = 12  # protocol.md §12.5
 DEFAULT_ANSWER_ALLOWANCE = 3.0  # R2: one default in every client (the Go client's WithAnswerAllowance)
 FIRST_CONNECT_GRACE = 1.0  # R1: a first connection may be waited for this long past a shorter wait
 
@@ -343,8 +344,13 @@ async def handshake(
     role: int,
 ) -> _wire.Welcome:
     """HELLO, AUTH, WELCOME (protocol.md §3) with the mutual proof."""
+    first = await read_exact(_wire.HELLO_LEN, "HELLO")
+    if first[0] == 0x45 and first[1] == CODE_TLS_REQUIRED:  # REJECT TLS_REQUIRED (protocol.md §12.4)
+        raise TLSError(
+            "the server requires TLS (it answered REJECT TLS_REQUIRED): connect with tls=", CODE_TLS_REQUIRED
+        )
     try:
-        hello = _wire.decode_hello(await read_exact(_wire.HELLO_LEN, "HELLO"))
+        hello = _wire.decode_hello(first)
     except _wire.WireError as e:
         raise ProtocolError(f"not a ticketing v1 server: {e}") from None
     nonce = secrets.token_bytes(_wire.NONCE_LEN)
@@ -379,6 +385,13 @@ def connect_error(e: BaseException) -> TicketingError:
     if isinstance(e, TicketingError):
         return e
     if isinstance(e, ssl.SSLError):
+        text = str(e).lower()
+        if any(
+            m in text
+            for m in ("wrong_version_number", "wrong version number", "record layer", "packet length too long")
+        ):
+            # a plaintext HELLO ("TKTS...") where a TLS record was expected (R5)
+            return TLSError(f"the server does not speak TLS (its first bytes are not a TLS record): {e}")
         return TLSError(f"TLS: {e}")
     if isinstance(e, asyncio.IncompleteReadError):
         return ConnectError("connection closed during the handshake")

@@ -424,6 +424,10 @@ module Ticketing
       ssl.post_connection_check(ssl.hostname) if @client.tls_context.verify_mode != OpenSSL::SSL::VERIFY_NONE
       ssl
     rescue OpenSSL::SSL::SSLError => e
+      if e.message.match?(/wrong version number|record layer|packet length too long|unknown protocol/i)
+        raise TLSError, "TLS handshake with #{@addr}: the server does not speak TLS (its first bytes are not a TLS record)"
+      end
+
       raise TLSError, "TLS handshake with #{@addr}: #{e.message}"
     end
 
@@ -452,8 +456,13 @@ module Ticketing
     end
 
     def handshake(sock, deadline)
+      first = read_full(sock, Wire::HELLO_LEN, deadline, "reading HELLO")
+      if first.getbyte(0) == 0x45 && first.getbyte(1) == 12 # REJECT TLS_REQUIRED (protocol.md §12.4)
+        raise TLSError, "#{@addr}: the server requires TLS (it answered REJECT TLS_REQUIRED): connect with tls:"
+      end
+
       hello = begin
-        Wire.parse_hello(read_full(sock, Wire::HELLO_LEN, deadline, "reading HELLO"))
+        Wire.parse_hello(first)
       rescue Wire::DecodeError => e
         raise ProtocolError, "#{@addr} is not a ticketing v1 server: #{e.message}"
       end
