@@ -113,8 +113,6 @@ class Driver:
         if old is not None:
             old.close()
         ctx, server_name = make_tls(cmd.get("tls"))
-        if cmd.get("label") is not None:
-            raise _Unsupported("connection labels (protocol 1.1) are not implemented by the Python client yet")
         timeout_ms = cmd.get("connect_timeout_ms")
         allowance_ms = cmd.get("answer_allowance_ms")
         self.client = ticketing.Client(
@@ -124,6 +122,7 @@ class Driver:
             server_name=server_name,
             connect_timeout=(timeout_ms / 1000) if timeout_ms else 5.0,
             answer_allowance=allowance_ms / 1000 if allowance_ms else 3.0,
+            label=cmd.get("label"),
         )
         return {}
 

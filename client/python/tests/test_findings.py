@@ -4,6 +4,7 @@ client's own terms (its errors' classes and messages, its scope objects)."""
 from __future__ import annotations
 
 import asyncio
+import os
 import uuid
 from collections.abc import Iterator
 
@@ -176,3 +177,15 @@ def test_lease_ending_try_acquire_and_min_remaining_R12_R13_R14(server: Server) 
         with pytest.raises(ticketing.InsufficientLease):  # R14
             c.acquire(key, lease=1, min_remaining=2)
         assert c.try_acquire(key, lease=1) is not None  # it was released at once
+
+
+def test_connection_label_is_visible_in_locks(server: Server) -> None:
+    key = k("label")
+    with ticketing.Client(server.addr, app_name="billing") as c, c.lock(key, lease=5):
+        with ticketing.Client(server.addr, admin_token="") as adm:
+            rows = adm.admin("locks", prefix=key)["locks"]
+        assert isinstance(rows, list) and rows
+        holder = rows[0].get("holder") or {}
+        assert isinstance(holder, dict)
+        label = str(holder.get("label", ""))
+        assert label.startswith("billing ") and f"/{os.getpid()} python/" in label, rows

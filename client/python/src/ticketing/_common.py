@@ -20,6 +20,8 @@ Duration = Union[float, int, datetime.timedelta]
 Key = Union[str, bytes]
 """A key: a str (encoded as UTF-8) or raw bytes."""
 
+CLIENT_VERSION = "0.1.0"
+
 # Fixed parameters of the client behaviour (architecture.md, "Client library
 # behaviour"); the same as the Go client's (client/options.go).
 DEFAULT_CONNECT_TIMEOUT = 5.0

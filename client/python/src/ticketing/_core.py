@@ -30,6 +30,7 @@ from typing import Any, Generic, TypeVar
 
 from . import _wire
 from ._common import (
+    CLIENT_VERSION,
     FAIL_LOST,
     FAIL_NONE,
     FAIL_UNSENT,
@@ -82,6 +83,8 @@ ENQ_DOWN = 1  # not connected (or its write buffer is over its bound)
 ENQ_FULL = 2  # connected, but all of max_inflight is in use
 
 READ_ONLY_ADMIN = ("status", "locks", "time", "members")
+
+OWNER_SETUP = 4  # the connection's own setup (feature ping, label): handled by the core
 
 CODE_TLS_REQUIRED = 12  # protocol.md §12.5
 DEFAULT_ANSWER_ALLOWANCE = 3.0  # R2: one default in every client (the Go client's WithAnswerAllowance)
@@ -179,6 +182,7 @@ class ConnCore:
         self.seq = 0
         self.taken = 0
         self.cfg_err: TicketingError | None = None  # the last attempt failed auth or TLS (R4)
+        self.features = 0  # protocol 1.1 feature bits the server announced (§12.1)
 
     def note_failed(self, cl: ClientCore[Any], err: TicketingError) -> None:
         self.failures += 1  # written by this connection's own thread/task only
@@ -192,6 +196,7 @@ class ConnCore:
 
     def up_locked(self, w: _wire.Welcome) -> None:
         self.cfg_err = None
+        self.features = 0
         self.state = UP
         self.ever_up = True
         self.failures = 0
@@ -238,7 +243,9 @@ class ConnCore:
             self.wbuf += _wire.encode_cancel(rid, c.key, c.a1)
         elif op == _wire.OP_PING:
             c.sent = time.monotonic()
-            self.wbuf += _wire.encode_ping(rid)
+            self.wbuf += _wire.encode_ping(rid, c.a1)
+        elif op == _wire.OP_LABEL:
+            self.wbuf += _wire.encode_label(rid, c.body)
         else:
             self.wbuf += _wire.encode_query(rid, c.body)
 
@@ -422,6 +429,8 @@ class ClientCore(Generic[C]):
         connect_timeout: Duration,
         admin_token: str | None,
         answer_allowance: Duration = DEFAULT_ANSWER_ALLOWANCE,
+        label: str | None = None,
+        app_name: str | None = None,
     ) -> None:
         if isinstance(addrs, str):
             addrs = [addrs]
@@ -444,8 +453,51 @@ class ClientCore(Generic[C]):
             tls = ssl.create_default_context()
         self._tls: ssl.SSLContext | None = tls or None
         self._server_name = server_name
+        if label is not None and not isinstance(label, str):
+            raise InvalidArgument(f"label must be a str of at most {_wire.MAX_LABEL} bytes")
+        if app_name is not None and not isinstance(app_name, str):
+            raise InvalidArgument("app_name must be a str")
+        self._label = label
+        self._app_name = app_name
         self._closed = False
         self._pid = os.getpid()
+
+    def _label_bytes(self) -> bytes:
+        """The connection label (protocol.md §12.3): the user's, or
+        ``[<app> ]<host>/<pid> python/<version>`` (the pid of now: a forked
+        child labels its own connections)."""
+        if self._label is not None:
+            return _wire.cut_label(self._label)
+        text = f"{socket.gethostname()}/{os.getpid()} python/{CLIENT_VERSION}"
+        if self._app_name:
+            text = f"{self._app_name} {text}"
+        return _wire.cut_label(text)
+
+    def _setup(self, cn: C) -> None:
+        """A connection came up: ask for the server's features (§12.1); the
+        answer sends the label when the server takes labels."""
+        c = self._new_call(_wire.OP_PING, b"", _wire.PING_FEATURES)
+        c.owner = OWNER_SETUP
+        self._push(cn, c)
+
+    def _push(self, cn: C, c: Call) -> None:
+        """Queue c on cn now (and write it), or drop it when cn is down."""
+        raise NotImplementedError
+
+    def _setup_answered(self, c: Call) -> None:
+        cn = c.conn
+        if c.fail != FAIL_NONE or cn is None:
+            return
+        if c.op == _wire.OP_PING and c.status == _wire.ST_PONG:
+            cn.features = c.queued
+            if c.queued & _wire.FEATURE_LABELS:
+                lb = self._label_bytes()
+                if lb:
+                    lc = self._new_call(_wire.OP_LABEL, b"", body=lb)
+                    lc.owner = OWNER_SETUP
+                    self._push(cn, lc)
+        elif c.op == _wire.OP_LABEL and c.status == _wire.ST_ERROR:
+            log.warning("ticketing: %s refused the connection label: %s", cn.addr, server_error(c.code, c.payload))
 
     def _reset_pool(self) -> None:
         self._leader = None
@@ -609,6 +661,8 @@ class ClientCore(Generic[C]):
                 self._compensate(c.key, c.value)
         elif o == OWNER_RELEASER:
             self._release_completed(c)
+        elif o == OWNER_SETUP:
+            self._setup_answered(c)
 
     # ------------------------------------------------------------ operations
 

@@ -125,6 +125,7 @@ class _AConn(_core.ConnCore):
         self.writer = writer
         self.flush_scheduled = False
         log.info("ticketing: connected to %s (max_inflight %d)", self.addr, w.max_inflight)
+        self.cl._setup(self)
         self.cl._notify()
 
     async def _read_loop(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -324,8 +325,10 @@ class AsyncClient(_core.ClientCore[_AConn]):
         connect_timeout: Duration = DEFAULT_CONNECT_TIMEOUT,
         admin_token: str | None = None,
         answer_allowance: Duration = _core.DEFAULT_ANSWER_ALLOWANCE,
+        label: str | None = None,
+        app_name: str | None = None,
     ) -> None:
-        self._configure(addrs, token, tls, server_name, connect_timeout, admin_token, answer_allowance)
+        self._configure(addrs, token, tls, server_name, connect_timeout, admin_token, answer_allowance, label, app_name)
         self._started = False
         self._conns = []
         self._bg: set[asyncio.Task[Any]] = set()
@@ -373,6 +376,9 @@ class AsyncClient(_core.ClientCore[_AConn]):
 
     def _enqueue(self, cn: _AConn, c: Call) -> tuple[int, Any]:
         return cn.enqueue(c), None
+
+    def _push(self, cn: _AConn, c: Call) -> None:
+        cn.enqueue(c)
 
     def _compensate(self, key: bytes, token: int) -> None:
         self._background_release(ReleaseState(key, token), compensation=True)

@@ -141,6 +141,7 @@ class _Conn(_core.ConnCore):
             self.tr = tr
             self.writing = False
         log.info("ticketing: connected to %s (max_inflight %d)", self.addr, w.max_inflight)
+        self.cl._setup(self)
         self.cl._notify()
         return True
 
@@ -384,8 +385,10 @@ class Client(_core.ClientCore[_Conn]):
         connect_timeout: Duration = DEFAULT_CONNECT_TIMEOUT,
         admin_token: str | None = None,
         answer_allowance: Duration = _core.DEFAULT_ANSWER_ALLOWANCE,
+        label: str | None = None,
+        app_name: str | None = None,
     ) -> None:
-        self._configure(addrs, token, tls, server_name, connect_timeout, admin_token, answer_allowance)
+        self._configure(addrs, token, tls, server_name, connect_timeout, admin_token, answer_allowance, label, app_name)
         self._fork_lock = threading.Lock()
         self._start()
         _clients.add(self)
@@ -435,6 +438,11 @@ class Client(_core.ClientCore[_Conn]):
 
     def _enqueue(self, cn: _Conn, c: Call) -> tuple[int, Any]:
         return cn.enqueue(c)
+
+    def _push(self, cn: _Conn, c: Call) -> None:
+        e, tr = cn.enqueue(c)
+        if e == ENQ_OK and tr is not None:
+            cn.flush(tr)
 
     def _compensate(self, key: bytes, token: int) -> None:
         job = _Job(ReleaseState(key, token), compensation=True)
