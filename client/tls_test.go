@@ -76,7 +76,7 @@ func TestRealTLS(t *testing.T) {
 		t.Errorf("plaintext: %v, want ErrConnect", err)
 	}
 	// An untrusted certificate: no connection either.
-	if _, err := Dial(context.Background(), []string{srv.Addr()}, WithTLS(&tls.Config{}), WithToken("tls-token"), WithDialTimeout(500*time.Millisecond)); !errors.Is(err, ErrConnect) {
-		t.Errorf("untrusted: %v, want ErrConnect", err)
+	if _, err := Dial(context.Background(), []string{srv.Addr()}, WithTLS(&tls.Config{}), WithToken("tls-token"), WithDialTimeout(500*time.Millisecond)); !errors.Is(err, ErrConnect) || !errors.Is(err, ErrTLS) {
+		t.Errorf("untrusted: %v, want ErrConnect and ErrTLS", err)
 	}
 }
