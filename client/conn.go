@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"runtime"
@@ -172,9 +173,16 @@ func (cn *conn) handshake(ctx context.Context, raw net.Conn) (net.Conn, wire.Wel
 		}
 		nc = tc
 	}
-	h, w, err := wire.ClientHandshake(nc, cl.role, cl.token)
+	var first *firstBytes
+	hs := io.ReadWriter(nc)
+	if cn.tls == nil {
+		first = &firstBytes{Conn: nc}
+		hs = first
+	}
+	h, w, err := wire.ClientHandshake(hs, cl.role, cl.token)
 	switch {
-	case errors.Is(err, wire.ErrRejected) && w.Code == codeTLSRequired:
+	case errors.Is(err, wire.ErrBadMagic) && first != nil && first.n >= 2 && first.b[0] == byte(wire.StatusError) && wire.Code(first.b[1]) == wire.CodeTLSRequired,
+		errors.Is(err, wire.ErrRejected) && w.Code == wire.CodeTLSRequired:
 		return nil, w, &configError{fmt.Errorf("%w: the server requires TLS (REJECT TLS_REQUIRED; configure the client with TLS)", ErrTLS)}
 	case errors.Is(err, wire.ErrRejected):
 		rej := &RejectError{Code: w.Code}
@@ -193,8 +201,23 @@ func (cn *conn) handshake(ctx context.Context, raw net.Conn) (net.Conn, wire.Wel
 	return nc, w, nil
 }
 
-// codeTLSRequired is REJECT TLS_REQUIRED (protocol.md §12.4, §12.5).
-const codeTLSRequired wire.Code = 12
+// firstBytes remembers the first two bytes read from a plaintext
+// connection: a TLS listener's REJECT TLS_REQUIRED (protocol.md §12.4)
+// arrives where HELLO was expected and begins 'E', 12.
+type firstBytes struct {
+	net.Conn
+	b [2]byte
+	n int
+}
+
+func (f *firstBytes) Read(p []byte) (int, error) {
+	k, err := f.Conn.Read(p)
+	for i := 0; i < k && f.n < len(f.b); i++ {
+		f.b[f.n] = p[i]
+		f.n++
+	}
+	return k, err
+}
 
 // configError marks a connection failure that retrying will not cure (a
 // TLS mismatch or certificate failure): calls waiting for a connection
