@@ -12,6 +12,7 @@ import (
 type Lock struct {
 	cl       *Client
 	key      string
+	keys     []string // a key set (AcquireSet); nil for one key
 	token    uint64
 	deadline time.Time
 
@@ -81,5 +82,8 @@ func (l *Lock) Release(ctx context.Context) error {
 	l.released = true
 	l.closeLocked()
 	l.mu.Unlock()
+	if l.keys != nil {
+		return l.cl.ReleaseSet(ctx, l.keys, l.token)
+	}
 	return l.cl.Release(ctx, l.key, l.token)
 }

@@ -25,6 +25,7 @@ import (
 // relState interprets the answers to one release's attempts.
 type relState struct {
 	key      string
+	keys     []string // a key set (X, protocol.md §12.2); nil for one key
 	token    uint64
 	deadline time.Time
 	maybe    bool // an earlier attempt may have been executed
@@ -99,7 +100,24 @@ func (cl *Client) Release(ctx context.Context, key string, token uint64) error {
 	if !validKey(key) {
 		return opErr("release", key, fmt.Errorf("%w: key must be 1..250 bytes of UTF-8 without control characters", ErrInvalidArgument))
 	}
-	s := relState{key: key, token: token, deadline: time.Now().Add(cl.cfg.releaseWindow)}
+	return cl.release(ctx, relState{key: key, token: token, deadline: time.Now().Add(cl.cfg.releaseWindow)})
+}
+
+// fill makes c the release attempt of s: R, or X for a key set.
+func (s *relState) fill(c *call) {
+	c.op = wire.OpRelease
+	c.key = s.key
+	c.arg = s.token
+	if s.keys != nil {
+		c.op = wire.OpReleaseSet
+		c.keys = s.keys
+		c.need = wire.FeatureKeySets
+	}
+}
+
+// release makes the attempts of s (Release, ReleaseSet).
+func (cl *Client) release(ctx context.Context, s relState) error {
+	key := s.key
 	var cause error
 	for {
 		if err := ctx.Err(); err != nil {
@@ -110,12 +128,12 @@ func (cl *Client) Release(ctx context.Context, key string, token uint64) error {
 			return opErr("release", key, s.giveUp(cause))
 		}
 		c := getCall()
-		c.op = wire.OpRelease
-		c.key = key
-		c.arg = token
+		s.fill(c)
 		if err := cl.send(ctx, c, s.deadline, s.deadline); err != nil {
 			putCall(c)
 			switch {
+			case errors.Is(err, ErrUnsupported): // nothing sent: a 1.0 server holds no key set
+				return opErr("release", key, err)
 			case errors.Is(err, ErrClosed):
 				return opErr("release", key, both(ErrIndeterminate, ErrClosed))
 			case ctx.Err() != nil:
@@ -326,9 +344,7 @@ func (r *releaser) run() {
 			}
 			if j.call == nil && !now.Before(j.next) {
 				c := getCall()
-				c.op = wire.OpRelease
-				c.key = j.st.key
-				c.arg = j.st.token
+				j.st.fill(c)
 				c.owner = ownerReleaser
 				c.job = j
 				j.call = c // before enqueue: the answer may come at once
