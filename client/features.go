@@ -1,7 +1,6 @@
 package client
 
 import (
-	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -22,49 +21,7 @@ var (
 	// the server of the connection does not announce (a 1.0 server).
 	// Nothing was sent.
 	ErrUnsupported = errors.New("ticketing: not supported by this server")
-
-	// ErrTLS: the client and the server disagree about TLS — a plaintext
-	// client against a TLS port ("the server requires TLS", the server's
-	// REJECT TLS_REQUIRED, §12.4) or a TLS client against a plaintext port
-	// ("the server does not speak TLS"). A configuration error: Dial fails
-	// at once, as for ErrAuth.
-	ErrTLS = errors.New("ticketing: TLS mismatch")
-
-	errTLSRequired = fmt.Errorf("%w: the server requires TLS (connect with TLS)", ErrTLS)
-	errNotTLS      = fmt.Errorf("%w: the server does not speak TLS (it answered in plaintext)", ErrTLS)
 )
-
-// tlsHandshakeErr names a TLS handshake failure; a plaintext server's HELLO
-// (it begins "TKTS", not a TLS record) is errNotTLS.
-func tlsHandshakeErr(err error) error {
-	var rh tls.RecordHeaderError
-	if errors.As(err, &rh) && string(rh.RecordHeader[:4]) == string(wire.HelloMagic[:]) {
-		return errNotTLS
-	}
-	return fmt.Errorf("TLS handshake: %w", err)
-}
-
-// firstBytes keeps the first HelloLen bytes read through it, so that a
-// handshake that failed on a REJECT TLS_REQUIRED where HELLO was due can
-// tell.
-type firstBytes struct {
-	net.Conn
-	b []byte
-}
-
-func (f *firstBytes) Read(p []byte) (int, error) {
-	n, err := f.Conn.Read(p)
-	if k := min(n, wire.HelloLen-len(f.b)); k > 0 {
-		f.b = append(f.b, p[:k]...)
-	}
-	return n, err
-}
-
-// tlsRequired reports whether the bytes where HELLO was due are (the start
-// of) REJECT TLS_REQUIRED: 'E', code 12.
-func (f *firstBytes) tlsRequired() bool {
-	return len(f.b) >= 2 && f.b[0] == wire.WelcomeRejected && wire.Code(f.b[1]) == wire.CodeTLSRequired
-}
 
 // negotiate asks the server of a freshly handshaken connection for its
 // feature bits and sends the label when it takes one. It runs before the

@@ -179,8 +179,9 @@ func (cl *Client) ReleaseSet(ctx context.Context, keys []string, token uint64) e
 	if err := checkSet(keys); err != nil {
 		return opErr("release", name, err)
 	}
-	return cl.release(ctx, relState{key: name, keys: append([]string(nil), keys...), token: token,
+	_, err := cl.releaseWith(ctx, relState{key: name, keys: append([]string(nil), keys...), token: token,
 		deadline: time.Now().Add(cl.cfg.releaseWindow)})
+	return err
 }
 
 // compensateSet releases, in the background, a key set granted to an

@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ticketing/ticketing/client/wire"
@@ -40,6 +41,8 @@ type Fake struct {
 	// fake answers itself, without recording it or calling Handler: 0 (the
 	// default) is a 1.0 server, so a 1.1 client uses no 1.1 frame with it.
 	Features wire.Features
+
+	reject atomic.Uint32 // SetReject
 
 	mu     sync.Mutex
 	lns    []net.Listener
@@ -170,6 +173,17 @@ func (f *Fake) acceptLoop(i int, ln net.Listener) {
 	}
 }
 
+// SetReject makes every later AUTH answered with REJECT code (0: back to
+// Reject), e.g. a token rotated on the server while clients are connected.
+func (f *Fake) SetReject(code wire.Code) { f.reject.Store(uint32(code)) }
+
+func (f *Fake) rejectCode() wire.Code {
+	if c := f.reject.Load(); c != 0 {
+		return wire.Code(c)
+	}
+	return f.Reject
+}
+
 // Send writes b to the connection.
 func (c *Conn) Send(b []byte) error {
 	c.wmu.Lock()
@@ -222,8 +236,8 @@ func (c *Conn) serve() {
 		c.Send(wire.AppendReject(nil, wire.CodeBadHandshake))
 		return
 	}
-	if f.Reject != 0 {
-		c.Send(wire.AppendReject(nil, f.Reject))
+	if code := f.rejectCode(); code != 0 {
+		c.Send(wire.AppendReject(nil, code))
 		return
 	}
 	tok := []byte(f.Token)
