@@ -337,6 +337,8 @@ export const testing = {
   connect: (opts: ConnectOptions, hooks: TestHooks): Promise<Client> =>
     connectWith(opts, hooks),
   compensations: (c: Client): number => internals(c).releases.compensations,
+  backoffDelay: (c: Client, attempt: number): number =>
+    internals(c).pool.backoffDelay(attempt),
   conns: (
     c: Client,
   ): ReadonlyArray<{ addr: string; state: string; pending: number }> =>

@@ -209,11 +209,20 @@ export function backoffStep(base: number, cap: number, n: number): number {
   return Math.min(d, cap);
 }
 
-/** Uniform in [step/2, step]. */
+/** Uniform in [step/2, step] (redirect back-off). */
 export function jitter(step: number): number {
   if (step <= 1) return step;
   const half = step / 2;
   return half + Math.random() * (step - half);
+}
+
+/**
+ * Uniform in [0, step]: "full jitter" of the reconnect delays
+ * (docs/architecture.md "Client library behaviour" R16), so clients that
+ * lost one server at the same instant spread over the whole step.
+ */
+export function fullJitter(step: number): number {
+  return Math.random() * step;
 }
 
 // ---------------------------------------------------------------------------

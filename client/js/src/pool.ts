@@ -18,6 +18,7 @@ import {
   Conn,
   Notifier,
   backoffStep,
+  fullJitter,
   jitter,
   waitEvent,
   type Call,
@@ -145,8 +146,9 @@ export class Pool implements ConnHost {
     );
   }
 
+  /** The delay before reconnect attempt n (R16: full jitter over the step). */
   backoffDelay(n: number): number {
-    return jitter(
+    return fullJitter(
       backoffStep(this.backoffBase, this.backoffCap, Math.max(1, n)),
     );
   }

@@ -445,7 +445,7 @@ test("duplicate req_id E is ignored; an unknown status kills the connection (PRO
   }
 });
 
-test("reconnect backoff: 0.1 s doubling (jittered within [d/2, d]), capped", async () => {
+test("reconnect backoff: 0.1 s doubling, full jitter within [0, step] (R16), capped", async () => {
   const delays: number[] = [];
   const fake = await startFake({ onConnect: (c) => c.sock.destroy() });
   let cl: Client | undefined;
@@ -463,8 +463,21 @@ test("reconnect backoff: 0.1 s doubling (jittered within [d/2, d]), capped", asy
     await until(() => delays.length >= 5, 8000, "five reconnect attempts");
     const steps = [100, 200, 400, 800, 1600];
     delays.slice(0, 5).forEach((d, i) => {
-      assert.ok(d >= steps[i]! / 2 && d <= steps[i]!, `delay ${i}: ${d}`);
+      assert.ok(d >= 0 && d <= steps[i]!, `delay ${i}: ${d}`);
     });
+    // Full jitter: the draws spread over the whole step, the lower half
+    // included (with the former [step/2, step] none would fall below).
+    const draws = Array.from({ length: 2000 }, () =>
+      testing.backoffDelay(cl!, 3),
+    );
+    assert.ok(draws.every((d) => d >= 0 && d <= 400));
+    const low = draws.filter((d) => d < 200).length;
+    assert.ok(low > 800 && low < 1200, `${low} of 2000 draws below step/2`);
+    const firstBucket = draws.filter((d) => d < 100).length;
+    assert.ok(
+      firstBucket > 300 && firstBucket < 700,
+      `${firstBucket} in [0, 100)`,
+    );
   } finally {
     await cl?.close();
     await fake.close();
