@@ -3,6 +3,7 @@
 // max_inflight slot, following M to the leader, and handing finished calls
 // to their owners. Internal: the public Client (client.ts) wraps one.
 
+import { hostname } from "node:os";
 import * as tls from "node:tls";
 import { performance } from "node:perf_hooks";
 
@@ -13,6 +14,7 @@ import {
   ConnectError,
   TicketingError,
   TlsError,
+  UnsupportedError,
 } from "./errors.js";
 import {
   Conn,
@@ -33,7 +35,8 @@ import {
   type TestHooks,
 } from "./options.js";
 import type { Releases } from "./release.js";
-import { Op, Status } from "./wire.js";
+import { VERSION } from "./version.js";
+import { Op, Status, cutLabel } from "./wire.js";
 
 const DEFAULT_CONNECT_TIMEOUT_MS = 5000;
 const BACKOFF_BASE_MS = 100;
@@ -41,6 +44,8 @@ const BACKOFF_CAP_MS = 3200;
 const REDIRECT_BACKOFF_BASE_MS = 25;
 const REDIRECT_BACKOFF_CAP_MS = 200;
 const RELEASE_WINDOW_MS = 5000;
+/** R2's answer allowance (issue 31: one setting, default between 2 and 5 s). */
+export const DEFAULT_ANSWER_ALLOWANCE_MS = 3000;
 const MAX_EXTRA_ENDPOINTS = 32;
 
 export interface Endpoint {
@@ -53,7 +58,9 @@ export class NoSlot extends Error {}
 
 export class Pool implements ConnHost {
   readonly token: Buffer;
+  readonly label: Buffer;
   readonly connectTimeoutMs: number;
+  readonly answerAllowanceMs: number;
   readonly log: Logger;
   readonly hooks: TestHooks | undefined;
   closed = false;
@@ -79,11 +86,20 @@ export class Pool implements ConnHost {
     hooks: TestHooks | undefined,
   ) {
     this.token = Buffer.from(opts.token ?? "", "utf8");
+    this.label = cutLabel(
+      opts.label ??
+        `${opts.appName ? opts.appName + " " : ""}${hostname()}/${process.pid} js/${VERSION}`,
+    );
     const t = opts.connectTimeoutMs;
     this.connectTimeoutMs =
       typeof t === "number" && t > 0
         ? Math.ceil(t)
         : DEFAULT_CONNECT_TIMEOUT_MS;
+    const aa = opts.answerAllowanceMs;
+    this.answerAllowanceMs =
+      typeof aa === "number" && aa >= 0
+        ? Math.ceil(aa)
+        : DEFAULT_ANSWER_ALLOWANCE_MS;
     this.log = opts.logger ?? {};
     this.hooks = hooks;
     this.backoffBase = hooks?.backoffBaseMs ?? BACKOFF_BASE_MS;
@@ -130,6 +146,15 @@ export class Pool implements ConnHost {
       if (d <= 0) throw this.connectErr();
       await waitEvent(this.notify, d, undefined, true);
     }
+  }
+
+  /** The AuthError/TlsError of the last failure when no connection is up. */
+  configErr(): TicketingError | undefined {
+    const last = this.lastErr;
+    if (!(last instanceof AuthError || last instanceof TlsError))
+      return undefined;
+    for (const cn of this.conns) if (cn.state === "up") return undefined;
+    return last;
   }
 
   connectErr(): TicketingError {
@@ -185,7 +210,7 @@ export class Pool implements ConnHost {
       for (let i = 0; i < n; i++) {
         const x = ep.conns[(r + i) % n]!.enqueue(c);
         if (x === "ok") return x;
-        if (x === "full") res = "full";
+        if (x === "full" || (x === "unsupported" && res === "down")) res = x;
       }
       if (res === "full" || ep.conns.some((cn) => cn.connecting())) return res;
     }
@@ -194,7 +219,7 @@ export class Pool implements ConnHost {
     for (let i = 0; i < n; i++) {
       const x = conns[(r + i) % n]!.enqueue(c);
       if (x === "ok") return x;
-      if (x === "full") res = "full";
+      if (x === "full" || (x === "unsupported" && res === "down")) res = x;
     }
     return res;
   }
@@ -220,6 +245,18 @@ export class Pool implements ConnHost {
       first = false;
       const r = this.tryEnqueue(c);
       if (r === "ok") return;
+      // R4/R5: no connection is up and the servers refused the credentials
+      // or the transport (a configuration error): fail at once, not after
+      // the wait.
+      if (r === "down") {
+        const cfg = this.configErr();
+        if (cfg !== undefined) throw cfg;
+      }
+      if (r === "unsupported") {
+        throw new UnsupportedError(
+          "key sets are not supported by this server (it does not announce KEY_SETS: protocol 1.1, §12.1); nothing was sent",
+        );
+      }
       const limit = r === "full" ? slotGiveUp : giveUp;
       const d = limit - performance.now();
       if (d <= 0) {
@@ -276,12 +313,12 @@ export class Pool implements ConnHost {
         break;
       case "abandoned":
         if (
-          c.op === Op.Acquire &&
+          (c.op === Op.Acquire || c.op === Op.AcquireSet) &&
           c.fail === "none" &&
           c.status === Status.Granted
         ) {
           // The caller gave up but the grant won the race (§5 "Cancel").
-          this.releases.compensate(c.key, c.keyText, c.value);
+          this.releases.compensate(c.key, c.keyText, c.value, c.set);
         }
         break;
       default:
