@@ -46,7 +46,6 @@ import {
   encodeReleaseSet,
   encodeLabel,
   encodePing,
-  decodeResponse,
   Feature,
   PING_FEATURES,
   proofEqual,
@@ -57,7 +56,7 @@ import {
 const MAX_WRITE_BUFFER = 4 << 20;
 /** req_ids of the handshake's own requests (sent before any other request). */
 const FEATURE_PING_ID = 0xffffffff;
-const LABEL_ID = 0xfffffffe;
+const EMPTY = new Uint8Array(0);
 /** How often a connection with pending acquires looks for overdue ones (R2). */
 const SWEEP_MS = 100;
 
@@ -79,9 +78,18 @@ export interface ConnHost {
   complete(c: Call): void;
 }
 
-export type Owner = "caller" | "abandoned" | "releaser" | "dropped";
+export type Owner =
+  | "caller"
+  | "abandoned"
+  | "releaser"
+  | "dropped"
+  | "internal";
 export type Fail = "none" | "unsent" | "lost";
-export type EnqResult = "ok" | "down" | "full" | "unsupported";
+/**
+ * What enqueue did: ok; down (not up); full (max_inflight); unsupported
+ * (the server lacks the feature); features (up, its feature pong not read yet).
+ */
+export type EnqResult = "ok" | "down" | "full" | "unsupported" | "features";
 
 /** One request in flight on a connection. */
 /** A key set (§12.2): its keys in the caller's order and the encoded body. */
@@ -181,6 +189,8 @@ export function fits(op: number, st: number): boolean {
       );
     case Op.Ping:
       return st === Status.Pong;
+    case Op.Label:
+      return st === Status.Released || st === Status.Error;
     case Op.Query:
       return st === Status.Admin || st === Status.Moved;
   }
@@ -286,6 +296,10 @@ export class Conn {
   inflight = 0;
   /** The feature bits this connection's server announced (§12.1); 0 for 1.0. */
   features = 0;
+  /** Whether the feature pong has been read on this connection. */
+  featuresKnown = false;
+  /** Pending calls of the connection's own (feature ping, label): they keep nothing alive. */
+  private internal = 0;
   readonly pending = new Map<number, Call>();
   private nextId = 0;
   private outFrames: Buffer[] = [];
@@ -417,8 +431,6 @@ export class Conn {
     let serverNonce: Buffer | undefined;
     let tokensConfigured = false;
     let welcome: { maxInflight: number } | undefined;
-    let features: number | undefined;
-    let labelPending = false;
     const onData = (chunk: Buffer): void => {
       if (settled) return;
       hbuf = hbuf.length === 0 ? chunk : Buffer.concat([hbuf, chunk]);
@@ -530,49 +542,6 @@ export class Conn {
           hbuf = rest;
         }
         if (welcome === undefined) return;
-        if (features === undefined) {
-          const r = decodeResponse(hbuf);
-          if (r === null) return;
-          hbuf = hbuf.subarray(r.size);
-          if (
-            r.resp.status !== Status.Pong ||
-            r.resp.reqId !== FEATURE_PING_ID
-          ) {
-            throw new WireError(
-              `expected the feature pong after WELCOME, got status 0x${r.resp.status.toString(16)} for req_id ${r.resp.reqId}`,
-            );
-          }
-          features = r.resp.queued;
-          if ((features & Feature.Labels) !== 0 && cl.label.length > 0) {
-            // §12.3: the label right after the feature pong, before any lock request.
-            sock.write(encodeLabel(LABEL_ID, cl.label));
-            labelPending = true;
-          }
-        }
-        if (labelPending) {
-          const r = decodeResponse(hbuf);
-          if (r === null) return;
-          hbuf = hbuf.subarray(r.size);
-          labelPending = false;
-          const st = r.resp.status;
-          if (
-            r.resp.reqId !== LABEL_ID ||
-            (st !== Status.Released && st !== Status.Error)
-          ) {
-            throw new WireError(
-              `expected O or E to the label, got status 0x${st.toString(16)} for req_id ${r.resp.reqId}`,
-            );
-          }
-          if (st === Status.Error) {
-            cl.log.warn?.(
-              "ticketing: the server refused the connection label",
-              {
-                addr: this.addr,
-                code: codeName(r.resp.code),
-              },
-            );
-          }
-        }
         settled = true;
         clearTimeout(timer);
         this.dialing = undefined;
@@ -583,7 +552,6 @@ export class Conn {
           sock.destroy();
           return;
         }
-        this.features = features;
         this.up(sock, welcome.maxInflight, hbuf);
       } catch (e) {
         fail(new ProtocolError(`${this.addr}: ${describe(e)}`, { cause: e }));
@@ -622,6 +590,21 @@ export class Conn {
     this.outCalls = [];
     this.decoder = new ResponseDecoder();
     this.reffed = false;
+    this.features = 0;
+    this.featuresKnown = false;
+    this.internal = 0;
+    // §12.1: the feature ping was written right behind AUTH; its pong is
+    // matched by req_id like any answer (a server that never answers it is
+    // used as a 1.0 server: no S, X or L is ever sent on this connection).
+    const ping = newCall(Op.Ping, EMPTY, "");
+    ping.owner = "internal";
+    ping.reqId = FEATURE_PING_ID;
+    ping.conn = this;
+    ping.pending = true;
+    ping.written = true;
+    ping.onDone = () => this.gotFeatures(ping);
+    this.pending.set(FEATURE_PING_ID, ping);
+    this.internal++;
     sock.unref();
     sock.setNoDelay(true);
     sock.setKeepAlive(true, 15000);
@@ -647,8 +630,33 @@ export class Conn {
     this.cl.notify.broadcast();
   }
 
+  /** The feature pong (§12.1): the bits, then the label (§12.3) if the server takes one. */
+  private gotFeatures(ping: Call): void {
+    this.internal--;
+    if (ping.fail !== "none") return;
+    this.features = ping.queued;
+    this.featuresKnown = true;
+    const label = this.cl.label;
+    if ((this.features & Feature.Labels) !== 0 && label.length > 0) {
+      const lc = newCall(Op.Label, label, "");
+      lc.owner = "internal";
+      lc.onDone = () => {
+        this.internal--;
+        if (lc.fail === "none" && lc.status === Status.Error) {
+          this.cl.log.warn?.(
+            "ticketing: the server refused the connection label",
+            { addr: this.addr, code: codeName(lc.code) },
+          );
+        }
+      };
+      this.internal++;
+      this.enqueueLocked(lc);
+    }
+    this.cl.notify.broadcast();
+  }
+
   private updateRef(): void {
-    const want = this.pending.size > 0;
+    const want = this.pending.size > this.internal;
     if (want !== this.reffed && this.sock) {
       this.reffed = want;
       if (want) this.sock.ref();
@@ -659,9 +667,12 @@ export class Conn {
   enqueue(c: Call): EnqResult {
     if (this.state !== "up" || this.sock!.writableLength > MAX_WRITE_BUFFER)
       return "down";
-    // §12.1: never an S or X to a server that did not announce KEY_SETS.
-    if (c.set !== undefined && (this.features & Feature.KeySets) === 0)
-      return "unsupported";
+    // §12.1: never an S or X before the feature pong, nor to a server that
+    // did not announce KEY_SETS.
+    if (c.set !== undefined) {
+      if (!this.featuresKnown) return "features";
+      if ((this.features & Feature.KeySets) === 0) return "unsupported";
+    }
     if (c.counts && this.inflight >= this.maxInflight) return "full";
     this.enqueueLocked(c);
     return "ok";
@@ -708,6 +719,9 @@ export class Conn {
         break;
       case Op.ReleaseSet:
         frame = encodeReleaseSet(id, c.set!.keys.length, c.set!.body, c.token);
+        break;
+      case Op.Label:
+        frame = encodeLabel(id, c.key);
         break;
       default:
         frame = encodeCancel(id, c.key, c.target);
@@ -857,6 +871,7 @@ export class Conn {
     }
     this.inflight = 0;
     this.features = 0;
+    this.featuresKnown = false;
     this.outFrames = [];
     this.outCalls = [];
     this.stopSweeper();

@@ -48,6 +48,15 @@ const RELEASE_WINDOW_MS = 5000;
 export const DEFAULT_ANSWER_ALLOWANCE_MS = 3000;
 const MAX_EXTRA_ENDPOINTS = 32;
 
+/** Which outcome of enqueue a caller waits on when no connection took the call. */
+const RANK: Record<EnqResult, number> = {
+  ok: 4,
+  full: 3,
+  features: 2,
+  unsupported: 1,
+  down: 0,
+};
+
 export interface Endpoint {
   addr: string;
   conns: Conn[];
@@ -210,7 +219,7 @@ export class Pool implements ConnHost {
       for (let i = 0; i < n; i++) {
         const x = ep.conns[(r + i) % n]!.enqueue(c);
         if (x === "ok") return x;
-        if (x === "full" || (x === "unsupported" && res === "down")) res = x;
+        if (RANK[x] > RANK[res]) res = x;
       }
       if (res === "full" || ep.conns.some((cn) => cn.connecting())) return res;
     }
@@ -219,7 +228,7 @@ export class Pool implements ConnHost {
     for (let i = 0; i < n; i++) {
       const x = conns[(r + i) % n]!.enqueue(c);
       if (x === "ok") return x;
-      if (x === "full" || (x === "unsupported" && res === "down")) res = x;
+      if (RANK[x] > RANK[res]) res = x;
     }
     return res;
   }
@@ -233,6 +242,7 @@ export class Pool implements ConnHost {
     ref: boolean,
   ): Promise<void> {
     let first = true;
+    let featuresBy: number | undefined;
     for (;;) {
       if (this.closed) throw new ClosedError("client closed");
       if (!first && c.op === Op.Acquire && c.counts) {
@@ -257,10 +267,25 @@ export class Pool implements ConnHost {
           "key sets are not supported by this server (it does not announce KEY_SETS: protocol 1.1, §12.1); nothing was sent",
         );
       }
-      const limit = r === "full" ? slotGiveUp : giveUp;
+      if (r === "features") {
+        // Up, the feature pong not read yet: wait for it for up to the
+        // connect timeout (a 1.0 server answers at once), even with wait 0.
+        featuresBy ??= performance.now() + this.connectTimeoutMs;
+      }
+      const limit =
+        r === "full"
+          ? slotGiveUp
+          : r === "features"
+            ? Math.max(giveUp, featuresBy!)
+            : giveUp;
       const d = limit - performance.now();
       if (d <= 0) {
         if (r === "full") throw new NoSlot();
+        if (r === "features") {
+          throw new UnsupportedError(
+            "key sets: the server did not announce its features (no answer to the feature ping: protocol 1.1, §12.1); nothing was sent",
+          );
+        }
         throw this.connectErr();
       }
       const w = await waitEvent(this.notify, d, signal, ref);
@@ -309,6 +334,7 @@ export class Pool implements ConnHost {
   complete(c: Call): void {
     switch (c.owner) {
       case "caller":
+      case "internal":
         c.onDone?.();
         break;
       case "abandoned":
