@@ -200,6 +200,11 @@ func (c *Config) Validate() error {
 			return cfgErr("refusing to listen for peers on non-loopback address %q without a token (set a token, or --insecure)", c.Cluster.PeerListen)
 		}
 	}
+	for _, t := range c.shortTokens() {
+		if !t.loopback {
+			return cfgErr("the %s token is %d bytes: want at least %d on non-loopback address %q (e.g. head -c 32 /dev/urandom | base64)", t.role, t.n, MinTokenLen, t.addr)
+		}
+	}
 	if c.MetricsListen != "" {
 		h, _, err := net.SplitHostPort(c.MetricsListen)
 		if err != nil {
@@ -212,12 +217,46 @@ func (c *Config) Validate() error {
 	return nil
 }
 
+// MinTokenLen is the shortest token accepted on a non-loopback address
+// (issue #28 item 4); a shorter one on loopback is logged as a warning.
+const MinTokenLen = 16
+
+type shortToken struct {
+	role, addr string
+	n          int
+	loopback   bool
+}
+
+// shortTokens lists the configured tokens shorter than MinTokenLen with the
+// address they guard (client and admin: Listen; peer: the peer listener;
+// metrics: MetricsListen).
+func (c *Config) shortTokens() []shortToken {
+	var out []shortToken
+	check := func(role, tok, addr string) {
+		if tok == "" || len(tok) >= MinTokenLen || addr == "" {
+			return
+		}
+		h, _, _ := net.SplitHostPort(addr)
+		out = append(out, shortToken{role: role, addr: addr, n: len(tok), loopback: isLoopback(h)})
+	}
+	check("client", c.ClientToken, c.Listen)
+	check("admin", c.AdminToken, c.Listen)
+	if c.Cluster != nil {
+		check("peer", c.tokenFor(wire.RolePeer), c.Cluster.PeerListen)
+	}
+	check("metrics", c.MetricsToken, c.MetricsListen)
+	return out
+}
+
 // insecureWarnings are the exposures Insecure allowed, one line each, logged
-// at start (issue #22 item 8).
+// at start (issue #22 item 8), and the short tokens loopback allowed (#28).
 func (c *Config) insecureWarnings() []string {
 	var w []string
+	for _, t := range c.shortTokens() {
+		w = append(w, fmt.Sprintf("the %s token is %d bytes, shorter than %d: accepted on loopback address %s only", t.role, t.n, MinTokenLen, t.addr))
+	}
 	if !c.Insecure {
-		return nil
+		return w
 	}
 	if h, _, _ := net.SplitHostPort(c.Listen); c.ClientToken == "" && !isLoopback(h) {
 		w = append(w, "listening without a token on non-loopback address "+c.Listen+" (--insecure): anyone who can reach it can take and release locks")

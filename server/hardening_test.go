@@ -81,13 +81,13 @@ func TestMetricsExposure(t *testing.T) {
 	}
 	_ = s
 	// A metrics token: /metrics wants it.
-	tok := startServer(t, func(c *server.Config) { c.MetricsListen, c.MetricsToken = "0.0.0.0:0", "m3trics" })
+	tok := startServer(t, func(c *server.Config) { c.MetricsListen, c.MetricsToken = "0.0.0.0:0", "m3trics-m3trics-m3trics" })
 	_, port, _ := net.SplitHostPort(tok.MetricsAddr())
 	url := "http://127.0.0.1:" + port + "/metrics"
 	for _, tc := range []struct {
 		auth string
 		want int
-	}{{"", 401}, {"Bearer wrong", 401}, {"Bearer m3trics", 200}} {
+	}{{"", 401}, {"Bearer wrong", 401}, {"Bearer m3trics-m3trics-m3trics", 200}} {
 		req, _ := http.NewRequest("GET", url, nil)
 		if tc.auth != "" {
 			req.Header.Set("Authorization", tc.auth)

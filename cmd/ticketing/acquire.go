@@ -100,24 +100,24 @@ func lockOptions(cmd *cobra.Command, v *viper.Viper, key string) (lockArgs, erro
 	if !wire.ValidKey([]byte(key)) {
 		return a, usageError("key %s: want 1..%d bytes of UTF-8 without control characters", shortKey(key), wire.MaxKeyLen)
 	}
-	var err error
-	if a.Lease, err = getDuration(v, "lease"); err != nil {
-		return a, err
+	st := newSettings(cmd, v)
+	a.Lease = st.duration("lease")
+	a.Wait = st.duration("wait")
+	nonblock := st.bool("nonblock")
+	a.ConflictExitCode = st.int("conflict-exit-code")
+	if st.err != nil {
+		return a, st.err
 	}
 	if a.Lease < time.Millisecond {
 		return a, usageError("--lease must be at least 1ms")
 	}
-	if a.Wait, err = getDuration(v, "wait"); err != nil {
-		return a, err
-	}
-	if v.GetBool("nonblock") {
+	if nonblock {
 		if cmd.Flags().Changed("wait") && cmd.Flags().Changed("nonblock") {
 			return a, usageError("--wait and --nonblock exclude each other")
 		}
 		a.Wait = 0
 	}
-	a.ConflictExitCode = v.GetInt("conflict-exit-code")
-	a.ConflictSet = cmd.Flags().Changed("conflict-exit-code") || envSet("TICKETING_CONFLICT_EXIT_CODE")
+	a.ConflictSet = st.source("conflict-exit-code") != "default"
 	if a.ConflictExitCode < 0 || a.ConflictExitCode > 255 {
 		return a, usageError("--conflict-exit-code %d: want 0..255", a.ConflictExitCode)
 	}
@@ -144,7 +144,7 @@ func acquireOptions(fac *Factory, cmd *cobra.Command, args []string) (*AcquireOp
 		return nil, err
 	}
 	opts.Lease, opts.Wait, opts.ConflictExitCode, opts.ConflictSet = la.Lease, la.Wait, la.ConflictExitCode, la.ConflictSet
-	if opts.Output, err = getOutput(v); err != nil {
+	if opts.Output, err = getOutput(cmd, v); err != nil {
 		return nil, err
 	}
 	if opts.Conn, err = fac.Conn(cmd, v); err != nil {

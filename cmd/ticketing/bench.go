@@ -71,12 +71,12 @@ Examples:
 	f.Int("keys", def.Keys, "key-space size")
 	f.Int("hot-keys", 0, "number of shared hot keys (pairs)")
 	f.Float64("contention", 0, "share of acquires on the hot keys, 0..1 (default 1 with --hot-keys)")
-	f.Duration("duration", def.Duration, "measured run time (when --ops is 0)")
+	durationFlag(cmd, "duration", "", def.Duration.String(), "measured run time (when --ops is 0)")
 	f.Uint64("ops", 0, "stop after this many measured ops instead of --duration")
-	f.Duration("warmup", 0, "unmeasured run before the measurement")
-	f.Duration("lease", def.Lease, "lease of every acquire")
-	f.Duration("wait", 0, "wait of every acquire (0 = try once)")
-	f.Duration("hold", 0, "hold each granted lock this long before releasing it")
+	durationFlag(cmd, "warmup", "", "0s", "unmeasured run before the measurement")
+	durationFlag(cmd, "lease", "", def.Lease.String(), "lease of every acquire")
+	durationFlag(cmd, "wait", "", "0s", "wait of every acquire (0 = try once)")
+	durationFlag(cmd, "hold", "", "0s", "hold each granted lock this long before releasing it")
 	f.String("mode", string(def.Mode), "pairs, try or fill")
 	f.Bool("keep", false, "fill: leave the keys held at the end")
 	f.StringP("output", "o", "text", "output format: text or json")
@@ -97,43 +97,43 @@ func runBench(fac *Factory, cmd *cobra.Command) error {
 		return err
 	}
 	cfg := bench.DefaultConfig()
-	cfg.Addr = v.GetString("addr")
+	st := newSettings(cmd, v)
+	addrs := setting(st, "addr", parseAddrList)
 	if cfg.Token, err = readSecret(v, "token", "token-file"); err != nil {
 		return err
 	}
 	if cfg.AdminToken, err = readSecret(v, "admin-token", "admin-token-file"); err != nil {
 		return err
 	}
-	switch strings.ToLower(v.GetString("role")) {
+	switch st.oneOf("role", "client", "admin", "1", "2") {
 	case "client", "1":
 		cfg.Role = wire.RoleClient
 	case "admin", "2":
 		cfg.Role = wire.RoleAdmin
-	default:
-		return usageError("--role %q: want client or admin", v.GetString("role"))
 	}
-	cfg.Conns = v.GetInt("conns")
-	cfg.Pipeline = v.GetInt("pipeline")
-	cfg.Keys = v.GetInt("keys")
-	cfg.HotKeys = v.GetInt("hot-keys")
-	cfg.Contention = v.GetFloat64("contention")
-	cfg.Duration = v.GetDuration("duration")
-	cfg.Ops = v.GetUint64("ops")
-	cfg.Warmup = v.GetDuration("warmup")
-	cfg.Lease = v.GetDuration("lease")
-	cfg.Wait = v.GetDuration("wait")
-	cfg.Hold = v.GetDuration("hold")
-	cfg.Mode = bench.Mode(v.GetString("mode"))
-	cfg.Keep = v.GetBool("keep")
-	cfg.ServerPID = v.GetInt("server-pid")
-	cfg.ServerStats = v.GetBool("server-stats")
-	cfg.Label = v.GetString("label")
-	cfg.Seed = v.GetUint64("seed")
-	output := v.GetString("output")
-	if output != "text" && output != "json" {
-		return usageError("--output %q: want text or json", output)
+	cfg.Conns = st.int("conns")
+	cfg.Pipeline = st.int("pipeline")
+	cfg.Keys = st.int("keys")
+	cfg.HotKeys = st.int("hot-keys")
+	cfg.Contention = st.float("contention")
+	cfg.Duration = st.duration("duration")
+	cfg.Ops = st.uint64("ops")
+	cfg.Warmup = st.duration("warmup")
+	cfg.Lease = st.duration("lease")
+	cfg.Wait = st.duration("wait")
+	cfg.Hold = st.duration("hold")
+	cfg.Mode = bench.Mode(st.oneOf("mode", string(bench.ModePairs), string(bench.ModeTry), string(bench.ModeFill)))
+	cfg.Keep = st.bool("keep")
+	cfg.ServerPID = st.int("server-pid")
+	cfg.ServerStats = st.bool("server-stats")
+	cfg.Label = st.str("label")
+	cfg.Seed = st.uint64("seed")
+	output := st.oneOf("output", "text", "json")
+	progress := st.bool("progress")
+	if st.err != nil {
+		return st.err
 	}
-	if v.GetBool("progress") {
+	if progress {
 		cfg.Progress = ios.ErrOut
 		cfg.ProgressTTY = isTerminal(ios.ErrOut)
 	}
@@ -155,11 +155,11 @@ func runBench(fac *Factory, cmd *cobra.Command) error {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	if cfg.Addr, err = benchTarget(ctx, v.GetString("addr"), cfg); err != nil {
+	if cfg.Addr, err = benchTarget(ctx, addrs, cfg); err != nil {
 		return err
 	}
 	cfg.FindLeader = func(ctx context.Context) (string, error) {
-		return benchTarget(ctx, v.GetString("addr"), cfg)
+		return benchTarget(ctx, addrs, cfg)
 	}
 	res, err := bench.Run(ctx, cfg)
 	if err != nil {
@@ -200,20 +200,7 @@ func runBench(fac *Factory, cmd *cobra.Command) error {
 // command takes it: the cluster's leader (found through any node), or the
 // first single server that answers. A single address that cannot be asked
 // (no admin role, say) is driven as given.
-func benchTarget(ctx context.Context, list string, cfg bench.Config) (string, error) {
-	var addrs []string
-	for _, a := range strings.Split(list, ",") {
-		if a = strings.TrimSpace(a); a == "" {
-			continue
-		}
-		if err := checkAddr(a); err != nil {
-			return "", err
-		}
-		addrs = append(addrs, a)
-	}
-	if len(addrs) == 0 {
-		return "", usageError("--addr: no server address")
-	}
+func benchTarget(ctx context.Context, addrs []string, cfg bench.Config) (string, error) {
 	tok := cfg.AdminToken
 	if tok == "" {
 		tok = cfg.Token

@@ -214,17 +214,21 @@ func clockSkewOptions(fac *Factory, cmd *cobra.Command) (*ClockSkewOptions, erro
 	if err != nil {
 		return nil, err
 	}
-	opts := &ClockSkewOptions{Samples: v.GetInt("samples")}
+	st := newSettings(cmd, v)
+	opts := &ClockSkewOptions{Samples: st.int("samples")}
+	if st.err != nil {
+		return nil, st.err
+	}
 	if opts.Samples < 1 || opts.Samples > 1000 {
 		return nil, usageError("--samples %d: want 1..1000", opts.Samples)
 	}
-	if opts.MaxSkew, err = getDuration(v, "max-skew"); err != nil {
+	if opts.MaxSkew, err = getDuration(cmd, v, "max-skew"); err != nil {
 		return nil, err
 	}
 	if opts.MaxSkew <= 0 {
 		return nil, usageError("--max-skew must be positive")
 	}
-	if opts.Output, err = getOutput(v); err != nil {
+	if opts.Output, err = getOutput(cmd, v); err != nil {
 		return nil, err
 	}
 	if opts.Conn, err = fac.Conn(cmd, v); err != nil {

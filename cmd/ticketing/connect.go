@@ -74,29 +74,23 @@ func addOutputFlag(cmd *cobra.Command) {
 }
 
 // getOutput reads and checks --output.
-func getOutput(v *viper.Viper) (string, error) {
-	o := strings.ToLower(strings.TrimSpace(v.GetString("output")))
-	if o != "text" && o != "json" {
-		return "", usageError("--output %q: want text or json", v.GetString("output"))
-	}
-	return o, nil
+func getOutput(cmd *cobra.Command, v *viper.Viper) (string, error) {
+	st := newSettings(cmd, v)
+	o := st.oneOf("output", "text", "json")
+	return o, st.err
 }
 
 // connOptions merges the connection flags, TICKETING_* variables and secret files.
 func connOptions(cmd *cobra.Command, v *viper.Viper) (ConnOptions, error) {
 	var o ConnOptions
-	for _, a := range strings.Split(v.GetString("addr"), ",") {
-		a = strings.TrimSpace(a)
-		if a == "" {
-			continue
-		}
-		if err := checkAddr(a); err != nil {
-			return o, err
-		}
-		o.Addrs = append(o.Addrs, a)
+	st := newSettings(cmd, v)
+	o.Addrs = setting(st, "addr", parseAddrList)
+	o.Timeout = st.duration("timeout")
+	if st.err != nil {
+		return o, st.err
 	}
-	if len(o.Addrs) == 0 {
-		return o, usageError("--addr: no server address")
+	if o.Timeout <= 0 {
+		return o, usageError("--timeout must be positive")
 	}
 	var err error
 	if o.Token, err = flagSecret(cmd, v, "token", "token-file"); err != nil {
@@ -110,12 +104,6 @@ func connOptions(cmd *cobra.Command, v *viper.Viper) (ConnOptions, error) {
 	}
 	if o.AdminToken, err = flagSecret(cmd, v, "admin-token", "admin-token-file"); err != nil {
 		return o, err
-	}
-	if o.Timeout, err = getDuration(v, "timeout"); err != nil {
-		return o, err
-	}
-	if o.Timeout <= 0 {
-		return o, usageError("--timeout must be positive")
 	}
 	if o.TLS, err = tlsConfig(v); err != nil {
 		return o, err
@@ -170,17 +158,29 @@ func diagnoseTLS(err error, o ConnOptions, addrs []string) error {
 	return fmt.Errorf("%w: %s: TLS: %v", client.ErrConnect, addrs[0], terr)
 }
 
-// checkAddr refuses an address that can never work: not host:port, an
-// empty host, or a port that is not 1..65535.
-func checkAddr(a string) error {
-	host, port, err := net.SplitHostPort(a)
-	if err != nil || host == "" {
-		return usageError("--addr %q: want host:port", a)
+// parseAddrList parses --addr: host:port addresses, comma-separated, at
+// least one. An address that can never work (not host:port, an empty host,
+// a port that is not 1..65535) is refused.
+func parseAddrList(v string) ([]string, error) {
+	var addrs []string
+	for _, a := range strings.Split(v, ",") {
+		a = strings.TrimSpace(a)
+		if a == "" {
+			continue
+		}
+		host, port, err := net.SplitHostPort(a)
+		if err != nil || host == "" {
+			return nil, fmt.Errorf("%q: want host:port", a)
+		}
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			return nil, fmt.Errorf("%q: port %q: want 1..65535", a, port)
+		}
+		addrs = append(addrs, a)
 	}
-	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
-		return usageError("--addr %q: port %q: want 1..65535", a, port)
+	if len(addrs) == 0 {
+		return nil, errors.New("no server address")
 	}
-	return nil
+	return addrs, nil
 }
 
 // resolveAll fails with exit 7 at once when no address's host resolves

@@ -1,7 +1,7 @@
 package main
 
 import (
-	"fmt"
+	"errors"
 	"math"
 	"strconv"
 	"strings"
@@ -16,20 +16,20 @@ import (
 func parseDuration(s string) (time.Duration, error) {
 	s = strings.TrimSpace(s)
 	if s == "" {
-		return 0, fmt.Errorf("empty duration")
+		return 0, errors.New("empty: want a duration such as 30s, 1m30s, 250ms or 2.5 (seconds)")
 	}
 	if f, err := strconv.ParseFloat(s, 64); err == nil {
 		if math.IsNaN(f) || math.IsInf(f, 0) || f < 0 || f*float64(time.Second) > math.MaxInt64 {
-			return 0, fmt.Errorf("duration %q out of range", s)
+			return 0, errors.New("out of range: want a duration such as 30s, 1m30s, 250ms or 2.5 (seconds)")
 		}
 		return time.Duration(math.Round(f * float64(time.Second))), nil
 	}
 	d, err := time.ParseDuration(s)
 	if err != nil {
-		return 0, fmt.Errorf("duration %q: want Go syntax (1m30s, 250ms) or seconds (2.5)", s)
+		return 0, errors.New("want a duration such as 30s, 1m30s, 250ms or 2.5 (seconds)")
 	}
 	if d < 0 {
-		return 0, fmt.Errorf("duration %q must not be negative", s)
+		return 0, errors.New("must not be negative")
 	}
 	return d, nil
 }
@@ -53,12 +53,9 @@ func durationFlag(cmd *cobra.Command, name, short, def, usage string) {
 	cmd.Flags().VarP(&durationValue{s: def}, name, short, usage)
 }
 
-// getDuration reads a duration flag (or its TICKETING_* variable) from v.
-// The variable is checked here, since only the flag is checked at parse time.
-func getDuration(v *viper.Viper, name string) (time.Duration, error) {
-	d, err := parseDuration(v.GetString(name))
-	if err != nil {
-		return 0, usageError("--%s: %v", name, err)
-	}
-	return d, nil
+// getDuration reads a duration setting (flag, TICKETING_* variable) strictly.
+func getDuration(cmd *cobra.Command, v *viper.Viper, name string) (time.Duration, error) {
+	st := newSettings(cmd, v)
+	d := st.duration(name)
+	return d, st.err
 }

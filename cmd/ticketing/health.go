@@ -88,17 +88,21 @@ func healthOptions(fac *Factory, cmd *cobra.Command) (*HealthOptions, error) {
 		return nil, err
 	}
 	opts := &HealthOptions{}
-	if opts.Output, err = getOutput(v); err != nil {
+	if opts.Output, err = getOutput(cmd, v); err != nil {
 		return nil, err
 	}
 	if opts.Conn, err = fac.Conn(cmd, v); err != nil {
 		return nil, err
 	}
-	opts.MaxLag = v.GetUint64("max-lag")
+	st := newSettings(cmd, v)
+	opts.MaxLag = st.uint64("max-lag")
+	if st.err != nil {
+		return nil, st.err
+	}
 	if opts.MaxLag == 0 {
 		return nil, usageError("--max-lag must be at least 1")
 	}
-	if opts.MaxContact, err = getDuration(v, "max-contact"); err != nil {
+	if opts.MaxContact, err = getDuration(cmd, v, "max-contact"); err != nil {
 		return nil, err
 	}
 	if opts.MaxContact <= 0 {

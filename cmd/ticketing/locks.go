@@ -61,11 +61,15 @@ func locksOptions(fac *Factory, cmd *cobra.Command) (*LocksOptions, error) {
 	if err != nil {
 		return nil, err
 	}
-	opts := &LocksOptions{Prefix: v.GetString("prefix"), Limit: v.GetInt("limit"), Local: v.GetBool("local")}
-	if opts.Limit < 1 || opts.Limit > wire.LocksMaxLimit {
-		return nil, usageError("--limit %d: want 1..%d", opts.Limit, wire.LocksMaxLimit)
+	st := newSettings(cmd, v)
+	opts := &LocksOptions{Prefix: st.str("prefix"), Limit: st.int("limit"), Local: st.bool("local")}
+	if st.err == nil && (opts.Limit < 1 || opts.Limit > wire.LocksMaxLimit) {
+		st.failf("limit", "want 1..%d", wire.LocksMaxLimit)
 	}
-	if opts.Output, err = getOutput(v); err != nil {
+	if st.err != nil {
+		return nil, st.err
+	}
+	if opts.Output, err = getOutput(cmd, v); err != nil {
 		return nil, err
 	}
 	if opts.Conn, err = fac.Conn(cmd, v); err != nil {

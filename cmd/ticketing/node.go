@@ -183,7 +183,7 @@ func nodeListOptions(fac *Factory, cmd *cobra.Command) (*NodeListOptions, error)
 		return nil, err
 	}
 	opts := &NodeListOptions{}
-	if opts.Output, err = getOutput(v); err != nil {
+	if opts.Output, err = getOutput(cmd, v); err != nil {
 		return nil, err
 	}
 	if opts.Conn, err = fac.Conn(cmd, v); err != nil {
@@ -643,13 +643,13 @@ func printMembers(ios *IO, output string, ms []wire.Member, note string) error {
 // changeFlags reads the flags every membership change shares: --wait (a
 // positive duration), --output and the connection flags.
 func changeFlags(fac *Factory, cmd *cobra.Command, v *viper.Viper) (wait time.Duration, output string, conn ConnOptions, err error) {
-	if wait, err = getDuration(v, "wait"); err != nil {
+	if wait, err = getDuration(cmd, v, "wait"); err != nil {
 		return 0, "", conn, err
 	}
 	if wait <= 0 {
 		return 0, "", conn, usageError("--wait must be positive")
 	}
-	if output, err = getOutput(v); err != nil {
+	if output, err = getOutput(cmd, v); err != nil {
 		return 0, "", conn, err
 	}
 	conn, err = fac.Conn(cmd, v)

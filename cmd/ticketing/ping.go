@@ -99,14 +99,18 @@ func pingOptions(fac *Factory, cmd *cobra.Command) (*PingOptions, error) {
 	if err != nil {
 		return nil, err
 	}
-	opts := &PingOptions{Count: v.GetInt("count")}
+	st := newSettings(cmd, v)
+	opts := &PingOptions{Count: st.int("count")}
+	if st.err != nil {
+		return nil, st.err
+	}
 	if opts.Count < 1 {
 		return nil, usageError("--count %d: want at least 1", opts.Count)
 	}
-	if opts.Interval, err = getDuration(v, "interval"); err != nil {
+	if opts.Interval, err = getDuration(cmd, v, "interval"); err != nil {
 		return nil, err
 	}
-	if opts.Output, err = getOutput(v); err != nil {
+	if opts.Output, err = getOutput(cmd, v); err != nil {
 		return nil, err
 	}
 	if opts.Conn, err = fac.Conn(cmd, v); err != nil {

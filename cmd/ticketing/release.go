@@ -33,7 +33,8 @@ func newCmdRelease(fac *Factory, runF func(context.Context, *IO, *ReleaseOptions
 		Use:   "release KEY TOKEN",
 		Short: "Release a lock by its fencing token",
 		Long: `Release the lock on KEY held under TOKEN. Any process that knows the token
-may release it. TOKEN "-" reads it from stdin (a token, or acquire's JSON).
+may release it. TOKEN is what acquire printed, in either output format (the
+token, or its JSON); "-" reads it from stdin.
 
 Exit 0 when released; 6 when TOKEN does not hold KEY (already released, or
 the lease ended); 5 when the release could not be confirmed (the lock ends
@@ -68,7 +69,7 @@ func releaseOptions(fac *Factory, cmd *cobra.Command, args []string) (*ReleaseOp
 	}
 	if args[1] == "-" {
 		opts.FromStdin = true
-	} else if opts.Token, err = parseToken(args[1]); err != nil {
+	} else if opts.Token, err = tokenArg(args[1], opts.Key, "TOKEN"); err != nil {
 		return nil, err
 	}
 	if opts.Conn, err = fac.Conn(cmd, v); err != nil {
@@ -99,22 +100,37 @@ func readToken(r io.Reader) (uint64, error) {
 		return 0, usageError("TOKEN -: reading stdin: %v", err)
 	}
 	s := strings.TrimSpace(string(b))
-	if strings.HasPrefix(s, "{") {
-		var j struct {
-			Token json.RawMessage `json:"token"`
-		}
-		if json.Unmarshal([]byte(s), &j) != nil || len(j.Token) == 0 {
-			return 0, usageError("TOKEN -: stdin holds JSON without a token")
-		}
-		return parseToken(strings.Trim(string(j.Token), `"`))
-	}
-	if i := strings.IndexAny(s, "\r\n"); i >= 0 {
-		s = s[:i]
-	}
 	if s == "" {
 		return 0, usageError("TOKEN -: stdin is empty")
 	}
-	return parseToken(s)
+	if !strings.HasPrefix(s, "{") {
+		if i := strings.IndexAny(s, "\r\n"); i >= 0 {
+			s = s[:i]
+		}
+	}
+	return tokenArg(s, "", "TOKEN -")
+}
+
+// tokenArg parses TOKEN as acquire printed it in either output format
+// (issue #28 item 9: with TICKETING_OUTPUT=json in the environment,
+// token=$(ticketing acquire k) holds the JSON): the decimal token, or
+// acquire's JSON, whose key must then be key (when key is not "").
+func tokenArg(s, key, what string) (uint64, error) {
+	s = strings.TrimSpace(s)
+	if !strings.HasPrefix(s, "{") {
+		return parseToken(s)
+	}
+	var j struct {
+		Key   *string         `json:"key"`
+		Token json.RawMessage `json:"token"`
+	}
+	if json.Unmarshal([]byte(s), &j) != nil || len(j.Token) == 0 {
+		return 0, usageError("%s: JSON without a token (want the decimal token or acquire's JSON)", what)
+	}
+	if key != "" && j.Key != nil && *j.Key != key {
+		return 0, usageError("%s: acquire's JSON for key %s, not %s", what, admin.EscapeKey(*j.Key), admin.EscapeKey(key))
+	}
+	return parseToken(strings.Trim(string(j.Token), `"`))
 }
 
 func runRelease(ctx context.Context, ios *IO, opts *ReleaseOptions) error {

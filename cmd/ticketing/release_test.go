@@ -84,3 +84,38 @@ func TestReleaseRun(t *testing.T) {
 		})
 	}
 }
+
+// release takes exactly what acquire printed, in either output format
+// (issue #28 item 9: with TICKETING_OUTPUT=json in the environment,
+// `release KEY "$token"` exited 2 and the lock stayed held).
+func TestReleaseTakesWhatAcquirePrinted(t *testing.T) {
+	for _, output := range []string{"text", "json"} {
+		t.Run(output, func(t *testing.T) {
+			clearEnv(t)
+			t.Setenv("TICKETING_OUTPUT", output)
+			fl := &fakeLocker{token: 1883260598695755776}
+			ios, out, _ := testIO("")
+			fac := newFactory(ios)
+			fac.LockClient = func(ConnOptions) func(context.Context) (lockClient, error) { return fl.connect }
+			acq := newCmdAcquire(fac, nil)
+			if err := execCmd(t, acq, "jobs/a"); err != nil {
+				t.Fatal(err)
+			}
+			printed := strings.TrimSuffix(out.String(), "\n") // as $(…) gives it
+			rel := newCmdRelease(fac, nil)
+			if err := execCmd(t, rel, "jobs/a", printed); err != nil {
+				t.Fatalf("release jobs/a <acquire's %s output>: %v", output, err)
+			}
+			if got := fl.releasedTokens(); len(got) != 1 || got[0] != 1883260598695755776 {
+				t.Fatalf("released %v", got)
+			}
+			// The JSON of another key is not this key's token.
+			if output == "json" {
+				err := execCmd(t, newCmdRelease(fac, nil), "jobs/b", printed)
+				if code, line := codeOf(err); code != ExitUsage || !strings.Contains(line, "jobs/a") {
+					t.Fatalf("release jobs/b <jobs/a's JSON>: exit %d %q, want 2", code, line)
+				}
+			}
+		})
+	}
+}

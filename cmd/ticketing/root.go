@@ -3,6 +3,8 @@ package main
 import (
 	"io"
 	"os"
+	"slices"
+	"sort"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -122,6 +124,9 @@ func newViper(cmd *cobra.Command) (*viper.Viper, error) {
 		if err := v.ReadInConfig(); err != nil {
 			return nil, usageError("config file %s: %v", f, err)
 		}
+		if err := checkConfigKeys(cmd, f); err != nil {
+			return nil, err
+		}
 	}
 	return v, nil
 }
@@ -135,8 +140,77 @@ func readSecret(v *viper.Viper, name, fileName string) (string, error) {
 			if err != nil {
 				return "", usageError("--%s: %v", fileName, err)
 			}
-			return strings.TrimSpace(string(b)), nil
+			tok := strings.TrimSpace(string(b))
+			if tok == "" {
+				return "", usageError("--%s %s: the file is empty (or only whitespace): no token", fileName, f)
+			}
+			return tok, nil
 		}
 	}
 	return v.GetString(name), nil
+}
+
+// checkConfigKeys refuses a config file key that is not a setting of cmd
+// (issue #28 item 2: tls_cert: gave a plaintext server). Keys are the flag
+// names, spelled as the flags are (tls-cert, max-lease), case-insensitive;
+// an unknown key is exit 2 naming it and the closest known key.
+func checkConfigKeys(cmd *cobra.Command, file string) error {
+	cv := viper.New()
+	cv.SetConfigFile(file)
+	if err := cv.ReadInConfig(); err != nil {
+		return usageError("config file %s: %v", file, err)
+	}
+	var known []string
+	cmd.Flags().VisitAll(func(f *pflag.Flag) {
+		if f.Name != "config" && f.Name != "help" {
+			known = append(known, f.Name)
+		}
+	})
+	keys := cv.AllKeys()
+	sort.Strings(keys)
+	for _, k := range keys {
+		if slices.Contains(known, k) {
+			continue
+		}
+		return usageError("invalid configuration: config file %s: unknown key %q (did you mean %q? the keys are the flag names, e.g. tls-cert)",
+			file, k, closest(k, known))
+	}
+	return nil
+}
+
+// closest is the known name nearest to k: the same name with '_' or '.'
+// for '-' first, else the least edit distance.
+func closest(k string, known []string) string {
+	norm := strings.NewReplacer("_", "-", ".", "-").Replace(k)
+	best, bestD := "", -1
+	for _, c := range known {
+		if c == norm {
+			return c
+		}
+		if d := editDistance(norm, c); bestD < 0 || d < bestD {
+			best, bestD = c, d
+		}
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance of a and b (bytes).
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }

@@ -115,7 +115,7 @@ func runOptions(fac *Factory, cmd *cobra.Command, args []string) (*RunOptions, e
 		return nil, err
 	}
 	opts.Lease, opts.Wait, opts.ConflictExitCode, opts.ConflictSet = la.Lease, la.Wait, la.ConflictExitCode, la.ConflictSet
-	if opts.KillGrace, opts.LeaseMargin, err = stopSchedule(v, opts.Lease,
+	if opts.KillGrace, opts.LeaseMargin, err = stopSchedule(cmd, v, opts.Lease,
 		cmd.Flags().Changed("kill-grace") || envSet("TICKETING_KILL_GRACE"),
 		cmd.Flags().Changed("lease-margin") || envSet("TICKETING_LEASE_MARGIN")); err != nil {
 		return nil, err
@@ -141,16 +141,16 @@ func stopSlack(lease time.Duration) time.Duration { return min(500*time.Millisec
 // stopSlack for reap and release before the deadline. Defaults: grace 5 s
 // (a quarter of a lease under 20 s), margin grace + 1 s (at most half the
 // lease). A combination that cannot fit is a usage error naming the numbers.
-func stopSchedule(v *viper.Viper, lease time.Duration, graceSet, marginSet bool) (grace, margin time.Duration, err error) {
+func stopSchedule(cmd *cobra.Command, v *viper.Viper, lease time.Duration, graceSet, marginSet bool) (grace, margin time.Duration, err error) {
 	grace = min(defaultKillGrace, lease/4)
 	if graceSet {
-		if grace, err = getDuration(v, "kill-grace"); err != nil {
+		if grace, err = getDuration(cmd, v, "kill-grace"); err != nil {
 			return 0, 0, err
 		}
 	}
 	margin = min(grace+time.Second, lease/2)
 	if marginSet {
-		if margin, err = getDuration(v, "lease-margin"); err != nil {
+		if margin, err = getDuration(cmd, v, "lease-margin"); err != nil {
 			return 0, 0, err
 		}
 		if margin >= lease {

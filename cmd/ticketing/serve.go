@@ -7,13 +7,11 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
-	"github.com/spf13/viper"
 
 	"github.com/ticketing/ticketing/server"
 	"github.com/ticketing/ticketing/server/cluster"
@@ -68,19 +66,19 @@ SIGHUP reloads the TLS certificate files.`,
 	f.String("tls-cert", "", "TLS certificate file (PEM); enables TLS with --tls-key")
 	f.String("tls-key", "", "TLS private key file (PEM)")
 	f.String("tls-client-ca", "", "CA file (PEM) to require and verify client certificates")
-	f.Duration("max-lease", def.MaxLease, "longest lease accepted")
-	f.Duration("max-wait", def.MaxWait, "longest wait accepted")
+	durationFlag(cmd, "max-lease", "", def.MaxLease.String(), "longest lease accepted")
+	durationFlag(cmd, "max-wait", "", def.MaxWait.String(), "longest wait accepted")
 	f.Int("max-keys", def.MaxKeys, "keys held or queued on (B OVERLOADED beyond)")
 	f.Int("max-waiters-per-key", def.MaxWaitersPerKey, "queued acquires per key (B QUEUE_FULL beyond)")
 	f.Int("max-waiters", def.MaxWaiters, "queued acquires in all (B OVERLOADED beyond)")
 	f.Int("max-connections", def.MaxConnections, "client connections (REJECT OVERLOADED beyond)")
 	f.Int("max-inflight", def.MaxInflight, "queued acquires per connection (B OVERLOADED beyond)")
-	f.Duration("handshake-timeout", def.HandshakeTimeout, "time allowed for TLS and the AUTH frame")
+	durationFlag(cmd, "handshake-timeout", "", def.HandshakeTimeout.String(), "time allowed for TLS and the AUTH frame")
 	f.Int("admin-reserve", def.AdminReserve, "admin and peer connections allowed beyond --max-connections")
 	f.Int("max-handshakes", def.MaxHandshakes, "connections in the handshake at once (beyond, new ones wait in the listen backlog; one silent for 1 s is closed)")
 	f.Int("max-handshakes-per-addr", def.MaxHandshakesPerAddr, "connections in the handshake from one IP address")
-	f.Duration("frame-timeout", def.FrameTimeout, "time a started request frame may take to complete")
-	f.Duration("write-timeout", def.WriteTimeout, "time a connection's output may stay blocked before it is closed")
+	durationFlag(cmd, "frame-timeout", "", def.FrameTimeout.String(), "time a started request frame may take to complete")
+	durationFlag(cmd, "write-timeout", "", def.WriteTimeout.String(), "time a connection's output may stay blocked before it is closed")
 	f.Int("send-buffer", def.SendBuffer, "kernel send buffer per client connection, bytes (0: the kernel's autotuning)")
 	f.String("data-dir", "", "directory for the fencing-token high-water mark (tokens then survive restarts)")
 	f.String("metrics-listen", "", "Prometheus /metrics listen address (off when empty)")
@@ -97,11 +95,11 @@ SIGHUP reloads the TLS certificate files.`,
 	f.String("advertise", "", "this node's client address that other nodes' M answers name (not a wildcard)")
 	f.String("peer-token", "", "peer token (default: the admin token)")
 	f.String("peer-token-file", "", "file holding the peer token")
-	f.Duration("max-clock-skew", 500*time.Millisecond, "clock skew bound between nodes; above it new grants fail closed")
-	f.Duration("raft-heartbeat-timeout", cluster.DefaultHeartbeatTimeout, "raft heartbeat timeout: a follower hearing no leader this long starts an election")
-	f.Duration("raft-election-timeout", cluster.DefaultElectionTimeout, "raft election timeout: a candidate without a majority this long tries again")
-	f.Duration("raft-leader-lease-timeout", cluster.DefaultLeaderLeaseTimeout, "raft leader lease timeout: a leader without a quorum's answer this long steps down (at most the heartbeat timeout)")
-	f.Duration("transfer-timeout", 3*time.Second, "bound of the leadership hand-over on shutdown and transfer-leader")
+	durationFlag(cmd, "max-clock-skew", "", (500 * time.Millisecond).String(), "clock skew bound between nodes; above it new grants fail closed")
+	durationFlag(cmd, "raft-heartbeat-timeout", "", cluster.DefaultHeartbeatTimeout.String(), "raft heartbeat timeout: a follower hearing no leader this long starts an election")
+	durationFlag(cmd, "raft-election-timeout", "", cluster.DefaultElectionTimeout.String(), "raft election timeout: a candidate without a majority this long tries again")
+	durationFlag(cmd, "raft-leader-lease-timeout", "", cluster.DefaultLeaderLeaseTimeout.String(), "raft leader lease timeout: a leader without a quorum's answer this long steps down (at most the heartbeat timeout)")
+	durationFlag(cmd, "transfer-timeout", "", (3 * time.Second).String(), "bound of the leadership hand-over on shutdown and transfer-leader")
 	f.Duration("test-clock-offset", 0, "shift this node's wall clock (clock-health tests only)")
 	_ = f.MarkHidden("test-clock-offset")
 	return cmd
@@ -113,8 +111,8 @@ func serveOptions(fac *Factory, cmd *cobra.Command) (*ServeOptions, error) {
 		return nil, err
 	}
 	cfg := server.DefaultConfig()
-	st := &strictSettings{v: v}
-	cfg.Listen = v.GetString("listen")
+	st := newSettings(cmd, v)
+	cfg.Listen = st.listenAddr("listen", false)
 	if cfg.ClientToken, err = readSecret(v, "token", "token-file"); err != nil {
 		return nil, err
 	}
@@ -140,43 +138,54 @@ func serveOptions(fac *Factory, cmd *cobra.Command) (*ServeOptions, error) {
 	cfg.WriteTimeout = st.duration("write-timeout")
 	cfg.SendBuffer = st.int("send-buffer")
 	cfg.DataDir = v.GetString("data-dir")
-	cfg.MetricsListen = v.GetString("metrics-listen")
+	cfg.MetricsListen = st.listenAddr("metrics-listen", true)
 	if cfg.MetricsToken, err = readSecret(v, "metrics-token", "metrics-token-file"); err != nil {
 		return nil, err
 	}
-	cfg.NodeID = v.GetString("node-id")
+	cfg.NodeID = st.str("node-id")
 	if st.err != nil {
 		return nil, st.err
 	}
 	if cfg.PeerToken, err = readSecret(v, "peer-token", "peer-token-file"); err != nil {
 		return nil, err
 	}
-	if peers := v.GetString("peers"); peers != "" || st.bool("join") || st.bool("bootstrap") {
-		ps, err := server.ParsePeers(peers)
-		if err != nil {
-			return nil, withExit(ExitUsage, err)
+	join, bootstrap := st.bool("join"), st.bool("bootstrap")
+	cc := &server.ClusterConfig{
+		PeerListen:    st.listenAddr("peer-listen", false),
+		PeerAdvertise: st.listenAddr("peer-advertise", true),
+		Advertise:     st.listenAddr("advertise", true),
+		ClockOffset:   st.signedDuration("test-clock-offset"),
+		Settings: cluster.Settings{
+			Bootstrap:          bootstrap,
+			MaxClockSkew:       st.duration("max-clock-skew"),
+			HeartbeatTimeout:   st.duration("raft-heartbeat-timeout"),
+			ElectionTimeout:    st.duration("raft-election-timeout"),
+			LeaderLeaseTimeout: st.duration("raft-leader-lease-timeout"),
+			TransferTimeout:    st.duration("transfer-timeout"),
+		},
+	}
+	if st.err != nil {
+		return nil, st.err
+	}
+	ps := setting(st, "peers", func(v string) ([]cluster.Peer, error) {
+		if v == "" {
+			return nil, nil
 		}
+		ps, err := server.ParsePeers(v)
+		if err != nil {
+			return nil, errors.New(strings.TrimPrefix(err.Error(), server.ErrConfig.Error()+": peers: "))
+		}
+		return ps, nil
+	})
+	if st.err != nil {
+		return nil, st.err
+	}
+	if len(ps) > 0 || join || bootstrap {
 		if len(ps) == 1 {
 			return nil, usageError("--peers: one voter is a single node; omit --peers to run without raft")
 		}
-		cfg.Cluster = &server.ClusterConfig{
-			PeerListen:    v.GetString("peer-listen"),
-			PeerAdvertise: v.GetString("peer-advertise"),
-			Advertise:     v.GetString("advertise"),
-			ClockOffset:   st.duration("test-clock-offset"),
-			Settings: cluster.Settings{
-				Peers:              ps,
-				Bootstrap:          st.bool("bootstrap"),
-				MaxClockSkew:       st.duration("max-clock-skew"),
-				HeartbeatTimeout:   st.duration("raft-heartbeat-timeout"),
-				ElectionTimeout:    st.duration("raft-election-timeout"),
-				LeaderLeaseTimeout: st.duration("raft-leader-lease-timeout"),
-				TransferTimeout:    st.duration("transfer-timeout"),
-			},
-		}
-		if st.err != nil {
-			return nil, st.err
-		}
+		cc.Peers = ps
+		cfg.Cluster = cc
 		if cc := cfg.Cluster; min(cc.LeaderLeaseTimeout, cc.HeartbeatTimeout, cc.ElectionTimeout) < minRaftTimeout {
 			return nil, usageError("raft timings: --raft-heartbeat-timeout, --raft-election-timeout and --raft-leader-lease-timeout must each be at least %v", minRaftTimeout)
 		}
@@ -189,61 +198,14 @@ func serveOptions(fac *Factory, cmd *cobra.Command) (*ServeOptions, error) {
 		}
 	}
 	cfg.Version = versionString()
-	var lvl slog.Level
-	if err := lvl.UnmarshalText([]byte(v.GetString("log-level"))); err != nil {
-		return nil, usageError("--log-level %q: want debug, info, warn or error", v.GetString("log-level"))
+	lvl := st.logLevel("log-level")
+	if st.err != nil {
+		return nil, st.err
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, withExit(ExitUsage, err)
 	}
 	return &ServeOptions{Config: cfg, LogLevel: lvl}, nil
-}
-
-// strictSettings reads typed settings from the merged flags, environment
-// and config file (issue #22 item 5): a value that does not parse is an
-// invalid configuration naming the setting and the value (exit 2), never 0
-// as viper's GetDuration/GetInt/GetBool would make it. The first error is
-// kept in err.
-type strictSettings struct {
-	v   *viper.Viper
-	err error
-}
-
-func (st *strictSettings) fail(key, val string, err error) {
-	if st.err == nil {
-		env := "TICKETING_" + strings.ToUpper(strings.ReplaceAll(key, "-", "_"))
-		st.err = usageError("invalid configuration: --%s (%s, config key %s) %q: %v", key, env, key, val, err)
-	}
-}
-
-func (st *strictSettings) duration(key string) time.Duration {
-	val := st.v.GetString(key)
-	d, err := time.ParseDuration(val)
-	if err != nil {
-		if n, nerr := strconv.ParseInt(val, 10, 64); nerr == nil && n == 0 {
-			return 0 // a bare 0 needs no unit
-		}
-		st.fail(key, val, errors.New("want a duration such as 500ms, 30s or 15m"))
-	}
-	return d
-}
-
-func (st *strictSettings) int(key string) int {
-	val := st.v.GetString(key)
-	n, err := strconv.Atoi(val)
-	if err != nil {
-		st.fail(key, val, errors.New("want a whole number"))
-	}
-	return n
-}
-
-func (st *strictSettings) bool(key string) bool {
-	val := st.v.GetString(key)
-	b, err := strconv.ParseBool(val)
-	if err != nil {
-		st.fail(key, val, errors.New("want true or false"))
-	}
-	return b
 }
 
 func runServe(ctx context.Context, ios *IO, opts *ServeOptions) error {

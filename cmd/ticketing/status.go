@@ -56,8 +56,12 @@ func statusOptions(fac *Factory, cmd *cobra.Command) (*StatusOptions, error) {
 	if err != nil {
 		return nil, err
 	}
-	opts := &StatusOptions{Local: v.GetBool("local")}
-	if opts.Output, err = getOutput(v); err != nil {
+	st := newSettings(cmd, v)
+	opts := &StatusOptions{Local: st.bool("local")}
+	if st.err != nil {
+		return nil, st.err
+	}
+	if opts.Output, err = getOutput(cmd, v); err != nil {
 		return nil, err
 	}
 	if opts.Conn, err = fac.Conn(cmd, v); err != nil {

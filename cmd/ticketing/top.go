@@ -79,14 +79,18 @@ func topOptions(fac *Factory, cmd *cobra.Command) (*TopOptions, error) {
 	if opts.Conn, err = fac.Conn(cmd, v); err != nil {
 		return nil, err
 	}
-	if opts.Interval, err = getDuration(v, "interval"); err != nil {
+	if opts.Interval, err = getDuration(cmd, v, "interval"); err != nil {
 		return nil, err
 	}
 	if opts.Interval < 100*time.Millisecond {
 		return nil, usageError("--interval %v: want at least 100ms", opts.Interval)
 	}
-	opts.Prefix = v.GetString("prefix")
-	opts.Limit = v.GetInt("limit")
+	st := newSettings(cmd, v)
+	opts.Prefix = st.str("prefix")
+	opts.Limit = st.int("limit")
+	if st.err != nil {
+		return nil, st.err
+	}
 	if opts.Limit < 1 || opts.Limit > 10000 {
 		return nil, usageError("--limit %d: want 1..10000", opts.Limit)
 	}
