@@ -622,6 +622,14 @@ export class Conn {
     sock.on("close", () =>
       this.kill(sock, new ConnectError(`connection to ${this.addr} closed`)),
     );
+    // The server's FIN: take the connection down at once, so that nothing
+    // more is written to it (calls not yet written are retried, not lost).
+    sock.on("end", () =>
+      this.kill(
+        sock,
+        new ConnectError(`connection to ${this.addr} closed by the server`),
+      ),
+    );
     this.cl.log.info?.("ticketing: connected", {
       addr: this.addr,
       max_inflight: maxInflight,
@@ -740,6 +748,16 @@ export class Conn {
     this.flushScheduled = false;
     const sock = this.sock;
     if (this.state !== "up" || !sock || this.outFrames.length === 0) return;
+    if (sock.readableEnded || !sock.writable) {
+      // The server closed the connection (its FIN was read): nothing queued
+      // here reaches it, so these calls stay unwritten (retried elsewhere,
+      // never Indeterminate).
+      this.kill(
+        sock,
+        new ConnectError(`connection to ${this.addr} closed by the server`),
+      );
+      return;
+    }
     const frames = this.outFrames;
     const calls = this.outCalls;
     this.outFrames = [];

@@ -109,7 +109,7 @@ export function keyBytes(key: string | Uint8Array): Uint8Array {
   if (typeof key === "string") {
     if (!key.isWellFormed()) {
       throw new InvalidError(
-        "key is not well-formed Unicode (lone surrogate)",
+        "key must be 1..250 bytes of valid UTF-8: it holds a lone UTF-16 surrogate (not well-formed Unicode)",
         { key },
       );
     }

@@ -229,7 +229,10 @@ async function run(cmd) {
           },
           async (lease) => {
             token = lease.token.toString();
-            if (cmd.hold_ms) await sleep(cmd.hold_ms);
+            // The hold ends early when the driver exits (stdin EOF): the
+            // scope then unwinds and releases (R10).
+            if (cmd.hold_ms)
+              await sleep(cmd.hold_ms, undefined, { signal: signalOf(cmd) });
             if (cmd.fail) throw new Error("driver: failing inside with_lock");
           },
         );
@@ -295,7 +298,14 @@ rl.on("line", (line) => {
   p.finally(() => inflight.delete(p));
 });
 rl.on("close", async () => {
+  // Program exit (R10): Node runs no asynchronous disposer at exit, so the
+  // driver ends its open scopes first (abort, let withLock release), waits
+  // for them (bounded), then closes the client.
+  for (const ac of pendingOps.values()) ac.abort(new Error("driver exiting"));
+  await Promise.race([
+    Promise.allSettled([...inflight]),
+    sleep(5000, undefined, { ref: false }),
+  ]);
   if (client) await client.close();
-  await Promise.allSettled([...inflight]);
   process.exit(0);
 });
