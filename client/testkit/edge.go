@@ -61,11 +61,11 @@ func (d *D) ConnectWith(addrs []string, token any, tls any, timeoutMS int, extra
 
 func elapsed(p *Pending, r Result) time.Duration { return r.At.Sub(p.Sent) }
 
-// scR1: no connection (the server refuses): wait 0 and wait 1 s fail
-// `connect` within their wait (the 5 s connect timeout does not apply), the
-// wait-1 s one not before most of its wait; nothing reaches the server.
-func scR1(t *T) {
-	k := t.Key("k")
+// serverDown connects a driver through a proxy to the server (connect
+// timeout 5 s), then takes the server "down": the proxy refuses new
+// connections and cuts the live ones; it returns once the client has tried
+// to reconnect (and been refused).
+func serverDown(t *T) (*fault.Proxy, *D) {
 	p := proxied(t).Start()
 	d := t.Driver(t.Lang)
 	if r := d.Connect([]string{p.Addr()}, t.Env.Token, nil, 5000); !r.OK {
@@ -77,6 +77,15 @@ func scR1(t *T) {
 	if !waitFor(10*time.Second, func() bool { return len(p.Accepts()) > n }) {
 		t.Fatalf("the client never tried to reconnect after its connections were cut")
 	}
+	return p, d
+}
+
+// scR1: no connection (the server refuses): wait 0 and wait 1 s fail
+// `connect` within their wait (the 5 s connect timeout does not apply), the
+// wait-1 s one not before most of its wait; nothing reaches the server.
+func scR1(t *T) {
+	k := t.Key("k")
+	p, d := serverDown(t)
 	for _, wait := range []int64{0, 1000} {
 		pd := d.Send(AcquireCmd(k, 5000, wait))
 		r := t.Wait(pd, 30*time.Second)
@@ -152,17 +161,7 @@ func scR2(t *T) {
 // waits that outlast the outage, get the server's real answer (a grant)
 // within their wait, not indeterminate.
 func scR3(t *T) {
-	p := proxied(t).Start()
-	d := t.Driver(t.Lang)
-	if r := d.Connect([]string{p.Addr()}, t.Env.Token, nil, 5000); !r.OK {
-		t.Fatalf("connect: %s", r)
-	}
-	n := len(p.Accepts())
-	p.Refuse(true)
-	p.Cut()
-	if !waitFor(10*time.Second, func() bool { return len(p.Accepts()) > n }) {
-		t.Fatalf("the client never tried to reconnect after its connections were cut")
-	}
+	p, d := serverDown(t)
 	var keys []string
 	var ps []*Pending
 	for i := range 3 {
