@@ -145,6 +145,7 @@ func TestDeployRefusesNodeCounts(t *testing.T) {
 		{"--nodes", "a,b,c", "--data-dir", "rel"}, // relative path
 		{"--nodes", "a,b,c", "--tls-dir", "/x y"}, // unsafe in an env file
 		{"--nodes", "a,b,c", "--in-memory", "--data-dir", "/d"},
+		{"--nodes", "a", "--in-memory"}, // a single node always has a data dir (#28 item 3)
 		{"--nodes", "a,b,c", "--format", "systemd", "--data-dir", "/srv/t"},
 		{"--add", "d"}, // --add without --out
 	} {
