@@ -51,7 +51,7 @@ type grace struct {
 	// persisted is the persisted horizon, wall Unix ms.
 	persisted int64
 	ended     atomic.Bool // the recovery is over (logged once)
-	once      sync.Once // starts run
+	once      sync.Once   // starts run
 	stop      chan struct{}
 	done      chan struct{}
 }
