@@ -841,3 +841,27 @@ func depLoadPair(certPath, keyPath string) (*depPair, error) {
 	}
 	return &depPair{cert: c}, nil
 }
+
+// A --nodes re-run over an existing deployment keeps its node count (issue
+// #28 item 6: 3 → 5 wrote bootstrap env files for n4 and n5, which then
+// showed as removed); --add and --remove change membership.
+func TestDeployRerunKeepsNodeCount(t *testing.T) {
+	clearEnv(t)
+	dir := t.TempDir()
+	if code, _, errOut := depRun(t, "deploy", "--nodes", "10.0.0.1,10.0.0.2,10.0.0.3", "--out", dir); code != 0 {
+		t.Fatalf("first deploy: exit %d: %s", code, errOut)
+	}
+	code, _, errOut := depRun(t, "deploy", "--nodes", "10.0.0.1,10.0.0.2,10.0.0.3,10.0.0.4,10.0.0.5", "--out", dir)
+	if code != ExitUsage || !strings.Contains(errOut, "has 3 node(s), not 5") || !strings.Contains(errOut, "--add") {
+		t.Fatalf("re-run with 5 nodes: exit %d %q, want 2 pointing to --add", code, errOut)
+	}
+	for _, f := range []string{"n4.env", "n5.env"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err == nil {
+			t.Errorf("the refused re-run wrote %s", f)
+		}
+	}
+	// The same count (token rotation, say) is a re-run as before.
+	if code, _, errOut := depRun(t, "deploy", "--nodes", "10.0.0.1,10.0.0.2,10.0.0.3", "--out", dir, "--force"); code != 0 {
+		t.Fatalf("re-run with 3 nodes: exit %d: %s", code, errOut)
+	}
+}

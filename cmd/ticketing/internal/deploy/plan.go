@@ -371,7 +371,38 @@ func buildSpec(o *Options) (*Spec, error) {
 		return nil, usageErr(err)
 	}
 	spec.Nodes = nodes
+	if err := sameNodeCount(o.Out, len(nodes)); err != nil {
+		return nil, err
+	}
 	return spec, nil
+}
+
+// sameNodeCount refuses a --nodes re-run over an existing deployment in out
+// with another number of nodes (issue #28 item 6: the new nodes got
+// bootstrap env files and then showed as removed): membership changes go
+// through --add and --remove.
+func sameNodeCount(out string, n int) error {
+	if out == "" {
+		return nil
+	}
+	b, err := os.ReadFile(filepath.Join(out, "deploy.json"))
+	if err != nil {
+		return nil // a new deployment
+	}
+	var prev Spec
+	if json.Unmarshal(b, &prev) != nil {
+		return usageError("--nodes: %s/deploy.json is not a deployment plan", out)
+	}
+	active := 0
+	for _, nd := range prev.Nodes {
+		if !nd.Removed {
+			active++
+		}
+	}
+	if active != n {
+		return usageError("--nodes: the deployment in %s has %d node(s), not %d: a re-run keeps the node count; change membership with --add HOST or --remove ID (docs/operations.md §5)", out, active, n)
+	}
+	return nil
 }
 
 func loadSpec(out, flag string) (*Spec, error) {
