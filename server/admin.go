@@ -219,6 +219,13 @@ func (s *Server) Locks(prefix string, limit int) wire.LocksReply {
 			e := wire.LockEntry{
 				Key: li.Key, Token: li.Token, LeaseRemainingMS: li.LeaseRemainingMS,
 				QueueDepth: li.QueueDepth, OldestWaiterAgeMS: li.OldestWaiterAgeMS,
+				Set: li.Set,
+			}
+			label, addr := s.connLabel(li.HolderConn)
+			e.Holder = &wire.ConnInfo{Label: label, Addr: addr}
+			for _, w := range li.Waiters {
+				label, addr := s.connLabel(w.Conn)
+				e.Waiters = append(e.Waiters, wire.WaiterInfo{Label: label, Addr: addr, WaitedMS: w.WaitedMS, Set: w.Set})
 			}
 			if s.node != nil {
 				// As the cluster enforces it (issue #13): an inherited
@@ -247,6 +254,18 @@ func (s *Server) Locks(prefix string, limit int) wire.LocksReply {
 		unverified = !ok
 	}
 	return wire.LocksReply{Total: total, Truncated: total > len(out), Locks: out, ClockUnverified: unverified}
+}
+
+// connLabel is the label and remote address of connection id ("" when it is
+// not open on this node: closed, or another node's).
+func (s *Server) connLabel(id uint64) (label, addr string) {
+	s.connsMu.RLock()
+	c := s.conns[id]
+	s.connsMu.RUnlock()
+	if c == nil {
+		return "", ""
+	}
+	return c.labelAddr()
 }
 
 // before is the `locks` order: deeper queue first, then key ascending.

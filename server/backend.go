@@ -5,6 +5,7 @@ import (
 	"hash/maphash"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ticketing/ticketing/client/wire"
@@ -22,6 +23,10 @@ type backend interface {
 	acquire(c *conn, now int64, req *wire.Request)
 	release(c *conn, now int64, req *wire.Request)
 	cancel(c *conn, now int64, req *wire.Request)
+	// acquireSet and releaseSet serve S and X (protocol.md §12.2); ks is
+	// the request's checked key set.
+	acquireSet(c *conn, now int64, req *wire.Request, ks *wire.KeySet)
+	releaseSet(c *conn, now int64, req *wire.Request, ks *wire.KeySet)
 	// connGone: c closed; its waiters leave their queues silently, its
 	// locks stay held until their leases end (§5).
 	connGone(c *conn)
@@ -57,6 +62,16 @@ type tables struct {
 	_      [64]byte
 	shared locktable.SharedCounts
 	_      [64]byte
+
+	// Key sets (protocol.md §12.2) need all their keys in one table: the
+	// keys of sets live in setSh while they are active. setKeys (on setMu)
+	// names them; nSetKeys is its size, read without the lock: while it is
+	// 0 no key has moved and every request goes straight to its shard.
+	// Lock order: setMu, then a shard's mu, then setSh.mu.
+	nSetKeys atomic.Int64
+	setMu    sync.RWMutex
+	setKeys  map[string]struct{}
+	setSh    *shard
 }
 
 type shard struct {
@@ -73,6 +88,9 @@ func newTables(s *Server, n int, limits locktable.Limits, tokens locktable.Token
 		b.shards[i] = &shard{armed: math.MaxInt64, kick: make(chan struct{}, 1)}
 		b.shards[i].t = locktable.New(limits, tokens, &b.shared, s)
 	}
+	b.setSh = &shard{armed: math.MaxInt64, kick: make(chan struct{}, 1)}
+	b.setSh.t = locktable.New(limits, tokens, &b.shared, s)
+	b.setKeys = make(map[string]struct{})
 	return b
 }
 
@@ -84,9 +102,23 @@ func (b *tables) shardFor(key []byte) *shard {
 }
 
 func (b *tables) acquire(c *conn, now int64, req *wire.Request) {
-	owner := locktable.Owner{Conn: c.id, ReqID: req.ReqID}
 	sh := b.shardFor(req.Key)
 	sh.mu.Lock()
+	if b.nSetKeys.Load() != 0 { // checked under the shard lock: a key moves only under it
+		sh.mu.Unlock()
+		b.setMu.RLock()
+		sh = b.routeLocked(req.Key)
+		sh.mu.Lock()
+		b.acquireLocked(sh, c, now, req)
+		b.setMu.RUnlock()
+		return
+	}
+	b.acquireLocked(sh, c, now, req)
+}
+
+// acquireLocked serves A on sh, whose lock it releases.
+func (b *tables) acquireLocked(sh *shard, c *conn, now int64, req *wire.Request) {
+	owner := locktable.Owner{Conn: c.id, ReqID: req.ReqID}
 	if b.s.draining.Load() {
 		// Checked under the shard lock: Shutdown sets draining, then drains
 		// each shard under its lock, so no waiter can slip in after.
@@ -123,6 +155,22 @@ func (b *tables) acquire(c *conn, now int64, req *wire.Request) {
 func (b *tables) release(c *conn, now int64, req *wire.Request) {
 	sh := b.shardFor(req.Key)
 	sh.mu.Lock()
+	if b.nSetKeys.Load() != 0 {
+		sh.mu.Unlock()
+		b.setMu.RLock()
+		sh = b.routeLocked(req.Key)
+		sh.mu.Lock()
+		b.releaseLocked(sh, c, now, req)
+		b.setMu.RUnlock()
+		if sh == b.setSh {
+			b.tidySetKeys()
+		}
+		return
+	}
+	b.releaseLocked(sh, c, now, req)
+}
+
+func (b *tables) releaseLocked(sh *shard, c *conn, now int64, req *wire.Request) {
 	e := sh.t.Release(now, locktable.Owner{Conn: c.id, ReqID: req.ReqID}, req.Key, req.Token())
 	sh.rearm()
 	sh.mu.Unlock()
@@ -132,21 +180,42 @@ func (b *tables) release(c *conn, now int64, req *wire.Request) {
 func (b *tables) cancel(c *conn, now int64, req *wire.Request) {
 	sh := b.shardFor(req.Key)
 	sh.mu.Lock()
+	if b.nSetKeys.Load() != 0 {
+		sh.mu.Unlock()
+		b.setMu.RLock()
+		sh = b.routeLocked(req.Key)
+		sh.mu.Lock()
+		b.cancelLocked(sh, c, now, req)
+		b.setMu.RUnlock()
+		if sh == b.setSh {
+			b.tidySetKeys()
+		}
+		return
+	}
+	b.cancelLocked(sh, c, now, req)
+}
+
+func (b *tables) cancelLocked(sh *shard, c *conn, now int64, req *wire.Request) {
 	e := sh.t.Cancel(now, locktable.Owner{Conn: c.id, ReqID: req.ReqID}, req.Key, req.Target())
+	sh.rearm()
 	sh.mu.Unlock()
 	c.wbuf = wire.AppendStatus(c.wbuf, e.Status, e.Code, req.ReqID)
 }
 
 func (b *tables) connGone(c *conn) {
-	for _, sh := range b.shards {
+	for _, sh := range b.all() {
 		sh.mu.Lock()
 		sh.t.DropConn(c.id)
+		sh.rearm()
 		sh.mu.Unlock()
 	}
 }
 
+// all is every shard, the set shard last.
+func (b *tables) all() []*shard { return append(b.shards[:len(b.shards):len(b.shards)], b.setSh) }
+
 func (b *tables) run() {
-	for _, sh := range b.shards {
+	for _, sh := range b.all() {
 		b.s.wg.Add(1)
 		go b.runTimers(sh)
 	}
@@ -155,7 +224,7 @@ func (b *tables) run() {
 func (b *tables) handOver() {}
 
 func (b *tables) drain() {
-	for _, sh := range b.shards {
+	for _, sh := range b.all() {
 		sh.mu.Lock()
 		sh.t.DrainWaiters()
 		sh.mu.Unlock()
@@ -166,7 +235,7 @@ func (b *tables) stop(context.Context) {}
 
 func (b *tables) eachTable(fn func(t *locktable.Table, now int64)) {
 	now := b.s.nanotime()
-	for _, sh := range b.shards {
+	for _, sh := range b.all() {
 		sh.mu.Lock()
 		fn(sh.t, now)
 		sh.mu.Unlock()
@@ -202,6 +271,9 @@ func (b *tables) runTimers(sh *shard) {
 			sh.armed = math.MaxInt64
 		}
 		sh.mu.Unlock()
+		if sh == b.setSh {
+			b.tidySetKeys() // keys of expired sets go back to their shards
+		}
 		wait := time.Hour
 		if ok {
 			wait = time.Duration(next - s.nanotime())

@@ -42,6 +42,7 @@ type conn struct {
 	rbuf []byte
 	wbuf []byte       // responses of the current batch
 	req  wire.Request // the request being handled (a field: passed to the backend without escaping)
+	ks   wire.KeySet  // the key set of the S or X being handled
 	// batchNow is the table clock read at the batch's start (the write
 	// deadline's refresh reuses it: no second clock read per batch)
 	batchNow int64
@@ -60,6 +61,17 @@ type conn struct {
 	wake       chan struct{}
 	done       chan struct{}
 	stopping   atomic.Bool // server shutdown: discard further requests
+
+	label atomic.Pointer[string] // the connection's label (§12.3); nil: none
+}
+
+// labelAddr is the connection's label ("" when none) and remote address.
+func (c *conn) labelAddr() (string, string) {
+	l := ""
+	if p := c.label.Load(); p != nil {
+		l = *p
+	}
+	return l, c.raw.RemoteAddr().String()
 }
 
 func newConn(s *Server, nc net.Conn) *conn {
@@ -113,12 +125,64 @@ func (c *conn) serve() {
 // ---------------------------------------------------------------------------
 // Handshake (protocol.md §1)
 
+// tlsHintWait is how long a TLS listener waits for the client's first byte
+// before it answers a plaintext REJECT TLS_REQUIRED (protocol.md §12.4).
+const tlsHintWait = 500 * time.Millisecond
+
+// tlsFirstByte waits up to tlsHintWait for the first byte of the client's
+// TLS handshake. A client that sent nothing is a plaintext one waiting for
+// HELLO: it gets REJECT TLS_REQUIRED in plaintext, then an orderly close,
+// and tlsFirstByte reports false. Otherwise the byte is kept for the TLS
+// handshake (c.nc reads it first).
+func (c *conn) tlsFirstByte() bool {
+	now := time.Now()
+	end := now.Add(c.s.cfg.HandshakeTimeout) // the handshake deadline (§1)
+	hint := now.Add(tlsHintWait)
+	if end.Before(hint) {
+		hint = end
+	}
+	_ = c.nc.SetReadDeadline(hint)
+	var b [1]byte
+	n, err := c.nc.Read(b[:])
+	if n == 1 {
+		_ = c.nc.SetDeadline(end)
+		c.nc = &prefixConn{Conn: c.nc, pre: b[:]}
+		return true
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		_ = c.nc.SetDeadline(time.Now().Add(c.s.cfg.WriteTimeout))
+		c.reject(wire.CodeTLSRequired)
+		return false
+	}
+	c.nc.Close()
+	return false
+}
+
+// prefixConn reads pre before the connection's own bytes.
+type prefixConn struct {
+	net.Conn
+	pre []byte
+}
+
+func (p *prefixConn) Read(b []byte) (int, error) {
+	if len(p.pre) > 0 {
+		n := copy(b, p.pre)
+		p.pre = p.pre[n:]
+		return n, nil
+	}
+	return p.Conn.Read(b)
+}
+
 // handshake runs HELLO → AUTH → WELCOME/REJECT. It returns true when the
 // connection is accepted; otherwise it has closed it.
 func (c *conn) handshake() bool {
 	s := c.s
 	_ = c.nc.SetDeadline(time.Now().Add(s.cfg.HandshakeTimeout))
 	if cfg := s.tlsCfg.Load(); cfg != nil {
+		if !c.tlsFirstByte() {
+			return false
+		}
 		tc := tls.Server(c.nc, cfg)
 		if err := tc.Handshake(); err != nil {
 			s.log.Debug("tls handshake failed", "remote", c.nc.RemoteAddr().String(), "err", err)
@@ -249,9 +313,6 @@ func (c *conn) readLoop() (fatal bool) {
 			want := 0 // length of the incomplete frame left at the buffer's start
 			for r-off >= wire.HeaderLen {
 				flen, ferr := wire.RequestFrameLen(c.rbuf[off:r])
-				if ferr == nil && !wire.Op(c.rbuf[off]).V1() {
-					ferr = wire.ErrBadOp // the 1.1 ops are not served yet (issue 30 step 3)
-				}
 				if ferr != nil {
 					c.frameError(c.rbuf[off:r], ferr)
 					return true
@@ -279,7 +340,7 @@ func (c *conn) readLoop() (fatal bool) {
 				// does, without framing it a second time).
 				req := &c.req
 				*req, _ = wire.ParseRequestHeader(c.rbuf[off : off+flen])
-				if req.Op == wire.OpQuery {
+				if req.Op == wire.OpQuery || req.Op == wire.OpAcquireSet || req.Op == wire.OpReleaseSet {
 					req.Body = c.rbuf[off+wire.HeaderLen : off+flen : off+flen]
 				} else {
 					req.Key = c.rbuf[off+wire.HeaderLen : off+flen : off+flen]
@@ -371,6 +432,10 @@ func (c *conn) frameError(b []byte, ferr error) {
 // handle applies one complete request in the order of protocol.md §2.1.
 func (c *conn) handle(now int64, req *wire.Request) {
 	if req.Flags != 0 {
+		if req.Op == wire.OpAcquireSet || req.Op == wire.OpReleaseSet { // offsets 2-3 are body_len (§12.2)
+			c.handleSet(now, req)
+			return
+		}
 		c.replyError(req.ReqID, wire.CodeBadFlags)
 		return
 	}
@@ -400,9 +465,50 @@ func (c *conn) handle(now int64, req *wire.Request) {
 			c.replyError(req.ReqID, wire.CodeBadKey)
 			return
 		}
+		if req.Arg == wire.PingArgFeatures { // §12.1: the feature bits in the pong's queued field
+			c.wbuf = wire.AppendPongFeatures(c.wbuf, req.ReqID, c.s.features(), uint64(c.s.now().UnixMicro()))
+			return
+		}
 		c.wbuf = wire.AppendPong(c.wbuf, req.ReqID, uint64(c.s.now().UnixMicro()))
 	case wire.OpQuery:
 		c.query(req)
+	case wire.OpLabel:
+		if !wire.ValidLabel(req.Key) { // §12.3: the connection keeps its previous label
+			c.replyError(req.ReqID, wire.CodeBadLabel)
+			return
+		}
+		l := string(req.Key)
+		c.label.Store(&l)
+		c.wbuf = wire.AppendStatus(c.wbuf, wire.StatusReleased, wire.CodeNone, req.ReqID)
+	case wire.OpAcquireSet, wire.OpReleaseSet:
+		c.handleSet(now, req)
+	}
+}
+
+// handleSet applies S or X in the validation order of protocol.md §12.2.
+func (c *conn) handleSet(now int64, req *wire.Request) {
+	if req.SetBodyLen() > wire.MaxSetBody {
+		c.replyErrorMsg(req.ReqID, wire.CodeBadKeySet, wire.MsgSetBodyTooLong)
+		return
+	}
+	if c.outstanding(req.ReqID) {
+		c.replyError(req.ReqID, wire.CodeDuplicateReqID)
+		return
+	}
+	if c.role == wire.RolePeer {
+		c.replyError(req.ReqID, wire.CodeNotPermitted)
+		return
+	}
+	if code, msg := wire.ParseKeySet(&c.ks, req.SetCount(), req.Body); code != wire.CodeNone {
+		c.replyErrorMsg(req.ReqID, code, msg)
+		return
+	}
+	if req.Op == wire.OpReleaseSet {
+		c.s.lock.releaseSet(c, now, req, &c.ks)
+		return
+	}
+	if c.leaseWaitChecks(req) {
+		c.s.lock.acquireSet(c, now, req, &c.ks)
 	}
 }
 
@@ -511,6 +617,7 @@ var errorText = map[wire.Code]string{
 	wire.CodeBadAdmin:       "bad admin query",
 	wire.CodeNotPermitted:   "not permitted for this role",
 	wire.CodeInternal:       "internal error",
+	wire.CodeBadLabel:       "label must be 0..64 bytes of UTF-8 without control characters",
 }
 
 func (c *conn) replyError(reqID uint32, code wire.Code) {

@@ -302,6 +302,43 @@ func (b *raftBackend) acquire(c *conn, _ int64, req *wire.Request) {
 	b.submit(c, req, cluster.OpAcquire)
 }
 
+// acquireSet submits an S as one replicated command (§12.2): key = count ‖ body.
+func (b *raftBackend) acquireSet(c *conn, _ int64, req *wire.Request, _ *wire.KeySet) {
+	if !b.serving(c, req) {
+		return
+	}
+	if b.s.draining.Load() {
+		c.busy(req.ReqID, wire.CodeShuttingDown)
+		return
+	}
+	if ok, _ := b.node.ClockHealthy(); !ok {
+		c.busy(req.ReqID, wire.CodeClockUnhealthy)
+		return
+	}
+	if req.WaitMS() > 0 && c.inflight.Load() >= c.maxInflight {
+		c.busy(req.ReqID, wire.CodeOverloaded)
+		return
+	}
+	b.submitSet(c, req, cluster.OpAcquireSet)
+}
+
+func (b *raftBackend) releaseSet(c *conn, _ int64, req *wire.Request, _ *wire.KeySet) {
+	if b.serving(c, req) {
+		b.submitSet(c, req, cluster.OpReleaseSet)
+	}
+}
+
+func (b *raftBackend) submitSet(c *conn, req *wire.Request, op cluster.Op) {
+	key := make([]byte, 0, 1+len(req.Body))
+	key = append(append(key, req.SetCount()), req.Body...)
+	cmd := cluster.Command{Op: op, Conn: c.id, ReqID: req.ReqID, Key: key, Arg: req.Arg}
+	c.addPending(req.ReqID)
+	if err := b.node.Submit(cmd); err != nil {
+		c.dropPending(req.ReqID)
+		c.wbuf = wire.AppendMoved(c.wbuf, req.ReqID, b.node.LeaderClientAddr())
+	}
+}
+
 func (b *raftBackend) release(c *conn, _ int64, req *wire.Request) {
 	if b.serving(c, req) {
 		b.submit(c, req, cluster.OpRelease)
@@ -327,7 +364,7 @@ func (b *raftBackend) serving(c *conn, req *wire.Request) bool {
 	}
 	if b.node.Removed() {
 		st := wire.StatusUnknown
-		if req.Op == wire.OpAcquire {
+		if req.Op == wire.OpAcquire || req.Op == wire.OpAcquireSet {
 			st = wire.StatusBusy
 		}
 		c.wbuf = wire.AppendStatus(c.wbuf, st, wire.CodeNoQuorum, req.ReqID)

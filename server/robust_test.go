@@ -42,7 +42,7 @@ func checkResponse(r wire.Response) error {
 	case wire.StatusMoved, wire.StatusUnknown:
 		return fmt.Errorf("single node answered %s", st.Describe(r))
 	case wire.StatusError:
-		if r.Code < wire.CodeBadOp || r.Code > wire.CodeInternal || len(r.Payload) == 0 {
+		if (r.Code < wire.CodeBadOp || r.Code > wire.CodeBadLabel) || len(r.Payload) == 0 { // 29, 30: protocol 1.1 (§12.5)
 			return fmt.Errorf("bad E: %s", st.Describe(r))
 		}
 	case wire.StatusBusy:

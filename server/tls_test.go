@@ -198,10 +198,13 @@ func TestTLS(t *testing.T) {
 		}
 	})
 	t.Run("plaintext client waiting for HELLO", func(t *testing.T) {
+		// protocol.md §12.4: after 500 ms without a byte, the TLS listener
+		// writes the plaintext REJECT TLS_REQUIRED (reject_tls_required.hex)
+		// and closes
 		c := st.DialRaw(t, s.Addr(), nil)
-		got, err := c.ReadAll() // the server waits for a ClientHello, then times out
-		if err != nil || len(got) != 0 {
-			t.Fatalf("got % x, %v; want a silent close after the handshake timeout", got, err)
+		got, err := c.ReadAll()
+		if err != nil || !bytes.Equal(got, wire.AppendReject(nil, wire.CodeTLSRequired)) {
+			t.Fatalf("got % x, %v; want REJECT TLS_REQUIRED, then a close", got, err)
 		}
 	})
 	t.Run("stalled TLS handshake", func(t *testing.T) {

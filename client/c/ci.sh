@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # CI entry points of the C and C++ clients (client/cpp/ci.sh delegates here):
-#   ci.sh toolchain | install | build | test | bench
+#   ci.sh toolchain | install | build | test | package-check | bench
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
@@ -17,9 +17,9 @@ missing() {
   return $m
 }
 
-build() { # build dir, extra cmake args...
+build() { # build dir, extra cmake args... (the project's own build: TK_DEV)
   local dir="$1"; shift
-  cmake -S "$here" -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
+  cmake -S "$here" -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTK_DEV=ON "$@" >/dev/null
   cmake --build "$dir" -j"$JOBS" -- --no-print-directory >/dev/null
 }
 
@@ -52,16 +52,6 @@ test)
   fi
   echo "== build (-Wall -Wextra -Werror)"
   build "$here/build"
-  echo "== install into a temp prefix + consumers (CMake package, pkg-config)"
-  cmake --install "$here/build" --prefix "$tmp/prefix" >/dev/null
-  cmake -S examples/consumer -B "$tmp/consumer" -DCMAKE_PREFIX_PATH="$tmp/prefix" >/dev/null
-  cmake --build "$tmp/consumer" >/dev/null
-  "$tmp/consumer/consumer_c" >/dev/null
-  PKG_CONFIG_PATH="$(dirname "$(find "$tmp/prefix" -name ticketing.pc)")" 
-  export PKG_CONFIG_PATH
-  gcc -std=c99 -Wall -Werror examples/consumer/main.c -o "$tmp/pc_consumer" $(pkg-config --cflags --libs --static ticketing)
-  "$tmp/pc_consumer" >/dev/null
-  echo "installed ticketing $(pkg-config --modversion ticketing) into $tmp/prefix: OK"
   if command -v clang >/dev/null 2>&1; then
     echo "== libFuzzer: response decoder, ${FUZZ_SECONDS:-10} s"
     CC=clang CXX=clang++ build "$here/build-fuzz" -DTK_FUZZ=ON -DTK_TESTS=OFF
@@ -91,13 +81,71 @@ test)
   echo "== tests (ctest)"
   ctest --test-dir "$here/build" -j"$JOBS" --output-on-failure
   ;;
+package-check)
+  # The README's install, outside the repository, as a consumer does it: a
+  # release build with a C compiler only (no TK_DEV), installed into a prefix;
+  # fresh C and C++ programs (the README's first examples) through
+  # find_package and pkg-config, shared and static, against a real server
+  # (issue 33 P3 and finding 5).
+  . "$repo/scripts/package-check-lib.sh"
+  tmp="$(mktemp -d)"; trap 'pc_stop_server; rm -rf "$tmp"' EXIT
+  echo "== package-check: cmake -S client/c -B build -DCMAKE_BUILD_TYPE=Release (C compiler only) && cmake --install"
+  cmake -S "$here" -B "$tmp/build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER=/nonexistent/c++ >"$tmp/cmake.log" 2>&1 || { cat "$tmp/cmake.log"; exit 1; }
+  cmake --build "$tmp/build" -j"$JOBS" >"$tmp/build.log" 2>&1 || { cat "$tmp/build.log"; exit 1; }
+  cmake --install "$tmp/build" --prefix "$tmp/prefix" >/dev/null
+  lib="$tmp/prefix/lib"
+  [[ -d "$lib/pkgconfig" ]] || lib="$(dirname "$(find "$tmp/prefix" -name ticketing.pc)")/.."
+  echo "== package-check: libticketing.so.0 (SONAME) exports exactly the TK_API functions of ticketing.h"
+  soname=$(readelf -d "$lib/libticketing.so.0"); grep -q 'SONAME.*\[libticketing.so.0\]' <<<"$soname" || { echo "package-check: no SONAME libticketing.so.0" >&2; exit 1; }
+  grep -o 'TK_API [^(]*(' "$tmp/prefix/include/ticketing.h" | grep -o 'tk_[a-z0-9_]*($' | tr -d '(' | sort -u >"$tmp/api.txt"
+  nm -D --defined-only "$lib/libticketing.so.0" | awk '{print $3}' | sort -u >"$tmp/exported.txt"
+  diff "$tmp/api.txt" "$tmp/exported.txt" || { echo "package-check: exported symbols differ from the public header (< header, > library)" >&2; exit 1; }
+  proj="$tmp/app"; mkdir -p "$proj"
+  pc_first_block "$here/README.md" cmake >"$proj/CMakeLists.txt"
+  pc_start_server "$tmp"
+  pc_first_block "$here/README.md" c | sed "s/127\.0\.0\.1:7470/$PC_ADDR/g" >"$proj/app.c"
+  pc_first_block "$here/README.md" cpp | sed "s/127\.0\.0\.1:7470/$PC_ADDR/g" >"$proj/app.cpp"
+  grep -q "$PC_ADDR" "$proj/app.c" && grep -q "$PC_ADDR" "$proj/app.cpp" || { echo "package-check: a first example names no 127.0.0.1:7470" >&2; exit 1; }
+  run() { # name, program...: runs a consumer, which must print its fencing token
+    local name=$1; shift
+    local out; out=$("$@") || { echo "package-check: $name failed: $out" >&2; exit 1; }
+    grep -q "fencing token" <<<"$out" || { echo "package-check: $name printed no fencing token: $out" >&2; exit 1; }
+    echo "   $name: $out"
+  }
+  links_shared() { local d; d=$(LD_LIBRARY_PATH="$lib" ldd "$1"); grep -q "libticketing.so.0 => $lib" <<<"$d"; }
+  for kind in shared static; do
+    echo "== package-check: find_package(ticketing), target ticketing::$([[ $kind = shared ]] && echo ticketing || echo static)"
+    src="$proj"
+    if [[ $kind = static ]]; then
+      src="$tmp/app-static-src"; mkdir -p "$src"; cp "$proj"/app.c "$proj"/app.cpp "$src/"
+      sed 's/ticketing::ticketing/ticketing::static/g' "$proj/CMakeLists.txt" >"$src/CMakeLists.txt"
+    fi
+    cmake -S "$src" -B "$tmp/cm-$kind" -DCMAKE_PREFIX_PATH="$tmp/prefix" >"$tmp/cm.log" 2>&1 || { cat "$tmp/cm.log"; exit 1; }
+    cmake --build "$tmp/cm-$kind" >"$tmp/cm.log" 2>&1 || { cat "$tmp/cm.log"; exit 1; }
+    if [[ $kind = shared ]]; then links_shared "$tmp/cm-$kind/app" || { echo "package-check: app does not load $lib/libticketing.so.0" >&2; ldd "$tmp/cm-$kind/app"; exit 1; }
+    elif ldd "$tmp/cm-$kind/app" | grep libticketing >/dev/null; then echo "package-check: the static app loads libticketing.so" >&2; exit 1; fi
+    run "cmake $kind C" "$tmp/cm-$kind/app"
+    run "cmake $kind C++" "$tmp/cm-$kind/app_cpp"
+  done
+  export PKG_CONFIG_PATH="$lib/pkgconfig"
+  echo "== package-check: pkg-config ticketing $(pkg-config --modversion ticketing), shared and static (cc only)"
+  (cd "$proj" && cc -std=c99 -Wall -Werror app.c $(pkg-config --cflags --libs ticketing) -o app-pc)
+  links_shared "$proj/app-pc" || { echo "package-check: app-pc does not load libticketing.so.0" >&2; exit 1; }
+  run "pkg-config shared C" env LD_LIBRARY_PATH="$lib" "$proj/app-pc"
+  (cd "$proj" && cc -static -std=c99 -Wall app.c $(pkg-config --cflags --libs --static ticketing) -o app-pc-static 2>"$tmp/static.log") || { cat "$tmp/static.log"; exit 1; }
+  run "pkg-config static C" "$proj/app-pc-static"
+  (cd "$proj" && c++ -std=c++17 -Wall -Werror app.cpp $(pkg-config --cflags --libs ticketing) -o app-pc-cpp)
+  run "pkg-config shared C++" env LD_LIBRARY_PATH="$lib" "$proj/app-pc-cpp"
+  pc_stop_server
+  echo "package-check: ok"
+  ;;
 bench)
   : "${TICKETING_ADDR:?set TICKETING_ADDR to host:port of a running server}"
   [[ -x "$here/build/tk_bench" ]] || build "$here/build"
   "$here/build/tk_bench"
   ;;
 *)
-  echo "usage: ci.sh toolchain|install|build|test|bench" >&2
+  echo "usage: ci.sh toolchain|install|build|test|package-check|bench" >&2
   exit 2
   ;;
 esac

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The Rust client's entry points for the root Makefile and .ci/run:
-#   ci.sh toolchain | install | build | test | bench
+#   ci.sh toolchain | install | build | test | package-check | bench
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
@@ -69,6 +69,8 @@ case "${1:-}" in
     cargo fmt --check
     echo "== rust: cargo clippy --all-targets -- -D warnings"
     cargo clippy --locked --all-targets -q -- -D warnings
+    echo "== rust: cargo clippy --features log"
+    cargo clippy --locked --lib --features log -q -- -D warnings
     echo "== rust: cargo clippy --no-default-features (no TLS)"
     cargo clippy --locked --lib --no-default-features -q -- -D warnings
     echo "== rust: cargo package"
@@ -77,12 +79,46 @@ case "${1:-}" in
     echo "== rust: cargo test (unit, fake server, golden vectors, proptest, real server, doc tests)"
     cargo test --locked -- --test-threads=2
     ;;
+  package-check)
+    # The README's install outside the repository (issue 33 P2/P3): `cargo
+    # package` builds the .crate users get (verified: it builds on its own),
+    # a fresh `cargo new` project depends on the unpacked crate by path, and
+    # the README's first example runs against a real server.
+    . "$repo/scripts/package-check-lib.sh"
+    tmp="$(mktemp -d)"; trap 'pc_stop_server; rm -rf "$tmp"' EXIT
+    echo "== package-check: cargo package"
+    cargo package --locked --allow-dirty -q
+    crate="$CARGO_TARGET_DIR/package/ticketing-client-$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1).crate"
+    [ -f "$crate" ] || { echo "package-check: $crate missing" >&2; exit 1; }
+    tar -xzf "$crate" -C "$tmp"
+    pkg="$(echo "$tmp"/ticketing-client-*)"
+    echo "== package-check: the crate's files"
+    bad=$(tar -tzf "$crate" | sed 's|^[^/]*/||' | grep -vE '^(src/.*\.rs|Cargo\.toml|Cargo\.toml\.orig|Cargo\.lock|README\.md|CHANGELOG\.md|\.cargo_vcs_info\.json)$' || true)
+    [ -z "$bad" ] || { echo "package-check: the crate holds repository internals: $bad" >&2; exit 1; }
+    for k in 'name = "ticketing-client"' 'license = "Apache-2.0"' 'repository = ' 'homepage = ' 'description = ' 'rust-version = ' 'name = "ticketing"'; do
+      grep -q "^$k" "$pkg/Cargo.toml" || { echo "package-check: Cargo.toml lacks $k" >&2; exit 1; }
+    done
+    echo "== package-check: cargo new app; cargo add ticketing-client --path <crate>; cargo add tokio --features rt-multi-thread,macros"
+    (cd "$tmp" && cargo new -q --vcs none app)
+    app="$tmp/app"
+    (cd "$app" && cargo add -q ticketing-client --path "$pkg" && cargo add -q tokio --features rt-multi-thread,macros)
+    pc_start_server "$tmp"
+    awk '!inb && /^```rust/ { inb = 1; next } inb && /^```/ { exit } inb { print }' README.md | sed "s/127\.0\.0\.1:7470/$PC_ADDR/g" >"$app/src/main.rs"
+    grep -q "$PC_ADDR" "$app/src/main.rs" || { echo "package-check: the README's first example names no 127.0.0.1:7470" >&2; exit 1; }
+    echo "== package-check: cargo run (the README's first example)"
+    # A target dir kept between runs (dependencies compile once); the app itself is fresh.
+    out=$(cd "$app" && CARGO_TARGET_DIR="$here/target/package-check" cargo run -q 2>"$tmp/run.log") || { cat "$tmp/run.log"; exit 1; }
+    echo "   $out"
+    grep -q "fencing token" <<<"$out" || { echo "package-check: the example printed no fencing token" >&2; cat "$tmp/run.log"; exit 1; }
+    pc_stop_server
+    echo "package-check: ok"
+    ;;
   bench)
     cargo build --locked --release --example bench -q
     "$CARGO_TARGET_DIR/release/examples/bench"
     ;;
   *)
-    echo "usage: ci.sh toolchain|install|build|test|bench" >&2
+    echo "usage: ci.sh toolchain|install|build|test|package-check|bench" >&2
     exit 2
     ;;
 esac

@@ -137,6 +137,25 @@ type LockEntry struct {
 	LeaseRemainingMS  int64  `json:"lease_remaining_ms"`
 	QueueDepth        int    `json:"queue_depth"`
 	OldestWaiterAgeMS int64  `json:"oldest_waiter_age_ms"`
+	// Protocol 1.1 (§12.3): who holds it and who waits.
+	Holder  *ConnInfo    `json:"holder,omitempty"`
+	Set     []string     `json:"set,omitempty"`     // every key of the holding key set, in S order
+	Waiters []WaiterInfo `json:"waiters,omitempty"` // the first 8 waiters, in queue order
+}
+
+// ConnInfo names a connection in `locks` (§12.3): its label ("" when none)
+// and its remote address as the server sees it ("" when unknown).
+type ConnInfo struct {
+	Label string `json:"label"`
+	Addr  string `json:"addr"`
+}
+
+// WaiterInfo is one waiter in a `locks` row (§12.3).
+type WaiterInfo struct {
+	Label    string   `json:"label"`
+	Addr     string   `json:"addr"`
+	WaitedMS int64    `json:"waited_ms"`
+	Set      []string `json:"set,omitempty"`
 }
 
 // LocksQuery is the body of a `locks` query.

@@ -22,11 +22,14 @@ const (
 	OpAcquire     Op = 1
 	OpRelease     Op = 2
 	OpCancel      Op = 3
-	OpExpire      Op = 4 // key, token
-	OpWaitTimeout Op = 5 // owner
-	OpDropConn    Op = 6 // owner.Conn
-	OpLeaderStart Op = 7 // key = leader meta (JSON), arg = incarnation
-	OpNodeMeta    Op = 8 // key = node meta (JSON)
+	OpExpire      Op = 4  // key, token
+	OpWaitTimeout Op = 5  // owner
+	OpDropConn    Op = 6  // owner.Conn
+	OpLeaderStart Op = 7  // key = leader meta (JSON), arg = incarnation
+	OpNodeMeta    Op = 8  // key = node meta (JSON)
+	OpAcquireSet  Op = 9  // key = count ‖ the S body (protocol.md §12.2), arg as OpAcquire
+	OpReleaseSet  Op = 10 // key = count ‖ the X body, arg = token
+	opMax         Op = OpReleaseSet
 )
 
 // Command is one replicated command. Conn values carry the owning node's
@@ -117,7 +120,7 @@ func decodeBatchInto(cmds []Command, data []byte) (Batch, error) {
 		}
 		c := &b.Cmds[i]
 		c.Op = Op(p[0])
-		if c.Op < OpAcquire || c.Op > OpNodeMeta {
+		if c.Op < OpAcquire || c.Op > opMax {
 			return b, fmt.Errorf("%w: unknown command op %d", errBadBatch, c.Op)
 		}
 		c.Conn = binary.BigEndian.Uint64(p[1:9])

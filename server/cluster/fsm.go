@@ -51,6 +51,7 @@ type FSM struct {
 	nodes   map[string]NodeMeta
 	applied uint64
 	out     locktable.Sink // called with mu held; must not block
+	ks      wire.KeySet    // mu: the key set being applied
 
 	decodeMu sync.Mutex
 	decoded  []Command // decodeMu: Apply's commands, reused entry after entry
@@ -152,6 +153,23 @@ func (f *FSM) apply(now int64, c *Command) {
 		}
 	case OpRelease:
 		f.out.Deliver(f.table.Release(now, owner, c.Key, c.Arg))
+	case OpAcquireSet, OpReleaseSet:
+		// one replicated command per set operation, applied atomically (§12.2)
+		if len(c.Key) == 0 || f.tokens.Last() == 0 {
+			return
+		}
+		if code, _ := wire.ParseKeySet(&f.ks, c.Key[0], c.Key[1:]); code != wire.CodeNone {
+			return // the leader checked it: cannot happen in a well-formed log
+		}
+		keys := f.ks.Keys[:f.ks.N]
+		if c.Op == OpReleaseSet {
+			f.out.Deliver(f.table.ReleaseSet(now, owner, keys, c.Arg))
+			return
+		}
+		e := f.table.AcquireSet(now, owner, keys, wire.ArgLeaseMS(c.Arg), wire.ArgWaitMS(c.Arg))
+		if e.Status != locktable.Queued {
+			f.out.Deliver(e)
+		}
 	case OpCancel:
 		f.out.Deliver(f.table.Cancel(now, owner, c.Key, wire.ArgTarget(c.Arg)))
 	case OpExpire:

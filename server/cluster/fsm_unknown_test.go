@@ -48,7 +48,7 @@ func TestFSMUnknownCommandFailsLoudly(t *testing.T) {
 			}
 		})
 	}
-	if _, err := DecodeBatch(AppendBatch(nil, &Batch{Cmds: []Command{{Op: OpNodeMeta + 1}}})); !errors.Is(err, errBadBatch) {
+	if _, err := DecodeBatch(AppendBatch(nil, &Batch{Cmds: []Command{{Op: opMax + 1}}})); !errors.Is(err, errBadBatch) {
 		t.Fatalf("DecodeBatch: %v", err)
 	}
 }

@@ -213,7 +213,7 @@ func (p *proposer) fail(cmds []Command, err error) {
 	}
 	for _, c := range cmds {
 		switch c.Op {
-		case OpAcquire, OpRelease, OpCancel:
+		case OpAcquire, OpRelease, OpCancel, OpAcquireSet, OpReleaseSet:
 			if IncarnationOf(c.Conn) == p.n.incarnation {
 				p.n.out.Deliver(locktable.Effect{Owner: locktable.Owner{Conn: c.Conn, ReqID: c.ReqID}, Status: st})
 			}

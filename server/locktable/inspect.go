@@ -5,10 +5,23 @@ import "strings"
 // LockInfo describes one active key for admin `locks` (protocol.md §8).
 type LockInfo struct {
 	Key               string
-	Token             uint64 // holder's fencing token
-	LeaseRemainingMS  int64  // ms until the lease deadline (≥ 0)
-	QueueDepth        int    // waiters
-	OldestWaiterAgeMS int64  // ms the queue head has waited; 0 with no waiters
+	Token             uint64       // holder's fencing token
+	LeaseRemainingMS  int64        // ms until the lease deadline (≥ 0)
+	QueueDepth        int          // waiters
+	OldestWaiterAgeMS int64        // ms the queue head has waited; 0 with no waiters
+	HolderConn        uint64       // the holder's connection
+	Set               []string     // every key of the holding key set (S order); nil for a single key
+	Waiters           []WaiterInfo // the first MaxWaiterInfo waiters, in queue order
+}
+
+// MaxWaiterInfo is how many waiters LockInfo lists per key (protocol.md §12.3).
+const MaxWaiterInfo = 8
+
+// WaiterInfo is one waiter in LockInfo.
+type WaiterInfo struct {
+	Conn     uint64
+	WaitedMS int64
+	Set      []string // the waiting key set's keys (S order); nil for a single key
 }
 
 // Locks calls fn for every held key whose name starts with prefix, in no
@@ -16,7 +29,7 @@ type LockInfo struct {
 func (t *Table) Locks(now int64, prefix string, fn func(LockInfo) bool) {
 	for i := range t.n {
 		e := t.ent(i)
-		if e.token == 0 {
+		if e.token == 0 || e.token == blockedTok {
 			continue
 		}
 		if !e.long() {
@@ -26,7 +39,10 @@ func (t *Table) Locks(now int64, prefix string, fn func(LockInfo) bool) {
 		} else if !strings.HasPrefix(t.long[i], prefix) {
 			continue
 		}
-		li := LockInfo{Key: t.keyString(i), Token: e.token}
+		li := LockInfo{Key: t.keyString(i), Token: e.token, HolderConn: t.holderConn(e)}
+		if hs := t.sets[e.token]; hs != nil {
+			li.Set = hs.keys
+		}
 		if r := e.lease - now; r > 0 {
 			li.LeaseRemainingMS = r / 1e6
 		}
@@ -34,6 +50,13 @@ func (t *Table) Locks(now int64, prefix string, fn func(LockInfo) bool) {
 			li.QueueDepth = int(q.depth)
 			if a := now - q.head.enqueued; a > 0 {
 				li.OldestWaiterAgeMS = a / 1e6
+			}
+			for w := q.head; w != nil && len(li.Waiters) < MaxWaiterInfo; w = w.next {
+				wi := WaiterInfo{Conn: w.owner.Conn, WaitedMS: max(now-w.enqueued, 0) / 1e6}
+				if w.set != nil {
+					wi.Set = t.waitingSetKeys(w.set)
+				}
+				li.Waiters = append(li.Waiters, wi)
 			}
 		}
 		if !fn(li) {

@@ -698,8 +698,9 @@ func TestLocksInfo(t *testing.T) {
 	got := map[string]LockInfo{}
 	f.tb.Locks(t0+250*ms+ms/2, "app/", func(li LockInfo) bool { got[li.Key] = li; return true })
 	want := map[string]LockInfo{
-		"app/a": {Key: "app/a", Token: first, LeaseRemainingMS: 749, QueueDepth: 2, OldestWaiterAgeMS: 150},
-		"app/b": {Key: "app/b", Token: first + 1, LeaseRemainingMS: 49},
+		"app/a": {Key: "app/a", Token: first, LeaseRemainingMS: 749, QueueDepth: 2, OldestWaiterAgeMS: 150, HolderConn: 1,
+			Waiters: []WaiterInfo{{Conn: 2, WaitedMS: 150}, {Conn: 2, WaitedMS: 50}}},
+		"app/b": {Key: "app/b", Token: first + 1, LeaseRemainingMS: 49, HolderConn: 1},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("Locks:\n got %+v\nwant %+v", got, want)

@@ -3,6 +3,7 @@ package locktable
 import (
 	"fmt"
 	"math"
+	"reflect"
 	"slices"
 	"testing"
 
@@ -724,7 +725,9 @@ func (h *harness) check() {
 			if len(l.q) > 0 {
 				want.OldestWaiterAgeMS = max(0, h.now-l.q[0].enq) / ms
 			}
-			if infos[k] != want {
+			got := infos[k]
+			got.HolderConn, got.Waiters = 0, nil // protocol 1.1 detail, checked in sets_test.go
+			if !reflect.DeepEqual(got, want) {
 				h.fatalf("Locks %q = %+v, model %+v", k, infos[k], want)
 			}
 		}

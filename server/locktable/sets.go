@@ -353,3 +353,51 @@ func (t *Table) freeOrphans() {
 		}
 	}
 }
+
+// ExtractKey removes key's whole state from the table without answering
+// anyone (its holder and its waiters, FIFO) and returns it; ok is false when
+// the key is not active. It is for moving a key between the tables of one
+// server (the single node keeps the keys of key sets in one table); the key
+// must not be part of a key set here.
+func (t *Table) ExtractKey(key []byte) (KeyState, bool) {
+	i := t.findBytes(key)
+	if i == noEntry || t.ent(i).token == 0 {
+		return KeyState{}, false
+	}
+	e := t.ent(i)
+	ks := KeyState{Key: string(key), Token: e.token, Holder: t.holderConn(e), Grant: e.grant, Deadline: e.lease}
+	if q := t.queueOf(i); q != nil {
+		for w := q.head; w != nil; w = w.next {
+			ks.Waiters = append(ks.Waiters, WaiterState{Owner: w.owner, LeaseMS: w.leaseMS, Enqueued: w.enqueued, Deadline: w.wait.at})
+		}
+		for q := t.queueOf(i); q != nil; q = t.queueOf(i) {
+			t.dropWaiter(q.head)
+		}
+	}
+	t.removeLease(i)
+	t.unrefConn(e.holder)
+	e.token, e.holder, e.grant = 0, 0, 0
+	t.deactivate(i)
+	return ks, true
+}
+
+// InsertKey adds the state of one key (from ExtractKey of another table of
+// the same server) to the table, where the key must not be active.
+func (t *Table) InsertKey(ks KeyState) {
+	i := t.activateKey(t.findString(ks.Key), []byte(ks.Key))
+	e := t.ent(i)
+	e.token, e.holder, e.grant, e.lease = ks.Token, t.refConn(ks.Holder), ks.Grant, ks.Deadline
+	t.lastTok = max(t.lastTok, e.token)
+	t.pushLease(i)
+	for _, ws := range ks.Waiters {
+		w := t.newWaiter()
+		w.owner, w.leaseMS, w.enqueued = ws.Owner, ws.LeaseMS, ws.Enqueued
+		t.enqueue(i, w, ws.Deadline)
+	}
+}
+
+// Idle reports whether key is free with no waiters here (not active).
+func (t *Table) Idle(key string) bool {
+	i := t.findString(key)
+	return i == noEntry || t.ent(i).token == 0
+}

@@ -29,7 +29,19 @@
 extern "C" {
 #endif
 
+/* Everything the library exports is marked TK_API; every other symbol of the
+ * shared library is hidden (-fvisibility=hidden). */
+#if defined(__GNUC__)
+#define TK_API __attribute__((visibility("default")))
+#else
+#define TK_API
+#endif
+
+/* The version of the header; tk_version() / tk_version_number() give the
+ * library's at run time (they differ when an application built against one
+ * header runs with another libticketing.so.0). */
 #define TK_VERSION "0.1.0"
+#define TK_VERSION_NUMBER 0x000100 /* 0xMMmmpp */
 #define TK_MAX_KEY 250
 
 typedef enum tk_status {
@@ -73,9 +85,17 @@ enum {
     TK_CODE_INTERNAL = 28
 };
 
-const char *tk_strerror(tk_status s);
+TK_API const char *tk_strerror(tk_status s);
+/* The library's version at run time ("0.1.0") and as 0xMMmmpp. */
+TK_API const char *tk_version(void);
+TK_API unsigned tk_version_number(void);
 
+/* ABI growth: the input structs start with their size. Set it to
+ * sizeof(struct) (TK_CONFIG_INIT / TK_TLS_CONFIG_INIT do), or leave it 0,
+ * which means the layout of version 0.1 (the fields below as they are). A
+ * later version appends fields and reads them only when size covers them. */
 typedef struct tk_tls_config {
+    uint32_t size;           /* sizeof(tk_tls_config), or 0 (the 0.1 layout) */
     const char *ca_file;     /* PEM roots; NULL = system default paths */
     const char *cert_file;   /* client certificate for mutual TLS, or NULL */
     const char *key_file;    /* its key, or NULL */
@@ -83,6 +103,7 @@ typedef struct tk_tls_config {
 } tk_tls_config;
 
 typedef struct tk_config {
+    uint32_t size;            /* sizeof(tk_config), or 0 (the 0.1 layout) */
     const char *const *addrs; /* "host:port", one or more nodes of a cluster */
     size_t n_addrs;
     const char *token;          /* client token, NULL or "" = none */
@@ -91,7 +112,14 @@ typedef struct tk_config {
     /* Optional log sink (never receives a token). level: 0 debug, 1 info, 2 warn, 3 error. */
     void (*log)(void *ud, int level, const char *msg);
     void *log_ud;
+    /* Edge rule R2: an acquire written and unanswered this long past its wait
+     * (counted from its write) ends TK_INDETERMINATE and is withdrawn with C.
+     * 0 = 3000 ms. */
+    uint32_t answer_allowance_ms;
 } tk_config;
+
+#define TK_CONFIG_INIT {sizeof(tk_config), NULL, 0, NULL, NULL, 0, NULL, NULL, 0}
+#define TK_TLS_CONFIG_INIT {sizeof(tk_tls_config), NULL, NULL, NULL, NULL}
 
 typedef struct tk_lease {
     uint8_t key[TK_MAX_KEY];
@@ -100,39 +128,47 @@ typedef struct tk_lease {
     uint64_t deadline_ns; /* CLOCK_MONOTONIC: send time + queued (from G) + lease; stop before it */
     uint8_t code;         /* on failure: the server's §4 code (TK_BUSY, TK_E_INVALID, TK_INDETERMINATE), else 0 */
     char message[128];    /* on failure: a human-readable reason (never a token) */
+    uint8_t reserved[32]; /* for growth; zeroed by the library */
 } tk_lease;
 
 typedef struct tk_client tk_client;
 typedef struct tk_op tk_op;
 
 /* Creates a client and starts its connections in the background. Returns NULL
- * (errno EINVAL or ENOMEM) for an invalid configuration. Never blocks. */
-tk_client *tk_client_new(const tk_config *cfg);
+ * (errno EINVAL or ENOMEM) for an invalid configuration; tk_client_new_error()
+ * then says why (e.g. the CA file that cannot be read). Never blocks. */
+TK_API tk_client *tk_client_new(const tk_config *cfg);
+/* Why the last tk_client_new of the calling thread returned NULL ("" if it did not). */
+TK_API const char *tk_client_new_error(void);
 /* Waits until a connection is up: TK_OK, TK_E_AUTH / TK_E_TLS (every address
  * failed so), TK_E_CONNECT after timeout_ms (0 = connect_timeout_ms). */
-tk_status tk_client_wait_connected(tk_client *c, uint32_t timeout_ms);
+TK_API tk_status tk_client_wait_connected(tk_client *c, uint32_t timeout_ms);
 /* The outcome of the most recent connection attempt (TK_OK when it connected)
  * and, for a REJECT, the server's §4 code (AUTH_FAILED, OVERLOADED, ...). */
-tk_status tk_client_last_error(tk_client *c, uint8_t *code);
+TK_API tk_status tk_client_last_error(tk_client *c, uint8_t *code);
 /* Closes every connection; pending calls answer TK_E_CLOSED. Idempotent. */
-void tk_client_close(tk_client *c);
+TK_API void tk_client_close(tk_client *c);
 /* Closes and frees. Every tk_op must be freed before. */
-void tk_client_free(tk_client *c);
+TK_API void tk_client_free(tk_client *c);
 
 /* Monotonic clock (ns) in the same base as tk_lease.deadline_ns. */
-uint64_t tk_now_ns(void);
+TK_API uint64_t tk_now_ns(void);
 /* Milliseconds left until the lease's conservative local deadline (negative once passed). */
-int64_t tk_lease_remaining_ms(const tk_lease *l);
+TK_API int64_t tk_lease_remaining_ms(const tk_lease *l);
 
 /* Blocking acquire: waits up to wait_ms (0 = try once) for key, with a lease of
  * lease_ms (>= 1). Retried internally only while its bytes were never sent or
  * it was answered M, and only within the remaining wait. A written acquire
- * unanswered 2 s past its wait (a silent server) ends TK_INDETERMINATE. */
-tk_status tk_acquire(tk_client *c, const void *key, size_t key_len, uint32_t lease_ms,
+ * unanswered answer_allowance_ms (3 s) past its wait, counted from its write
+ * (a silent server), ends TK_INDETERMINATE. While no connection is up and the
+ * last attempt failed authentication or TLS, it fails at once with TK_E_AUTH /
+ * TK_E_TLS, the reason in out->message. out must not be NULL (TK_E_INVALID):
+ * the lease it receives is the only way to release the lock. */
+TK_API tk_status tk_acquire(tk_client *c, const void *key, size_t key_len, uint32_t lease_ms,
                      uint32_t wait_ms, tk_lease *out);
 /* Blocking release; TK_OK only when the server answered O. Retried for at most 5 s. */
-tk_status tk_release(tk_client *c, const tk_lease *l);
-tk_status tk_release_token(tk_client *c, const void *key, size_t key_len, uint64_t token,
+TK_API tk_status tk_release(tk_client *c, const tk_lease *l);
+TK_API tk_status tk_release_token(tk_client *c, const void *key, size_t key_len, uint64_t token,
                            uint8_t *code_out);
 
 /* Non-blocking form for event loops.
@@ -146,14 +182,14 @@ tk_status tk_release_token(tk_client *c, const void *key, size_t key_len, uint64
  *   tk_op_wait         blocks until the final status (may be called from another thread
  *                      than the canceller).
  *   tk_op_free         frees (cancelling first when unfinished). */
-tk_status tk_acquire_start(tk_client *c, const void *key, size_t key_len, uint32_t lease_ms,
+TK_API tk_status tk_acquire_start(tk_client *c, const void *key, size_t key_len, uint32_t lease_ms,
                            uint32_t wait_ms, tk_op **op_out);
-int tk_op_fd(tk_op *op);
-int tk_op_timeout_ms(tk_op *op);
-tk_status tk_op_drive(tk_op *op, tk_lease *out);
-tk_status tk_op_wait(tk_op *op, tk_lease *out);
-void tk_op_cancel(tk_op *op);
-void tk_op_free(tk_op *op);
+TK_API int tk_op_fd(tk_op *op);
+TK_API int tk_op_timeout_ms(tk_op *op);
+TK_API tk_status tk_op_drive(tk_op *op, tk_lease *out);
+TK_API tk_status tk_op_wait(tk_op *op, tk_lease *out);
+TK_API void tk_op_cancel(tk_op *op);
+TK_API void tk_op_free(tk_op *op);
 
 /* Completion queue: many concurrent ops driven from one event-loop thread,
  * with no thread per op and one wake-up per burst of answers (the form for
@@ -202,21 +238,21 @@ typedef struct tk_event {
     tk_lease lease;   /* acquire TK_OK: the lease. Otherwise key, token (release), code, message */
 } tk_event;
 
-tk_queue *tk_queue_new(tk_client *c);
-int tk_queue_fd(tk_queue *q);
-int tk_queue_timeout_ms(tk_queue *q);
-tk_status tk_queue_acquire(tk_queue *q, const void *key, size_t key_len, uint32_t lease_ms,
+TK_API tk_queue *tk_queue_new(tk_client *c);
+TK_API int tk_queue_fd(tk_queue *q);
+TK_API int tk_queue_timeout_ms(tk_queue *q);
+TK_API tk_status tk_queue_acquire(tk_queue *q, const void *key, size_t key_len, uint32_t lease_ms,
                            uint32_t wait_ms, void *user, tk_op **op_out);
-tk_status tk_queue_release(tk_queue *q, const tk_lease *l, void *user);
-tk_status tk_queue_release_token(tk_queue *q, const void *key, size_t key_len, uint64_t token,
+TK_API tk_status tk_queue_release(tk_queue *q, const tk_lease *l, void *user);
+TK_API tk_status tk_queue_release_token(tk_queue *q, const void *key, size_t key_len, uint64_t token,
                                  void *user);
-void tk_queue_cancel(tk_queue *q, tk_op *op);
-size_t tk_queue_poll(tk_queue *q, tk_event *ev, size_t n);
-size_t tk_queue_pending(tk_queue *q);
-void tk_queue_free(tk_queue *q);
+TK_API void tk_queue_cancel(tk_queue *q, tk_op *op);
+TK_API size_t tk_queue_poll(tk_queue *q, tk_event *ev, size_t n);
+TK_API size_t tk_queue_pending(tk_queue *q);
+TK_API void tk_queue_free(tk_queue *q);
 
 /* Validates a key as the server does (1..250 bytes of UTF-8, no control characters). */
-int tk_key_valid(const void *key, size_t len);
+TK_API int tk_key_valid(const void *key, size_t len);
 
 #ifdef __cplusplus
 }

@@ -114,6 +114,10 @@ public:
         }
         return *this;
     }
+    // The destructor releases a held lease and BLOCKS until the server
+    // answers (O or N), retrying for at most the 5 s release window when it
+    // does not; it never throws (a failure goes to Options::on_release_error).
+    // detach() first to leave without waiting (the lease then ends the lock).
     ~Lease() { release_noexcept(); }
 
     std::uint64_t token() const noexcept { return l_.token; }
@@ -228,7 +232,7 @@ public:
         cfg.tls = o.tls ? &t : nullptr;
         cfg.connect_timeout_ms = detail::to_ms(o.connect_timeout, "connect_timeout");
         st_->c = tk_client_new(&cfg);
-        if (!st_->c) throw InvalidArgument(TK_E_INVALID, 0, "invalid client options (addresses, token or TLS files)");
+        if (!st_->c) throw InvalidArgument(TK_E_INVALID, 0, tk_client_new_error());
         st_->on_release_error = o.on_release_error;
         if (o.wait_connected) {
             tk_status s = tk_client_wait_connected(st_->c, 0);
@@ -246,7 +250,7 @@ public:
 
     Lease acquire(std::string_view key, std::chrono::milliseconds lease, std::chrono::milliseconds wait) {
         tk_lease l{};
-        tk_status s = tk_acquire(st_->c, key.data(), key.size(), detail::to_ms(lease, "lease"),
+        tk_status s = tk_acquire(c(), key.data(), key.size(), detail::to_ms(lease, "lease"),
                                  detail::to_ms(wait, "wait"), &l);
         if (s != TK_OK) throw_status(s, l.code, l.message);
         return Lease(st_, l);
@@ -262,7 +266,7 @@ public:
     }
     PendingAcquire start_acquire(std::string_view key, std::chrono::milliseconds lease, std::chrono::milliseconds wait) {
         tk_op *op = nullptr;
-        tk_status s = tk_acquire_start(st_->c, key.data(), key.size(), detail::to_ms(lease, "lease"),
+        tk_status s = tk_acquire_start(c(), key.data(), key.size(), detail::to_ms(lease, "lease"),
                                        detail::to_ms(wait, "wait"), &op);
         if (s != TK_OK) throw_status(s);
         return PendingAcquire(st_, op);
@@ -270,7 +274,7 @@ public:
     // Releases a lock known by its token (from any process); throws on failure.
     void release(std::string_view key, std::uint64_t token) {
         std::uint8_t code = 0;
-        tk_status s = tk_release_token(st_->c, key.data(), key.size(), token, &code);
+        tk_status s = tk_release_token(c(), key.data(), key.size(), token, &code);
         if (s != TK_OK) throw_status(s, code);
     }
     void close() noexcept {
@@ -279,7 +283,45 @@ public:
     tk_client *native() const noexcept { return st_ ? st_->c : nullptr; }
 
 private:
+    // A moved-from Client has no state: every call throws ClosedError.
+    tk_client *c() const {
+        if (!st_) throw ClosedError(TK_E_CLOSED, 0, "ticketing::Client used after it was moved from");
+        return st_->c;
+    }
     std::shared_ptr<detail::State> st_;
+};
+
+// A named lock in the standard Lockable shape, for std::lock_guard and
+// std::unique_lock: lock() acquires (waiting up to `wait`, throwing as
+// Client::acquire does), try_lock() tries once, unlock() releases (noexcept:
+// as the Lease destructor, it blocks until the server confirms, at most the
+// 5 s release window; a failure goes to Options::on_release_error). Not
+// recursive; one holder at a time per object. The lease is lease().
+//
+//   ticketing::Mutex m(client, "orders/42", 30s, 5s);
+//   { std::lock_guard<ticketing::Mutex> g(m); write_with(m.lease().token()); }
+class Mutex {
+public:
+    Mutex(Client &c, std::string key, std::chrono::milliseconds lease, std::chrono::milliseconds wait)
+        : c_(&c), key_(std::move(key)), lease_ms_(lease), wait_(wait) {}
+    Mutex(const Mutex &) = delete;
+    Mutex &operator=(const Mutex &) = delete;
+    void lock() { l_ = c_->acquire(key_, lease_ms_, wait_); }
+    bool try_lock() {
+        auto l = c_->try_acquire(key_, lease_ms_);
+        if (!l) return false;
+        l_ = std::move(*l);
+        return true;
+    }
+    void unlock() noexcept { l_ = Lease(); }
+    // The current lease (held() false when unlocked).
+    const Lease &lease() const noexcept { return l_; }
+
+private:
+    Client *c_;
+    std::string key_;
+    std::chrono::milliseconds lease_ms_, wait_;
+    Lease l_;
 };
 
 } // namespace ticketing

@@ -39,7 +39,7 @@
 #define REL_WINDOW_NS (5000 * MS)
 #define REL_QUEUE 1024
 #define MAX_WBUF (4u << 20)
-#define ANSWER_GRACE_NS (2000 * MS) /* a written acquire unanswered this long past its wait is INDETERMINATE */
+#define ANSWER_ALLOWANCE_MS 3000 /* R2 default: a written acquire unanswered this long past its wait (from its write) is INDETERMINATE */
 #define SPIN_YIELDS 32 /* a blocking caller yields at most this often before it sleeps on its futex, */
 #define SPIN_NS (100 * 1000ull) /* and for at most this long (ns) */
 
@@ -101,6 +101,7 @@ struct conn {
     int fd;
     SSL *ssl;
     int ssl_failed; /* a TLS-level error (alert, bad record) ended the last read or write */
+    char why[512];  /* why the last connect attempt failed (for the calls' status text) */
 };
 
 typedef struct endpoint {
@@ -125,6 +126,7 @@ struct tk_client {
     SSL_CTX *ssl_ctx;
     char server_name[256];
     uint32_t connect_timeout_ms;
+    uint64_t allowance_ns; /* R2's answer allowance */
     void (*log)(void *, int, const char *);
     void *log_ud;
 
@@ -139,6 +141,7 @@ struct tk_client {
     unsigned rr;
     tk_status last_err;
     uint8_t last_code; /* the REJECT code of the last failed handshake, 0 when none */
+    char last_msg[512]; /* why the last attempt failed (the TLS reason, the REJECT), for the calls' status text */
 
     /* releaser */
     pthread_t rel_th;
@@ -164,6 +167,7 @@ struct tk_op {
     uint32_t lease, wait;
     uint64_t token;
     uint64_t start, budget_end, conn_giveup, deadline, next_try;
+    uint64_t answer_by; /* acquire written: INDETERMINATE past this (its write + wait + the allowance) */
     int moves, rounds, retries, maybe, ever_sent;
     call *c;
     int completed, cancel_req, done;
@@ -776,25 +780,33 @@ static void close_sock(conn *cn) {
 /* Dial + TLS + handshake. Returns TK_OK and max_inflight. */
 static tk_status conn_connect(conn *cn, uint32_t *max_inflight, uint8_t *rej_code) {
     tk_client *cl = cn->cl;
+    snprintf(cn->why, sizeof cn->why, "no connection to %s", cn->addr);
     uint64_t deadline = tk_now_ns() + (uint64_t)cl->connect_timeout_ms * MS;
     struct addrinfo hints, *res = NULL;
     memset(&hints, 0, sizeof hints);
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
-    if (getaddrinfo(cn->host, cn->port, &hints, &res) != 0 || !res) return TK_E_CONNECT;
+    if (getaddrinfo(cn->host, cn->port, &hints, &res) != 0 || !res) {
+        snprintf(cn->why, sizeof cn->why, "cannot resolve %s", cn->addr);
+        return TK_E_CONNECT;
+    }
     tk_status st = TK_E_CONNECT;
     for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
         cn->fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
         if (cn->fd < 0) continue;
         int r = connect(cn->fd, ai->ai_addr, ai->ai_addrlen);
+        int err = r == 0 ? 0 : errno;
         if (r == 0 || errno == EINPROGRESS) {
             if (r == 0 || wait_sock(cn, POLLOUT, deadline) == 1) {
-                int err = 0;
                 socklen_t el = sizeof err;
+                err = 0;
                 getsockopt(cn->fd, SOL_SOCKET, SO_ERROR, &err, &el);
                 if (err == 0) break;
+            } else {
+                err = ETIMEDOUT;
             }
         }
+        snprintf(cn->why, sizeof cn->why, "dial %s: %s", cn->addr, strerror(err));
         close(cn->fd);
         cn->fd = -1;
     }
@@ -830,12 +842,21 @@ static tk_status conn_connect(conn *cn, uint32_t *max_inflight, uint8_t *rej_cod
             short ev = e == SSL_ERROR_WANT_READ ? POLLIN : e == SSL_ERROR_WANT_WRITE ? POLLOUT : 0;
             if (!ev) {
                 long vr = SSL_get_verify_result(cn->ssl);
-                logf_(cl, 2, "ticketing: TLS handshake with %s failed: %s", cn->addr,
-                      vr != X509_V_OK ? X509_verify_cert_error_string(vr) : "handshake error");
+                unsigned long ee = ERR_peek_last_error();
+                const char *reason = vr != X509_V_OK ? X509_verify_cert_error_string(vr)
+                                     : ee ? ERR_reason_error_string(ee) : NULL;
+                /* R5: a plaintext server answers the ClientHello with bytes that are not TLS */
+                if (!reason || (ee && ERR_GET_REASON(ee) == SSL_R_WRONG_VERSION_NUMBER))
+                    reason = ee && ERR_GET_REASON(ee) == SSL_R_WRONG_VERSION_NUMBER ? "server does not speak TLS" : "handshake error";
+                snprintf(cn->why, sizeof cn->why, "TLS with %s: %s", cn->addr, reason);
+                logf_(cl, 2, "ticketing: TLS handshake with %s failed: %s", cn->addr, reason);
                 return TK_E_TLS;
             }
             int w = wait_sock(cn, ev, deadline);
-            if (w != 1) return w < 0 ? TK_E_CLOSED : TK_E_CONNECT;
+            if (w != 1) {
+                snprintf(cn->why, sizeof cn->why, "no TLS handshake from %s within %u ms", cn->addr, cl->connect_timeout_ms);
+                return w < 0 ? TK_E_CLOSED : TK_E_CONNECT;
+            }
         }
     }
 
@@ -844,7 +865,10 @@ static tk_status conn_connect(conn *cn, uint32_t *max_inflight, uint8_t *rej_cod
     tk_welcome w;
     cn->ssl_failed = 0;
     if (read_full(cn, hb, sizeof hb, deadline) != 0) {
-        if (cn->ssl_failed) logf_(cl, 2, "ticketing: TLS error from %s (a client certificate required?)", cn->addr);
+        if (cn->ssl_failed) {
+            snprintf(cn->why, sizeof cn->why, "TLS with %s: the server ended the session (a client certificate required?)", cn->addr);
+            logf_(cl, 2, "ticketing: TLS error from %s (a client certificate required?)", cn->addr);
+        }
         return is_closed(cl) ? TK_E_CLOSED : cn->ssl_failed ? TK_E_TLS : st;
     }
     if (tk_dec_hello(hb, &h) != 0) return TK_E_PROTOCOL;
@@ -857,6 +881,8 @@ static tk_status conn_connect(conn *cn, uint32_t *max_inflight, uint8_t *rej_cod
     if (w.status == 'E') {
         *rej_code = w.code;
         if (w.code == TK_CODE_AUTH_FAILED) {
+            snprintf(cn->why, sizeof cn->why, "%s rejected the credentials (AUTH_FAILED)%s", cn->addr,
+                     cl->tlen == 0 && (h.flags & 1) ? ": the server requires a token and none is configured" : "");
             logf_(cl, 3, "ticketing: %s rejected the credentials%s", cn->addr,
                   cl->tlen == 0 && (h.flags & 1) ? " (the server requires a token and none is configured)" : "");
             return TK_E_AUTH;
@@ -867,6 +893,7 @@ static tk_status conn_connect(conn *cn, uint32_t *max_inflight, uint8_t *rej_cod
         uint8_t want[32];
         tk_proof('s', cl->token, cl->tlen, 1, h.nonce, cnonce, want);
         if (CRYPTO_memcmp(want, w.proof, 32) != 0) {
+            snprintf(cn->why, sizeof cn->why, "%s did not prove the token (an impostor?)", cn->addr);
             logf_(cl, 3, "ticketing: %s did not prove the token (an impostor?)", cn->addr);
             return TK_E_AUTH;
         }
@@ -875,10 +902,11 @@ static tk_status conn_connect(conn *cn, uint32_t *max_inflight, uint8_t *rej_cod
     return TK_OK;
 }
 
-static void set_last_err(tk_client *cl, tk_status st, uint8_t code) {
+static void set_last_err(tk_client *cl, tk_status st, uint8_t code, const char *why) {
     pthread_mutex_lock(&cl->mu);
     cl->last_err = st;
     cl->last_code = code;
+    copy_msg(cl->last_msg, sizeof cl->last_msg, why ? why : "");
     pthread_cond_broadcast(&cl->cv);
     pthread_mutex_unlock(&cl->mu);
 }
@@ -1003,7 +1031,8 @@ static void *conn_main(void *arg) {
             int n = cn->failures;
             pthread_mutex_unlock(&cn->mu);
             if (n == 1 || st == TK_E_AUTH) logf_(cl, 2, "ticketing: connect to %s failed: %s", cn->addr, tk_strerror(st));
-            set_last_err(cl, st, rej);
+            set_last_err(cl, st, rej, cn->why);
+            if (st == TK_E_AUTH || st == TK_E_TLS) bump_gen(cl); /* callers waiting for a connection fail now (R4/R5) */
             attempt++;
             continue;
         }
@@ -1023,7 +1052,7 @@ static void *conn_main(void *arg) {
         cn->kicked = 0;
         pthread_mutex_unlock(&cn->mu);
         logf_(cl, 1, "ticketing: connected to %s (max_inflight %u)", cn->addr, mi);
-        set_last_err(cl, TK_OK, 0);
+        set_last_err(cl, TK_OK, 0, NULL);
         bump_gen(cl);
         tk_status why = conn_serve(cn);
         conn_kill(cn, why);
@@ -1306,12 +1335,12 @@ static void op_step(tk_op *op) {
         if (op->kind == K_RELEASE && now >= op->deadline && conn_drop(op->c)) {
             op->c = NULL; /* the I/O thread frees it */
             op_finish(op, TK_INDETERMINATE, 0, "release not confirmed within 5 s");
-        } else if (op->kind == K_ACQUIRE && now >= op->budget_end + ANSWER_GRACE_NS && conn_abandon(op->c)) {
+        } else if (op->kind == K_ACQUIRE && now >= op->answer_by && conn_abandon(op->c)) {
             /* the server answers T by the wait at the latest: a connection that is up
              * but silent (a stopped process, a black-holed path) must not hold the
              * caller forever; C withdraws it, a late G is released by the client */
             op->c = NULL;
-            op_finish(op, TK_INDETERMINATE, 0, "no answer within the wait + 2 s (server unresponsive)");
+            op_finish(op, TK_INDETERMINATE, 0, "no answer within the wait + the answer allowance (server unresponsive)");
         }
         return;
     }
@@ -1355,7 +1384,23 @@ static void op_step(tk_op *op) {
     if (r == ENQ_OK) {
         op->c = c;
         op->ever_sent = 1;
+        /* R2: counted from the write (the frame is handed to the socket now) */
+        if (op->kind == K_ACQUIRE) op->answer_by = now + (uint64_t)c->wait * MS + cl->allowance_ns;
         return;
+    }
+    if (r == ENQ_DOWN && op->kind == K_ACQUIRE) {
+        /* R4/R5: no connection and the last attempt failed authentication or
+         * TLS: that will not change within the wait; fail now with the reason */
+        pthread_mutex_lock(&cl->mu);
+        tk_status hard = cl->last_err;
+        uint8_t code = cl->last_code;
+        char why[128];
+        copy_msg(why, sizeof why, cl->last_msg);
+        pthread_mutex_unlock(&cl->mu);
+        if (hard == TK_E_AUTH || hard == TK_E_TLS) {
+            op_finish(op, hard, code, why[0] ? why : NULL);
+            return;
+        }
     }
     uint64_t limit = op->kind == K_RELEASE ? op->deadline : (r == ENQ_FULL ? op->budget_end : op->conn_giveup);
     if (now >= limit) {
@@ -1367,7 +1412,11 @@ static void op_step(tk_op *op) {
             pthread_mutex_lock(&cl->mu);
             uint8_t code = cl->last_code;
             pthread_mutex_unlock(&cl->mu);
-            op_finish(op, connect_failure(cl), code, NULL);
+            char why[128];
+            pthread_mutex_lock(&cl->mu);
+            copy_msg(why, sizeof why, cl->last_msg);
+            pthread_mutex_unlock(&cl->mu);
+            op_finish(op, connect_failure(cl), code, why[0] ? why : NULL);
         }
         return;
     }
@@ -1384,7 +1433,7 @@ static uint64_t op_wait_ns(tk_op *op) {
     uint64_t now = tk_now_ns();
     if (op->completed) return 0;
     if (op->c) {
-        uint64_t end = op->kind == K_RELEASE ? op->deadline : op->budget_end + ANSWER_GRACE_NS;
+        uint64_t end = op->kind == K_RELEASE ? op->deadline : op->answer_by;
         return end > now ? end - now : 0;
     }
     return op->next_try > now ? op->next_try - now : 0;
@@ -1878,7 +1927,7 @@ void tk_queue_free(tk_queue *q) {
 
 tk_status tk_acquire(tk_client *cl, const void *key, size_t klen, uint32_t lease_ms, uint32_t wait_ms,
                      tk_lease *out) {
-    if (!cl) return TK_E_INVALID;
+    if (!cl || !out) return TK_E_INVALID; /* a grant nobody can see could never be released */
     if (forked(cl)) return TK_E_FORKED;
     if (!tk_key_valid(key, klen)) return bad_arg(out, "key must be 1..250 bytes of UTF-8 without control characters");
     if (lease_ms == 0) return bad_arg(out, "lease must be at least 1 ms");
@@ -1952,48 +2001,89 @@ static void *releaser_main(void *arg) {
 
 /* ---------------------------------------------------------------- client */
 
+static __thread char g_new_error[256]; /* tk_client_new_error() */
+
+const char *tk_client_new_error(void) { return g_new_error; }
+
+const char *tk_version(void) { return TK_VERSION; }
+
+unsigned tk_version_number(void) { return TK_VERSION_NUMBER; }
+
+static void *new_failed(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void *new_failed(int err, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(g_new_error, sizeof g_new_error, fmt, ap);
+    va_end(ap);
+    errno = err;
+    return NULL;
+}
+
+/* Names the file a TLS setting could not load, and OpenSSL's reason. */
+static int tls_file_error(const char *what, const char *file) {
+    unsigned long e = ERR_peek_last_error();
+    const char *why = NULL;
+    FILE *f = fopen(file, "r");
+    if (!f)
+        why = strerror(errno);
+    else
+        fclose(f);
+    if (!why) why = e ? ERR_reason_error_string(e) : "not a usable PEM file";
+    snprintf(g_new_error, sizeof g_new_error, "tls.%s \"%.180s\": %s", what, file, why ? why : "unreadable");
+    ERR_clear_error();
+    return 0;
+}
+
 static SSL_CTX *make_ctx(const tk_tls_config *t) {
     SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
-    if (!ctx) return NULL;
+    if (!ctx) return new_failed(ENOMEM, "cannot create the TLS context");
     SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
     SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
     SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
-    int ok = t->ca_file ? SSL_CTX_load_verify_locations(ctx, t->ca_file, NULL) : SSL_CTX_set_default_verify_paths(ctx);
-    if (ok == 1 && t->cert_file) {
-        ok = SSL_CTX_use_certificate_chain_file(ctx, t->cert_file) == 1 &&
-             SSL_CTX_use_PrivateKey_file(ctx, t->key_file ? t->key_file : t->cert_file, SSL_FILETYPE_PEM) == 1;
+    int ok = 1;
+    if (t->ca_file) {
+        if (SSL_CTX_load_verify_locations(ctx, t->ca_file, NULL) != 1) ok = tls_file_error("ca_file", t->ca_file);
+    } else if (SSL_CTX_set_default_verify_paths(ctx) != 1) {
+        ok = 0;
+        snprintf(g_new_error, sizeof g_new_error, "tls: the system's default CA paths cannot be loaded");
     }
-    if (ok != 1) {
+    if (ok && t->cert_file && SSL_CTX_use_certificate_chain_file(ctx, t->cert_file) != 1)
+        ok = tls_file_error("cert_file", t->cert_file);
+    const char *kf = t->key_file ? t->key_file : t->cert_file;
+    if (ok && t->cert_file && SSL_CTX_use_PrivateKey_file(ctx, kf, SSL_FILETYPE_PEM) != 1)
+        ok = tls_file_error("key_file", kf);
+    if (!ok) {
         SSL_CTX_free(ctx);
+        errno = EINVAL;
         return NULL;
     }
     return ctx;
 }
 
+/* Whether a caller's struct of `size` bytes (0: this header's layout) holds the field ending at end. */
+#define HAS_FIELD(size, type, field) ((size) == 0 || (size) >= offsetof(type, field) + sizeof(((type *)0)->field))
+
 tk_client *tk_client_new(const tk_config *cfg) {
-    if (!cfg || !cfg->addrs || cfg->n_addrs == 0 || cfg->n_addrs > MAX_CONNS / 2) {
-        errno = EINVAL;
-        return NULL;
-    }
+    g_new_error[0] = 0;
+    if (!cfg) return new_failed(EINVAL, "no configuration");
+    if (!cfg->addrs || cfg->n_addrs == 0 || cfg->n_addrs > MAX_CONNS / 2)
+        return new_failed(EINVAL, "addrs: 1..%d addresses required", MAX_CONNS / 2);
     for (size_t i = 0; i < cfg->n_addrs; i++) {
         char h[256], p[16];
-        if (!cfg->addrs[i] || split_addr(cfg->addrs[i], h, sizeof h, p, sizeof p) != 0) {
-            errno = EINVAL;
-            return NULL;
-        }
+        if (!cfg->addrs[i] || split_addr(cfg->addrs[i], h, sizeof h, p, sizeof p) != 0)
+            return new_failed(EINVAL, "addrs[%zu]: not host:port", i);
     }
-    if (cfg->token && strlen(cfg->token) > sizeof(((tk_client *)0)->token)) {
-        errno = EINVAL;
-        return NULL;
-    }
+    if (cfg->token && strlen(cfg->token) > sizeof(((tk_client *)0)->token))
+        return new_failed(EINVAL, "token: longer than %zu bytes", sizeof(((tk_client *)0)->token));
     tk_client *cl = calloc(1, sizeof *cl);
-    if (!cl) return NULL;
+    if (!cl) return new_failed(ENOMEM, "out of memory");
     cl->jobs = calloc(REL_QUEUE, sizeof *cl->jobs);
     if (!cl->jobs) {
         free(cl);
-        errno = ENOMEM;
-        return NULL;
+        return new_failed(ENOMEM, "out of memory");
     }
+    uint32_t allowance = HAS_FIELD(cfg->size, tk_config, answer_allowance_ms) ? cfg->answer_allowance_ms : 0;
+    cl->allowance_ns = (uint64_t)(allowance ? allowance : ANSWER_ALLOWANCE_MS) * MS;
     pthread_once(&g_fork_once, fork_init);
     cl->fork_gen = __atomic_load_n(&g_fork_gen, __ATOMIC_RELAXED);
     if (cfg->token) {
@@ -2008,10 +2098,11 @@ tk_client *tk_client_new(const tk_config *cfg) {
     if (cfg->tls) {
         cl->ssl_ctx = make_ctx(cfg->tls);
         if (!cl->ssl_ctx) {
-            logf_(cl, 3, "ticketing: cannot load the TLS files");
+            int err = errno;
+            logf_(cl, 3, "ticketing: %s", g_new_error);
             free(cl->jobs);
             free(cl);
-            errno = EINVAL;
+            errno = err;
             return NULL;
         }
         if (cfg->tls->server_name) snprintf(cl->server_name, sizeof cl->server_name, "%s", cfg->tls->server_name);

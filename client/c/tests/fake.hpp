@@ -60,6 +60,7 @@ struct Fake {
     int port = 0;
     std::string token;
     bool bad_proof = false;
+    bool reject_auth = false; // answer AUTH with REJECT AUTH_FAILED
     std::function<void(FakeConn &)> script;
     std::thread th;
     std::mutex mu;
@@ -110,6 +111,11 @@ struct Fake {
         tk_put32(w + 4, 1024);
         tk_proof('s', (const uint8_t *)token.data(), token.size(), 1, hello + 8, auth + 8, w + 8);
         if (bad_proof) w[8] ^= 1;
+        if (reject_auth) {
+            uint8_t rej[40] = {'E', 11 /* AUTH_FAILED */};
+            (void)!::send(fd, rej, 40, MSG_NOSIGNAL);
+            return;
+        }
         (void)!::send(fd, w, 40, MSG_NOSIGNAL);
         script(c);
     }

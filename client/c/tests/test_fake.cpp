@@ -172,7 +172,7 @@ TEST(Fake, SilentServerEndsTheAcquireIndeterminateAfterItsWait) {
     auto t0 = std::chrono::steady_clock::now();
     EXPECT_EQ(tk_acquire(cl.c, "k", 1, 1000, 300, &l), TK_INDETERMINATE);
     auto took = std::chrono::steady_clock::now() - t0;
-    EXPECT_GE(took, std::chrono::milliseconds(2300)) << "the server gets its wait and 2 s to answer";
+    EXPECT_GE(took, std::chrono::milliseconds(3300)) << "the server gets its wait and the 3 s allowance to answer";
     EXPECT_LT(took, std::chrono::seconds(20));
     EXPECT_NE(std::string(l.message).find("no answer"), std::string::npos) << l.message;
     eventually([&] { return cancels > 0; });
@@ -326,4 +326,98 @@ TEST(FakeCpp, LeaseDestructorReleasesAndErrorsGoToCallback) {
     EXPECT_THROW(l2.release(), ticketing::NotHolderError);
     EXPECT_THROW(cl.acquire("", std::chrono::milliseconds(1000), std::chrono::milliseconds(0)), ticketing::InvalidArgument);
     EXPECT_THROW(cl.acquire("k", std::chrono::milliseconds(-1), std::chrono::milliseconds(0)), ticketing::InvalidArgument);
+}
+
+// R2: the allowance is one setting, counted from the write.
+TEST(Fake, AnswerAllowanceIsOneSetting) {
+    std::atomic<int> cancels{0};
+    Fake f(silent_counting_cancels(cancels));
+    std::string addr = f.addr();
+    const char *a[] = {addr.c_str()};
+    tk_config cfg = TK_CONFIG_INIT;
+    cfg.addrs = a;
+    cfg.n_addrs = 1;
+    cfg.answer_allowance_ms = 400;
+    tk_client *c = tk_client_new(&cfg);
+    ASSERT_NE(c, nullptr);
+    ASSERT_EQ(tk_client_wait_connected(c, 0), TK_OK);
+    tk_lease l;
+    auto t0 = std::chrono::steady_clock::now();
+    EXPECT_EQ(tk_acquire(c, "k", 1, 1000, 300, &l), TK_INDETERMINATE);
+    auto took = std::chrono::steady_clock::now() - t0;
+    EXPECT_GE(took, std::chrono::milliseconds(700));
+    EXPECT_LT(took, std::chrono::milliseconds(3300)) << "the configured 400 ms, not the 3 s default";
+    eventually([&] { return cancels > 0; });
+    tk_client_free(c);
+}
+
+// Finding 8: a NULL out would throw the token away; refused before sending.
+TEST(Fake, AcquireWithoutOutIsRefused) {
+    std::atomic<int> reqs{0};
+    Fake f([&](FakeConn &c) {
+        loop(c, [&](FakeConn &c, const Req &q) {
+            reqs++;
+            c.send('G', q.req_id, 7);
+        });
+    });
+    Client cl({f.addr()});
+    ASSERT_EQ(tk_client_wait_connected(cl.c, 0), TK_OK);
+    EXPECT_EQ(tk_acquire(cl.c, "k", 1, 1000, 0, nullptr), TK_E_INVALID);
+    EXPECT_EQ(reqs.load(), 0) << "nothing sent";
+}
+
+// Finding 7 / R4: a wrong token fails the first acquire as soon as the server
+// rejects it, with the reason in the status text (not after the 5 s budget).
+TEST(Fake, RejectedCredentialsFailTheAcquireFast) {
+    Fake f([](FakeConn &) {});
+    f.reject_auth = true;
+    Client cl({f.addr()}, "wrong", 5000);
+    tk_lease l;
+    auto t0 = std::chrono::steady_clock::now();
+    EXPECT_EQ(tk_acquire(cl.c, "k", 1, 1000, 5000, &l), TK_E_AUTH);
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(4000)) << "not the 5 s budget";
+    EXPECT_NE(std::string(l.message).find("rejected the credentials"), std::string::npos) << l.message;
+}
+
+// Finding 7 / R5: TLS against a plaintext server fails fast and says so.
+TEST(Fake, TlsAgainstAPlaintextServerIsNamed) {
+    Fake f([](FakeConn &) {});
+    std::string addr = f.addr();
+    const char *a[] = {addr.c_str()};
+    tk_tls_config t = TK_TLS_CONFIG_INIT;
+    tk_config cfg = TK_CONFIG_INIT;
+    cfg.addrs = a;
+    cfg.n_addrs = 1;
+    cfg.tls = &t;
+    cfg.connect_timeout_ms = 5000;
+    tk_client *c = tk_client_new(&cfg);
+    ASSERT_NE(c, nullptr) << tk_client_new_error();
+    tk_lease l;
+    auto t0 = std::chrono::steady_clock::now();
+    EXPECT_EQ(tk_acquire(c, "k", 1, 1000, 5000, &l), TK_E_TLS);
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(4000));
+    EXPECT_NE(std::string(l.message).find("TLS"), std::string::npos) << l.message;
+    tk_client_free(c);
+}
+
+// Finding 7: a missing CA file is named.
+TEST(Fake, MissingCaFileIsNamed) {
+    const char *a[] = {"127.0.0.1:1"};
+    tk_tls_config t = TK_TLS_CONFIG_INIT;
+    t.ca_file = "/nonexistent/tk-ca.pem";
+    tk_config cfg = TK_CONFIG_INIT;
+    cfg.addrs = a;
+    cfg.n_addrs = 1;
+    cfg.tls = &t;
+    EXPECT_EQ(tk_client_new(&cfg), nullptr);
+    EXPECT_EQ(errno, EINVAL);
+    std::string why = tk_client_new_error();
+    EXPECT_NE(why.find("/nonexistent/tk-ca.pem"), std::string::npos) << why;
+    EXPECT_NE(why.find("No such file"), std::string::npos) << why;
+}
+
+// Finding 8: the library's version at run time.
+TEST(Fake, RuntimeVersion) {
+    EXPECT_STREQ(tk_version(), TK_VERSION);
+    EXPECT_EQ(tk_version_number(), (unsigned)TK_VERSION_NUMBER);
 }

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -160,4 +161,32 @@ TEST(Integration, ForkedChildRefusesInheritedClient) {
     int st = 0;
     waitpid(p, &st, 0);
     EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
+// Finding 9: ticketing::Mutex is Lockable (std::lock_guard, std::unique_lock);
+// a moved-from Client throws ClosedError instead of crashing.
+TEST(IntegrationCpp, MutexWithStdLocksAndMovedFromClientThrows) {
+    Server s;
+    NEED_SERVER(s);
+    ticketing::Options o;
+    o.addrs = {s.addr};
+    ticketing::Client cl(o);
+    ticketing::Mutex m(cl, "it/mutex", ms(10000), ms(1000));
+    {
+        std::lock_guard<ticketing::Mutex> g(m);
+        EXPECT_TRUE(m.lease().held());
+        EXPECT_FALSE(cl.try_acquire("it/mutex", ms(1000)).has_value()) << "held through the guard";
+    }
+    EXPECT_FALSE(m.lease().held());
+    {
+        std::unique_lock<ticketing::Mutex> u(m, std::try_to_lock);
+        EXPECT_TRUE(u.owns_lock());
+    }
+    auto l = cl.try_acquire("it/mutex", ms(1000));
+    EXPECT_TRUE(l.has_value()) << "released when the unique_lock ended";
+    l.reset();
+    ticketing::Client moved(std::move(cl));
+    EXPECT_THROW(cl.acquire("it/x", ms(1000), ms(0)), ticketing::ClosedError);
+    EXPECT_THROW(cl.release("it/x", 1), ticketing::ClosedError);
+    EXPECT_NO_THROW(moved.acquire("it/x", ms(1000), ms(0)));
 }

@@ -21,6 +21,10 @@ module Ticketing
   # to whole milliseconds, rounded up; InvalidArgument when negative, not
   # finite, below min_ms or above the protocol's u32 milliseconds.
   def millis(value, name, min_ms:)
+    if value.nil?
+      hint = name == "wait" ? " (wait: 0 tries once; there is no wait forever: give the longest wait you accept)" : ""
+      raise InvalidArgument, "#{name} must be a number of seconds, got nil#{hint}"
+    end
     if value.is_a?(Integer) && value >= 0 && value <= MAX_INT_SECONDS # the common case, exact
       ms = value * 1000
       return ms if ms >= min_ms
@@ -63,7 +67,7 @@ module Ticketing
 
   def check_token(token)
     t = token.is_a?(String) && token.match?(/\A\d+\z/) ? token.to_i : token
-    raise InvalidArgument, "token must be an Integer 0..2**64-1" unless t.is_a?(Integer) && t >= 0 && t < 2**64
+    raise InvalidArgument, "token must be an Integer 1..2**64-1 (got #{token.inspect})" unless t.is_a?(Integer) && t.positive? && t < 2**64
 
     t
   end
@@ -71,6 +75,10 @@ module Ticketing
   # "host:port" or "[v6]:port" -> [host, port].
   def split_addr(addr)
     s = addr.to_s
+    if s.include?("/")
+      raise InvalidArgument, "address #{s.inspect} must be host:port without a scheme or path, e.g. \"127.0.0.1:7470\" " \
+                             "(Ticketing speaks its own protocol, not HTTP)"
+    end
     host, sep, port = s.rpartition(":")
     raise InvalidArgument, "address #{s.inspect} must be host:port" if sep.empty? || host.empty? || !port.match?(/\A\d+\z/)
 

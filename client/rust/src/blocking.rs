@@ -23,13 +23,17 @@ use std::future::Future;
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, watch};
 
 use crate::{Config, Error};
 
 struct Runtime {
     handle: tokio::runtime::Handle,
     stop: Mutex<Option<oneshot::Sender<()>>>,
+    /// The process that started the runtime thread (edge rule R9: after
+    /// fork() the child has no such thread and must not touch the parent's
+    /// sockets).
+    pid: u32,
 }
 
 impl Drop for Runtime {
@@ -41,11 +45,21 @@ impl Drop for Runtime {
 }
 
 impl Runtime {
+    /// Whether this is the process the client was made in (not a fork child).
+    fn home(&self) -> bool {
+        std::process::id() == self.pid
+    }
+
     fn run<F>(&self, f: F) -> Result<F::Output, Error>
     where
         F: Future + Send + 'static,
         F::Output: Send + 'static,
     {
+        if !self.home() {
+            // A forked child: the runtime thread did not survive fork(), so a
+            // hand-off would wait forever. Closed, at once (README "Fork").
+            return Err(Error::Closed);
+        }
         let (tx, rx) = mpsc::sync_channel(1);
         self.handle.spawn(async move {
             let _ = tx.send(f.await);
@@ -107,6 +121,7 @@ impl Client {
             rt: Arc::new(Runtime {
                 handle,
                 stop: Mutex::new(Some(stop_tx)),
+                pid: std::process::id(),
             }),
         })
     }
@@ -119,6 +134,7 @@ impl Client {
         Ok(Lease {
             inner: Some(l),
             rt: self.rt.clone(),
+            done: watch::Sender::new(false),
         })
     }
 
@@ -166,13 +182,21 @@ impl Client {
     }
 }
 
-/// A lease from the blocking client (see [`crate::Lease`]). Dropping it
-/// without [`Lease::release`] releases it in the background.
+/// A lease from the blocking client (see [`crate::Lease`]).
+///
+/// **Dropping it releases the lock before `drop` returns** (edge rule R10: a
+/// guard that goes out of scope at the end of `main` frees the key for the
+/// next run): the drop waits for the server's answer, at most the release
+/// window (5 s) when the server does not answer. Call [`Lease::release`] to
+/// learn the outcome, or [`Lease::detach`] to keep the lock past the guard.
+/// In a forked child the drop does nothing (the lock is the parent's).
 #[derive(Debug)]
-#[must_use = "dropping a Lease releases it in the background at once"]
+#[must_use = "dropping a Lease releases it at once"]
 pub struct Lease {
     inner: Option<crate::Lease>,
     rt: Arc<Runtime>,
+    /// True once released, detached or dropped (ends [`Lease::expiring`]).
+    done: watch::Sender<bool>,
 }
 
 impl Lease {
@@ -203,7 +227,66 @@ impl Lease {
     /// See [`crate::Lease::release`].
     pub fn release(mut self) -> Result<(), Error> {
         let l = self.inner.take().expect("lease");
+        if !self.rt.home() {
+            let _ = l.detach(); // the parent's lock: never released from the child
+            return Err(Error::Closed);
+        }
         self.rt.run(async move { l.release().await })?
+    }
+
+    /// See [`crate::Lease::detach`]: stops managing the lease without
+    /// releasing it and returns its token; dropping no longer releases it.
+    pub fn detach(mut self) -> u64 {
+        self.inner.take().expect("lease").detach()
+    }
+
+    /// Observes the lease's end (edge rule R12): the returned receiver gets
+    /// one `()` at [`Lease::deadline`] minus `margin` (at once when that is
+    /// past). It is disconnected, without a message, when the lease is
+    /// released or dropped first, so `recv()` never blocks past the lease.
+    ///
+    /// ```no_run
+    /// # fn demo(lease: &ticketing::blocking::Lease) {
+    /// use std::time::Duration;
+    /// let ending = lease.expiring(Duration::from_secs(2));
+    /// while ending.try_recv().is_err() {
+    ///     // ... one bounded unit of work with lease.token() ...
+    /// #   break;
+    /// }
+    /// # }
+    /// ```
+    pub fn expiring(&self, margin: Duration) -> mpsc::Receiver<()> {
+        let (tx, rx) = mpsc::sync_channel(1);
+        let at = self.deadline().checked_sub(margin).unwrap_or(self.deadline());
+        let mut done = self.done_rx();
+        if self.rt.home() {
+            self.rt.handle.spawn(async move {
+                tokio::select! {
+                    _ = tokio::time::sleep_until(at.into()) => { let _ = tx.send(()); }
+                    _ = done.wait_for(|d| *d) => {}
+                }
+            });
+        }
+        rx
+    }
+
+    fn done_rx(&self) -> watch::Receiver<bool> {
+        self.done.subscribe()
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.done.send_replace(true);
+        let Some(l) = self.inner.take() else {
+            return;
+        };
+        if !self.rt.home() {
+            let _ = l.detach();
+            return;
+        }
+        // Synchronous, bounded by the release window (R10).
+        let _ = self.rt.run(async move { l.release().await });
     }
 }
 

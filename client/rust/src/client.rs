@@ -20,17 +20,16 @@ const RELEASE_QUEUE_LEN: usize = 4096;
 const REDIRECT_BASE: Duration = Duration::from_millis(25);
 const REDIRECT_CAP: Duration = Duration::from_millis(200);
 
-fn log_enabled() -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| std::env::var_os("TICKETING_RUST_LOG").is_some_and(|v| !v.is_empty() && v != "0"))
+/// Connection events (connected, lost, failed, redirects, background
+/// failures; never a token) go to the `log` facade, target `ticketing`,
+/// with the cargo feature `log` (off by default: then nothing is logged).
+#[cfg(feature = "log")]
+pub(crate) fn log(args: std::fmt::Arguments<'_>) {
+    log::info!(target: "ticketing", "{args}");
 }
 
-/// Connection events go to stderr when `TICKETING_RUST_LOG` is set (never a token).
-pub(crate) fn log(args: std::fmt::Arguments<'_>) {
-    if log_enabled() {
-        eprintln!("ticketing: {args}");
-    }
-}
+#[cfg(not(feature = "log"))]
+pub(crate) fn log(_args: std::fmt::Arguments<'_>) {}
 
 pub(crate) struct Endpoint {
     addr: String,
@@ -336,7 +335,7 @@ impl Inner {
 
     /// Queues a background release; false when the queue is full or closed.
     pub(crate) fn submit_release(&self, key: Arc<[u8]>, token: u64, st: RelState) -> bool {
-        if self.is_closed() {
+        if self.is_closed() || std::process::id() != self.pid {
             return false;
         }
         let Some(client) = self.client() else {
@@ -687,7 +686,23 @@ impl Client {
             let Some(mut h) = inner.send(&req, conn_give_up, budget_end).await? else {
                 return Err(Error::Timeout); // no free max_inflight slot within the wait
             };
-            let reply = h.wait().await;
+            // R2: a written acquire is answered within its wait (T at the
+            // latest); past wait + the answer allowance, counted from the
+            // write, the server is silent: give up Indeterminate. Dropping h
+            // withdraws it (C) and compensates a grant that arrives later.
+            let answer_by = h.sent + Duration::from_millis(wait_ms as u64) + inner.cfg.answer_allowance;
+            let reply = match tokio::time::timeout_at(answer_by.into(), h.wait()).await {
+                Ok(r) => r,
+                Err(_) => {
+                    drop(h);
+                    log(format_args!(
+                        "acquire of {:?}: no answer within its wait + {:?}: indeterminate",
+                        String::from_utf8_lossy(&key),
+                        inner.cfg.answer_allowance
+                    ));
+                    return Err(Error::Indeterminate);
+                }
+            };
             let sent = h.sent;
             drop(h);
             match reply {
@@ -793,11 +808,16 @@ impl Client {
 
     /// Waits until no background work is left: no withdrawn acquire still
     /// awaiting its answer and no release retried in the background. Call it
-    /// before `close` in a short-lived process. Returns within about 5 s.
+    /// before `close` in a short-lived process, and at the end of `main` after
+    /// dropping leases (edge rule R10). Returns within the release window plus
+    /// the answer allowance (8 s by default).
     pub async fn drain(&self) {
         let inner = self.inner();
+        // Bounded: a release is retried within its window; a withdrawn acquire
+        // against a silent server may never be answered.
+        let give_up = Instant::now() + inner.cfg.release_window + inner.cfg.answer_allowance;
         while inner.rel_count.load(Ordering::SeqCst) > 0 || inner.abandoned.load(Ordering::SeqCst) > 0 {
-            if inner.is_closed() {
+            if inner.is_closed() || Instant::now() >= give_up {
                 return;
             }
             tokio::time::sleep(Duration::from_millis(2)).await;

@@ -6,6 +6,12 @@ use crate::error::Error;
 /// Default bound of one connection attempt and of the wait for a connection.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Default answer allowance of an acquire (edge rule R2, docs/architecture.md
+/// "Client library behaviour"): a written acquire unanswered this long past
+/// its wait ends [`Error::Indeterminate`](crate::Error::Indeterminate) and is
+/// withdrawn with `C`.
+pub const DEFAULT_ANSWER_ALLOWANCE: Duration = Duration::from_secs(3);
+
 /// Client configuration, made with [`Config::builder`].
 ///
 /// ```
@@ -29,6 +35,7 @@ pub struct Config {
     pub(crate) backoff_base: Duration,
     pub(crate) backoff_cap: Duration,
     pub(crate) release_window: Duration,
+    pub(crate) answer_allowance: Duration,
 }
 
 impl fmt::Debug for Config {
@@ -37,7 +44,8 @@ impl fmt::Debug for Config {
         d.field("addrs", &self.addrs)
             .field("token", &if self.token.is_empty() { "<none>" } else { "<redacted>" })
             .field("role", &self.role)
-            .field("connect_timeout", &self.connect_timeout);
+            .field("connect_timeout", &self.connect_timeout)
+            .field("answer_allowance", &self.answer_allowance);
         #[cfg(feature = "rustls")]
         d.field("tls", &self.tls.is_some());
         d.finish()
@@ -58,6 +66,7 @@ impl Config {
                 backoff_base: Duration::from_millis(100),
                 backoff_cap: Duration::from_millis(3200),
                 release_window: Duration::from_secs(5),
+                answer_allowance: DEFAULT_ANSWER_ALLOWANCE,
             },
         }
     }
@@ -113,6 +122,18 @@ impl ConfigBuilder {
         self
     }
 
+    /// How long past its wait an acquire that was written may stay
+    /// unanswered (edge rule R2): counted from the write, so an acquire with
+    /// wait `w` never takes longer than `w` + this against a silent (e.g.
+    /// SIGSTOPped) server. It then ends [`Error::Indeterminate`](crate::Error::Indeterminate)
+    /// (the lock may have been granted) and is withdrawn with `C`. Default
+    /// [`DEFAULT_ANSWER_ALLOWANCE`] (3 s: long enough for a cluster commit
+    /// under load). Zero keeps the default.
+    pub fn answer_allowance(mut self, d: Duration) -> Self {
+        self.cfg.answer_allowance = d;
+        self
+    }
+
     /// Enables TLS (1.2 or later).
     #[cfg(feature = "rustls")]
     pub fn tls(mut self, tls: crate::tls::TlsConfig) -> Self {
@@ -152,6 +173,9 @@ impl ConfigBuilder {
         self.cfg.addrs = uniq;
         if self.cfg.connect_timeout.is_zero() {
             self.cfg.connect_timeout = DEFAULT_CONNECT_TIMEOUT;
+        }
+        if self.cfg.answer_allowance.is_zero() {
+            self.cfg.answer_allowance = DEFAULT_ANSWER_ALLOWANCE;
         }
         Ok(self.cfg)
     }

@@ -48,10 +48,13 @@ mod error;
 mod lease;
 #[cfg(feature = "rustls")]
 mod tls;
+// The codec is not public API (no semver promise; hidden from the docs): it
+// is reachable only for the crate's own tests and fake servers.
+#[doc(hidden)]
 pub mod wire;
 
 pub use client::Client;
-pub use config::{Config, ConfigBuilder, DEFAULT_CONNECT_TIMEOUT};
+pub use config::{Config, ConfigBuilder, DEFAULT_ANSWER_ALLOWANCE, DEFAULT_CONNECT_TIMEOUT};
 pub use error::{Error, Invalid};
 pub use lease::Lease;
 #[cfg(feature = "rustls")]

@@ -34,8 +34,27 @@ fn tls_err(e: impl std::fmt::Display) -> Error {
 }
 
 impl TlsConfig {
+    /// From the CA bundle alone (PEM file): server verification without a
+    /// client certificate. The same as `from_pem_files(ca, None)`, which
+    /// needs a type for its `None` (`None::<(&str, &str)>`).
+    ///
+    /// ```no_run
+    /// let tls = ticketing::TlsConfig::from_ca_file("ca.pem")?;
+    /// let cfg = ticketing::Config::builder().addr("10.0.0.1:7470").tls(tls).build()?;
+    /// # let _ = cfg; Ok::<(), ticketing::Error>(())
+    /// ```
+    pub fn from_ca_file(ca: impl AsRef<Path>) -> Result<Self, Error> {
+        Self::from_pem_files(ca, None::<(&Path, &Path)>)
+    }
+
+    /// From the CA bundle alone, as PEM bytes (see [`TlsConfig::from_ca_file`]).
+    pub fn from_ca_pem(ca_pem: &[u8]) -> Result<Self, Error> {
+        Self::from_pem(ca_pem, None)
+    }
+
     /// From PEM files: the CA bundle and, for mutual TLS, the client
-    /// certificate chain and its private key.
+    /// certificate chain and its private key. For the CA alone use
+    /// [`TlsConfig::from_ca_file`].
     pub fn from_pem_files(ca: impl AsRef<Path>, client: Option<(impl AsRef<Path>, impl AsRef<Path>)>) -> Result<Self, Error> {
         let ca_pem = std::fs::read(ca.as_ref()).map_err(|e| tls_err(format!("reading {}: {e}", ca.as_ref().display())))?;
         let client = match client {

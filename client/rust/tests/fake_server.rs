@@ -20,6 +20,7 @@ async fn client(f: &Fake) -> Client {
 
 #[tokio::test]
 async fn bad_arguments_fail_before_sending() {
+    let _w = common::watchdog("bad_arguments_fail_before_sending", common::TEST_BOUND);
     let f = Fake::start(Mode::default()).await;
     let c = client(&f).await;
     let long = vec![b'k'; 251];
@@ -44,6 +45,7 @@ async fn bad_arguments_fail_before_sending() {
 
 #[tokio::test]
 async fn two_connections_for_one_address() {
+    let _w = common::watchdog("two_connections_for_one_address", common::TEST_BOUND);
     let mut f = Fake::start(Mode::default()).await;
     let c = client(&f).await;
     let mut conns = std::collections::HashSet::new();
@@ -59,6 +61,7 @@ async fn two_connections_for_one_address() {
 
 #[tokio::test]
 async fn impostor_and_reject_are_auth_errors() {
+    let _w = common::watchdog("impostor_and_reject_are_auth_errors", common::TEST_BOUND);
     let f = Fake::start(Mode {
         token: Some(b"s3cret".to_vec()),
         impostor: true,
@@ -86,6 +89,7 @@ async fn impostor_and_reject_are_auth_errors() {
 
 #[tokio::test]
 async fn reject_overloaded_is_busy() {
+    let _w = common::watchdog("reject_overloaded_is_busy", common::TEST_BOUND);
     let f = Fake::start(Mode {
         reject: Some(Code::OVERLOADED),
         ..Mode::default()
@@ -105,6 +109,7 @@ async fn reject_overloaded_is_busy() {
 
 #[tokio::test]
 async fn connect_timeout_names_the_cause() {
+    let _w = common::watchdog("connect_timeout_names_the_cause", common::TEST_BOUND);
     // A port nobody listens on.
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap().to_string();
@@ -123,6 +128,7 @@ async fn connect_timeout_names_the_cause() {
 
 #[tokio::test]
 async fn grant_deadline_uses_queued_time() {
+    let _w = common::watchdog("grant_deadline_uses_queued_time", common::TEST_BOUND);
     let mut f = Fake::start(Mode::default()).await;
     let c = client(&f).await;
     let before = std::time::Instant::now();
@@ -146,6 +152,7 @@ async fn grant_deadline_uses_queued_time() {
 
 #[tokio::test]
 async fn busy_is_returned_at_once_and_not_retried() {
+    let _w = common::watchdog("busy_is_returned_at_once_and_not_retried", common::TEST_BOUND);
     let mut f = Fake::start(Mode::default()).await;
     let c = client(&f).await;
     let a = tokio::spawn({
@@ -161,6 +168,7 @@ async fn busy_is_returned_at_once_and_not_retried() {
 
 #[tokio::test]
 async fn server_errors_keep_their_code() {
+    let _w = common::watchdog("server_errors_keep_their_code", common::TEST_BOUND);
     let mut f = Fake::start(Mode::default()).await;
     let c = client(&f).await;
     let a = tokio::spawn({
@@ -177,6 +185,7 @@ async fn server_errors_keep_their_code() {
 
 #[tokio::test]
 async fn lost_connection_after_send_is_indeterminate_never_retried() {
+    let _w = common::watchdog("lost_connection_after_send_is_indeterminate_never_retried", common::TEST_BOUND);
     let mut f = Fake::start(Mode::default()).await;
     let c = client(&f).await;
     let a = tokio::spawn({
@@ -200,6 +209,7 @@ async fn lost_connection_after_send_is_indeterminate_never_retried() {
 
 #[tokio::test]
 async fn unknown_outcome_is_indeterminate() {
+    let _w = common::watchdog("unknown_outcome_is_indeterminate", common::TEST_BOUND);
     let mut f = Fake::start(Mode::default()).await;
     let c = client(&f).await;
     let a = tokio::spawn({
@@ -214,6 +224,7 @@ async fn unknown_outcome_is_indeterminate() {
 
 #[tokio::test]
 async fn duplicate_req_id_error_does_not_complete_the_request() {
+    let _w = common::watchdog("duplicate_req_id_error_does_not_complete_the_request", common::TEST_BOUND);
     let mut f = Fake::start(Mode::default()).await;
     let c = client(&f).await;
     let a = tokio::spawn({
@@ -232,6 +243,7 @@ async fn duplicate_req_id_error_does_not_complete_the_request() {
 
 #[tokio::test]
 async fn protocol_violation_drops_the_connection() {
+    let _w = common::watchdog("protocol_violation_drops_the_connection", common::TEST_BOUND);
     let mut f = Fake::start(Mode::default()).await;
     let c = client(&f).await;
     let a = tokio::spawn({
@@ -256,6 +268,7 @@ async fn protocol_violation_drops_the_connection() {
 
 #[tokio::test]
 async fn moved_is_followed_to_the_leader() {
+    let _w = common::watchdog("moved_is_followed_to_the_leader", common::TEST_BOUND);
     let mut leader = Fake::start(Mode::default()).await;
     let mut follower = Fake::start(Mode::default()).await;
     let c = client(&follower).await;
@@ -275,6 +288,7 @@ async fn moved_is_followed_to_the_leader() {
 
 #[tokio::test]
 async fn moved_loop_is_bounded() {
+    let _w = common::watchdog("moved_loop_is_bounded", common::TEST_BOUND);
     let mut f = Fake::start(Mode::default()).await;
     let c = client(&f).await;
     let a = tokio::spawn({
@@ -299,6 +313,7 @@ async fn moved_loop_is_bounded() {
 
 #[tokio::test]
 async fn dropping_a_queued_acquire_sends_cancel() {
+    let _w = common::watchdog("dropping_a_queued_acquire_sends_cancel", common::TEST_BOUND);
     let mut f = Fake::start(Mode::default()).await;
     let c = client(&f).await;
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
@@ -327,6 +342,7 @@ async fn dropping_a_queued_acquire_sends_cancel() {
 
 #[tokio::test]
 async fn grant_that_wins_the_cancel_race_is_compensated() {
+    let _w = common::watchdog("grant_that_wins_the_cancel_race_is_compensated", common::TEST_BOUND);
     let mut f = Fake::start(Mode::default()).await;
     let c = client(&f).await;
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
@@ -355,6 +371,7 @@ async fn grant_that_wins_the_cancel_race_is_compensated() {
 
 #[tokio::test]
 async fn dropped_lease_is_released_in_the_background() {
+    let _w = common::watchdog("dropped_lease_is_released_in_the_background", common::TEST_BOUND);
     let mut f = Fake::start(Mode::default()).await;
     let c = client(&f).await;
     let a = tokio::spawn({
@@ -374,6 +391,7 @@ async fn dropped_lease_is_released_in_the_background() {
 
 #[tokio::test]
 async fn release_is_retried_and_never_success_without_o() {
+    let _w = common::watchdog("release_is_retried_and_never_success_without_o", common::TEST_BOUND);
     let mut f = Fake::start(Mode::default()).await;
     let c = Client::connect(
         cfg(&f.addr)
@@ -425,6 +443,7 @@ async fn release_is_retried_and_never_success_without_o() {
 
 #[tokio::test]
 async fn pipelining_out_of_order_answers() {
+    let _w = common::watchdog("pipelining_out_of_order_answers", common::TEST_BOUND);
     let mut f = Fake::start(Mode::default()).await;
     let c = client(&f).await;
     let mut tasks = Vec::new();
@@ -451,6 +470,7 @@ async fn pipelining_out_of_order_answers() {
 
 #[tokio::test]
 async fn reconnects_after_loss_and_stays_usable() {
+    let _w = common::watchdog("reconnects_after_loss_and_stays_usable", common::TEST_BOUND);
     let mut f = Fake::start(Mode::default()).await;
     let c = client(&f).await;
     // Kill every connection once, then wait for both to be back.
@@ -481,6 +501,7 @@ async fn reconnects_after_loss_and_stays_usable() {
 
 #[tokio::test]
 async fn close_fails_pending_calls() {
+    let _w = common::watchdog("close_fails_pending_calls", common::TEST_BOUND);
     let mut f = Fake::start(Mode::default()).await;
     let c = client(&f).await;
     let a = tokio::spawn({
@@ -495,6 +516,7 @@ async fn close_fails_pending_calls() {
 
 #[tokio::test]
 async fn max_inflight_waits_for_a_slot_within_the_wait() {
+    let _w = common::watchdog("max_inflight_waits_for_a_slot_within_the_wait", common::TEST_BOUND);
     let mut f = Fake::start(Mode {
         max_inflight: Some(1),
         ..Mode::default()
@@ -535,6 +557,7 @@ async fn max_inflight_waits_for_a_slot_within_the_wait() {
 
 #[tokio::test]
 async fn lease_expiring_and_detach() {
+    let _w = common::watchdog("lease_expiring_and_detach", common::TEST_BOUND);
     let mut f = Fake::start(Mode::default()).await;
     let c = client(&f).await;
     let a = tokio::spawn({
@@ -552,5 +575,52 @@ async fn lease_expiring_and_detach() {
     // Detached: dropping it sends nothing.
     assert_eq!(l.detach(), 11);
     assert!(f.try_next(Duration::from_millis(150)).await.is_none());
+    c.close().await;
+}
+
+/// R2: an acquire written to a silent server (SIGSTOPped, or one that never
+/// answers) ends Indeterminate at its wait plus the answer allowance counted
+/// from its write, and is withdrawn with C.
+#[tokio::test]
+async fn silent_server_acquire_ends_indeterminate_and_is_withdrawn() {
+    let _w = common::watchdog("silent_server_acquire_ends_indeterminate_and_is_withdrawn", Duration::from_secs(60));
+    let mut f = Fake::start(Mode::default()).await;
+    let c = Client::connect(cfg(&f.addr).answer_allowance(Duration::from_millis(500)).build().unwrap())
+        .await
+        .unwrap();
+    let t = std::time::Instant::now();
+    let a = tokio::spawn({
+        let c = c.clone();
+        async move { c.acquire("silent", S, Duration::from_millis(300)).await }
+    });
+    let (r, _ctl) = f.next_req().await;
+    assert_eq!(r.op, b'A');
+    // Never answered.
+    let (cr, _) = f.next_req().await;
+    assert_eq!(cr.op, b'C', "withdrawn");
+    assert_eq!((cr.arg >> 32) as u32, r.req_id);
+    let e = tokio::time::timeout(Duration::from_secs(20), a)
+        .await
+        .expect("acquire still pending")
+        .unwrap();
+    assert_eq!(e.unwrap_err(), Error::Indeterminate);
+    assert!(
+        t.elapsed() >= Duration::from_millis(800),
+        "not before wait + allowance: {:?}",
+        t.elapsed()
+    );
+    // Try-once (wait 0) too: bounded by the allowance alone.
+    let a = tokio::spawn({
+        let c = c.clone();
+        async move { c.acquire("silent0", S, Duration::ZERO).await }
+    });
+    let (r, _ctl) = f.next_req().await;
+    assert_eq!(r.op, b'A');
+    let e = tokio::time::timeout(Duration::from_secs(20), a)
+        .await
+        .expect("try-once still pending")
+        .unwrap();
+    assert_eq!(e.unwrap_err(), Error::Indeterminate);
+    assert_eq!(ticketing::DEFAULT_ANSWER_ALLOWANCE, Duration::from_secs(3));
     c.close().await;
 }

@@ -19,6 +19,7 @@ async fn connect(s: &Server, token: Option<&str>) -> Result<Client, Error> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acquire_release_fencing_and_try_once() {
+    let _w = common::watchdog("acquire_release_fencing_and_try_once", common::TEST_BOUND);
     let s = Server::start(None, &[]).await;
     let c = connect(&s, None).await.unwrap();
     let l = c.acquire("it/a", Duration::from_secs(10), S).await.unwrap();
@@ -41,6 +42,7 @@ async fn acquire_release_fencing_and_try_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifo_handoff_and_expiry() {
+    let _w = common::watchdog("fifo_handoff_and_expiry", common::TEST_BOUND);
     let s = Server::start(None, &[]).await;
     let c = connect(&s, None).await.unwrap();
     let holder = c.acquire("it/fifo", Duration::from_millis(600), S).await.unwrap();
@@ -71,6 +73,7 @@ async fn fifo_handoff_and_expiry() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancelled_waiter_leaves_the_queue() {
+    let _w = common::watchdog("cancelled_waiter_leaves_the_queue", common::TEST_BOUND);
     let s = Server::start(None, &[]).await;
     let c = connect(&s, None).await.unwrap();
     let holder = c.acquire("it/cancel", Duration::from_secs(30), S).await.unwrap();
@@ -99,6 +102,7 @@ async fn cancelled_waiter_leaves_the_queue() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropped_lease_is_released_and_with_lock_releases() {
+    let _w = common::watchdog("dropped_lease_is_released_and_with_lock_releases", common::TEST_BOUND);
     let s = Server::start(None, &[]).await;
     let c = connect(&s, None).await.unwrap();
     drop(c.acquire("it/drop", Duration::from_secs(30), S).await.unwrap());
@@ -118,6 +122,7 @@ async fn dropped_lease_is_released_and_with_lock_releases() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hundred_in_flight() {
+    let _w = common::watchdog("hundred_in_flight", common::TEST_BOUND);
     let s = Server::start(None, &[]).await;
     let c = connect(&s, None).await.unwrap();
     let mut tasks = Vec::new();
@@ -138,6 +143,7 @@ async fn hundred_in_flight() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn token_auth() {
+    let _w = common::watchdog("token_auth", common::TEST_BOUND);
     let s = Server::start(Some("s3cret"), &[]).await;
     let c = connect(&s, Some("s3cret")).await.unwrap();
     c.try_acquire("it/auth", S).await.unwrap().unwrap().release().await.unwrap();
@@ -154,6 +160,7 @@ async fn token_auth() {
 
 #[test]
 fn blocking_client() {
+    let _w = common::watchdog("blocking_client", common::TEST_BOUND);
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let s = rt.block_on(Server::start(None, &[]));
     let c = ticketing::blocking::Client::connect(Config::builder().addr(&s.addr).build().unwrap()).unwrap();

@@ -100,6 +100,7 @@ fn p(d: &Path, n: &str) -> PathBuf {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_and_mutual_tls() {
+    let _w = common::watchdog("tls_and_mutual_tls", common::TEST_BOUND);
     let Some(td) = make_certs() else { return };
     let d = td.0.clone();
     let s = |n: &str| p(&d, n).to_string_lossy().into_owned();
@@ -114,9 +115,8 @@ async fn tls_and_mutual_tls() {
     };
     let none: Option<(&str, &str)> = None;
 
-    let c = Client::connect(cfg(TlsConfig::from_pem_files(s("ca.pem"), none).unwrap()))
-        .await
-        .unwrap();
+    // The CA-only constructor (issue 33 finding 1: from_pem_files(ca, None) did not compile).
+    let c = Client::connect(cfg(TlsConfig::from_ca_file(s("ca.pem")).unwrap())).await.unwrap();
     c.try_acquire("tls/a", Duration::from_secs(5))
         .await
         .unwrap()

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Union
 
 from . import _wire
-from .errors import ClosedIndeterminate, Indeterminate, InvalidArgument, NotHolder, TicketingError
+from .errors import ClientClosed, ClosedIndeterminate, Indeterminate, InvalidArgument, NotHolder, TicketingError
 
 Duration = Union[float, int, datetime.timedelta]
 """A duration: float (or int) seconds, or a datetime.timedelta."""
@@ -105,11 +105,20 @@ def split_addr(addr: str) -> tuple[str, int]:
     """'host:port' or '[v6]:port' → (host, port)."""
     if not isinstance(addr, str):
         raise InvalidArgument(f"address must be a str 'host:port', not {type(addr).__name__}")
+    if "://" in addr or "/" in addr:
+        raise InvalidArgument(
+            f"address {addr!r} is not host:port: give the server's address without a scheme or path, "
+            "e.g. '127.0.0.1:7470' (Ticketing speaks its own protocol, not HTTP)"
+        )
     host, sep, port = addr.rpartition(":")
     if not sep or not host or not port.isdigit():
         raise InvalidArgument(f"address {addr!r} is not host:port")
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
+    elif ":" in host:
+        raise InvalidArgument(f"address {addr!r} is not host:port (an IPv6 address goes in brackets: '[::1]:7470')")
+    if not host or any(ch.isspace() for ch in host):
+        raise InvalidArgument(f"address {addr!r}: bad host")
     p = int(port)
     if not 0 < p < 65536:
         raise InvalidArgument(f"address {addr!r}: bad port")
@@ -251,11 +260,16 @@ class ReleaseState:
         code: int,
         payload: bytes,
         follow: Callable[[str], None],
+        addr: str = "",
     ) -> tuple[bool, float, TicketingError | None]:
-        """(final, wait before the next try, error or None for O)."""
+        """(final, wait before the next try, error or None for O); errors
+        name the key and the server that answered (R15)."""
+        at = self.at(addr)
         if fail != FAIL_NONE:
             if closed:
-                return True, 0.0, ClosedIndeterminate("release not confirmed: the client closed")
+                if fail == FAIL_UNSENT and not self.maybe:  # nothing reached the server (R7)
+                    return True, 0.0, ClientClosed(f"{at}: the client was closed (nothing was sent)")
+                return True, 0.0, ClosedIndeterminate(f"{at}: not confirmed: the client closed")
             if fail == FAIL_UNSENT:
                 return False, 0.0, None
             self.maybe = True
@@ -269,10 +283,10 @@ class ReleaseState:
                     True,
                     0.0,
                     Indeterminate(
-                        "the token no longer holds the key; an earlier unconfirmed attempt may have released it"
+                        f"{at}: the token no longer holds the key; an earlier unconfirmed attempt may have released it"
                     ),
                 )
-            return True, 0.0, NotHolder("not the holder: the key is free or held under another token")
+            return True, 0.0, NotHolder(f"{at}: not the holder: the key is free or held under another token")
         if status == _wire.ST_MOVED:
             follow(payload.decode("ascii", "replace"))
             self.moves += 1
@@ -285,16 +299,40 @@ class ReleaseState:
             self.maybe = True
             self.retries += 1
             return False, redirect_delay(self.retries), None
-        return True, 0.0, server_error(code, payload)
+        return True, 0.0, server_error(code, payload, what=at)
+
+    def at(self, addr: str = "") -> str:
+        k = repr(self.key.decode("utf-8", "replace"))
+        return f"release {k} on {addr}" if addr else f"release {k}"
 
     def give_up(self, cause: BaseException | None = None) -> Indeterminate:
-        msg = f"release not confirmed within {RELEASE_WINDOW:g} s"
+        msg = f"{self.at()}: not confirmed within {RELEASE_WINDOW:g} s"
         if cause is not None:
             msg += f": {cause}"
         return Indeterminate(msg)
 
 
-def server_error(code: int, payload: bytes) -> InvalidArgument:
+def server_error(code: int, payload: bytes, what: str = "", limit: str = "") -> InvalidArgument:
+    """The server's E answer: what was asked, the server's message and,
+    for BAD_LEASE / BAD_WAIT, the value sent and the limit that refused it."""
     msg = payload.decode("utf-8", "replace")
     name = _wire.code_name(code)
-    return InvalidArgument(f"server error {name}: {msg}" if msg else f"server error {name}", code)
+    text = f"server error {name}: {msg}" if msg else f"server error {name}"
+    if limit:
+        text += f" ({limit})"
+    return InvalidArgument(f"{what}: {text}" if what else text, code)
+
+
+def limit_hint(code: int, lease_ms: int, wait_ms: int) -> str:
+    """Why the server refused a lease or a wait: the value and the limit."""
+    if code == _wire.CODE_BAD_LEASE:
+        return (
+            f"lease {lease_ms} ms is above the server's maximum lease "
+            "(ticketing serve --max-lease, default 1h; the lease must be 1 ms..max-lease)"
+        )
+    if code == _wire.CODE_BAD_WAIT:
+        return (
+            f"wait {wait_ms} ms is above the server's maximum wait "
+            "(ticketing serve --max-wait, default 15m; the wait must be 0..max-wait)"
+        )
+    return ""

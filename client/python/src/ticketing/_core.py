@@ -46,6 +46,7 @@ from ._common import (
     LeaseBase,
     ReleaseState,
     key_bytes,
+    limit_hint,
     redirect_delay,
     seconds,
     server_error,
@@ -483,12 +484,12 @@ class ClientCore(Generic[C]):
         as the Go client's errors do), else ConnectError."""
         err = self._last_err
         if isinstance(err, LockBusy):
-            return LockBusy(err.code, f"no connection to any server: {err}")
+            return LockBusy(err.code, f"no connection to {', '.join(self._addrs)}: {err}")
         if isinstance(err, (AuthError, TLSError)):
-            return type(err)(f"no connection to any server: {err}", err.code)
+            return type(err)(f"no connection to {', '.join(self._addrs)}: {err}", err.code)
         if err is not None:
-            return ConnectError(f"no connection to any server: {err}")
-        return ConnectError(f"no connection to any server within {self._connect_timeout:g} s")
+            return ConnectError(f"no connection to {', '.join(self._addrs)}: {err}")
+        return ConnectError(f"no connection to {', '.join(self._addrs)} within {self._connect_timeout:g} s")
 
     def _try_enqueue(self, c: Call) -> tuple[int, C | None, Any]:
         """Queue c without waiting: the known leader first, then round robin.
@@ -569,7 +570,18 @@ class ClientCore(Generic[C]):
 
     async def _acquire(self, kb: bytes, lease_ms: int, wait_ms: int, cancel: CancelToken | None) -> tuple[int, float]:
         """(token, local deadline) of a granted acquire; retried only when
-        its request was never written or answered M, within the wait."""
+        its request was never written or answered M, within the wait. Every
+        error names the key and the server (edge rule R15)."""
+        try:
+            return await self._acquire_loop(kb, lease_ms, wait_ms, cancel)
+        except TicketingError as e:
+            if e._where:
+                raise
+            raise where(e, f"acquire {show_key(kb)}") from e.__cause__
+
+    async def _acquire_loop(
+        self, kb: bytes, lease_ms: int, wait_ms: int, cancel: CancelToken | None
+    ) -> tuple[int, float]:
         start = time.monotonic()
         budget_end = start + wait_ms / 1000
         conn_give_up = max(start + self._connect_timeout, budget_end)
@@ -577,7 +589,7 @@ class ClientCore(Generic[C]):
         st: ReleaseState | None = None  # for its once-per-call "woken" flag
         while True:
             if cancel is not None and cancel.cancelled:
-                raise Cancelled("acquire cancelled")
+                raise Cancelled("cancelled")
             c = self._new_call(_wire.OP_ACQUIRE, kb, lease_ms, wait_ms)
             c.counts = wait_ms > 0
             try:
@@ -585,16 +597,19 @@ class ClientCore(Generic[C]):
             except NoSlot:
                 raise LockTimeout("not acquired: no free max_inflight slot within the wait") from None
             if not await self._wait_call(c, cancel):
-                raise Cancelled("acquire cancelled")
+                raise Cancelled("cancelled")
             if cancel is not None and cancel.cancelled:
                 if c.granted():
                     self._compensate(kb, c.value)
-                raise Cancelled("acquire cancelled")
+                raise Cancelled("cancelled")
+            at = f"acquire {show_key(kb)} on {c.conn.addr}"
             if c.fail != FAIL_NONE:
                 if c.fail == FAIL_LOST:
                     if isinstance(c.fail_err, ClientClosed):
-                        raise ClosedIndeterminate("client closed after the acquire was written (outcome unknown)")
-                    raise Indeterminate(f"connection lost after the acquire was written: {c.fail_err}")
+                        raise where(
+                            ClosedIndeterminate("client closed after the acquire was written (outcome unknown)"), at
+                        )
+                    raise where(Indeterminate(f"connection lost after the acquire was written: {c.fail_err}"), at)
                 if self._closed:
                     raise ClientClosed("client closed")
                 # never written: retry, on another connection if need be
@@ -603,13 +618,13 @@ class ClientCore(Generic[C]):
                 if s == _wire.ST_GRANTED:
                     return c.value, c.sent + c.queued * _wire.QUEUED_UNIT + lease_ms / 1000
                 if s == _wire.ST_TIMEOUT:
-                    raise LockTimeout("timed out, not acquired")
+                    raise where(LockTimeout("timed out, not acquired"), at)
                 if s == _wire.ST_BUSY:
-                    raise LockBusy(c.code)
+                    raise where(LockBusy(c.code), at)
                 if s == _wire.ST_UNKNOWN:
-                    raise Indeterminate("the cluster could not confirm the commit (U)", c.code or None)
+                    raise where(Indeterminate("the cluster could not confirm the commit (U)", c.code or None), at)
                 if s == _wire.ST_ERROR:
-                    raise server_error(c.code, c.payload)
+                    raise where(server_error(c.code, c.payload, limit=limit_hint(c.code, lease_ms, c.a2)), at)
                 # M: not the leader, not executed
                 addr = c.payload.decode("ascii", "replace")
                 self._follow(addr)
@@ -618,7 +633,7 @@ class ClientCore(Generic[C]):
                     rounds += 1
                     d = redirect_delay(rounds)
                     if wait_ms == 0 or budget_end - time.monotonic() <= d:
-                        raise NoLeader(f"{moves} consecutive redirects (last to {addr!r})")
+                        raise where(NoLeader(f"{moves} consecutive redirects (last to {addr!r})"), at)
                     st = st or ReleaseState(kb, 0)
                     await self._sleep_redirect(d, self._leader, st)
                     if self._closed:
@@ -641,7 +656,9 @@ class ClientCore(Generic[C]):
             try:
                 await self._send(c, s.deadline, s.deadline, None)
             except ClientClosed:
-                raise ClosedIndeterminate("release not confirmed: the client closed") from None
+                if not s.maybe:  # nothing of this release reached the server (R7)
+                    raise ClientClosed(f"{s.at()}: the client was closed (nothing was sent)") from None
+                raise ClosedIndeterminate(f"{s.at()}: not confirmed: the client closed") from None
             except (ConnectError, AuthError, TLSError, LockBusy, NoSlot) as e:
                 raise s.give_up(e) from None
             except BaseException:  # interrupted or cancelled: it goes on in the background
@@ -651,7 +668,7 @@ class ClientCore(Generic[C]):
                 raise s.give_up(cause)
             if c.fail != FAIL_NONE:
                 cause = c.fail_err
-            final, wait, err = s.outcome(c.fail, self._closed, c.status, c.code, c.payload, self._follow)
+            final, wait, err = s.outcome(c.fail, self._closed, c.status, c.code, c.payload, self._follow, c.conn.addr)
             if final:
                 if err is not None:
                     raise err
@@ -702,6 +719,19 @@ class ClientCore(Generic[C]):
                     raise NoLeader(f"{moves} consecutive redirects")
                 continue
             raise server_error(c.code, c.payload)
+
+
+def show_key(kb: bytes) -> str:
+    return repr(kb.decode("utf-8", "replace"))
+
+
+def where(e: TicketingError, at: str) -> TicketingError:
+    """e with the operation, key and server in front of its message (R15);
+    the same class and code."""
+    msg = f"{at}: {e}"
+    n = LockBusy(e.code, msg) if isinstance(e, LockBusy) else type(e)(msg, e.code)
+    n._where = True
+    return n
 
 
 def admin_body(cmd: str, args: dict[str, object]) -> tuple[bytes, bool]:

@@ -245,8 +245,9 @@ class AsyncLease(LeaseBase):
         super().__init__(key, token, deadline, lease_ms)
         self._client = client
 
-    async def release(self) -> None:
-        await self._client.release(self)
+    async def release(self) -> bool:
+        """True once the server answered O; False when already released."""
+        return await self._client.release(self)
 
     async def __aenter__(self) -> AsyncLease:
         return self
@@ -270,6 +271,11 @@ class _AsyncLock:
         self._lease: AsyncLease | None = None
 
     async def __aenter__(self) -> AsyncLease:
+        if self._lease is not None:
+            raise RuntimeError(
+                "this client.lock(...) object is held by an async with block that has not exited: "
+                "call client.lock() again for a nested or concurrent scope"
+            )
         key, lease, wait = self._args
         self._lease = await self._client.acquire(key, lease=lease, wait=wait)
         return self._lease
@@ -534,7 +540,7 @@ class AsyncClient(_core.ClientCore[_AConn]):
         return _AsyncLock(self, (key, lease, wait))
 
     async def _release_at_exit(self, lease: AsyncLease, et: type[BaseException] | None) -> None:
-        task = self._loop.create_task(self.release(lease))
+        task: asyncio.Task[bool] = self._loop.create_task(self.release(lease))
         try:
             await asyncio.shield(task)
         except asyncio.CancelledError:
@@ -547,15 +553,19 @@ class AsyncClient(_core.ClientCore[_AConn]):
                 raise
             log.warning("ticketing: release after a failing block: %s", e)
 
-    async def release(self, lease: LeaseBase | Key, token: int | None = None) -> None:
+    async def release(self, lease: LeaseBase | Key, token: int | None = None) -> bool:
         """Release a lock (see Client.release): ``await release(lease)`` or
-        ``await release(key, token)``. When the awaiting task is cancelled,
-        the release goes on in the background (for at most 5 s)."""
+        ``await release(key, token)``; False for a lease already released.
+        When the awaiting task is cancelled, the release goes on in the
+        background (for at most 5 s)."""
         kb, tok, lease_obj = _core.release_args(lease, token)
+        if lease_obj is not None and lease_obj._released:
+            return False
         self._ensure_started()
         await self._release(ReleaseState(kb, tok))
         if lease_obj is not None:
             lease_obj._released = True
+        return True
 
     async def ping(self) -> tuple[int, float]:
         """(server wall clock in µs since the epoch, round-trip seconds)."""

@@ -27,8 +27,7 @@ import ssl
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -301,11 +300,12 @@ class Lease(LeaseBase):
         super().__init__(key, token, deadline, lease_ms)
         self._client = client
 
-    def release(self) -> None:
-        """Release the lock; returns only when the server answered O. Raises
-        NotHolder (the lease had ended) or Indeterminate (not confirmed within
-        5 s; the lease ends it). Releasing again is allowed and retries."""
-        self._client.release(self)
+    def release(self) -> bool:
+        """Release the lock: True once the server answered O, False (and
+        nothing sent) when this lease was already released. Raises NotHolder
+        (the lease had ended) or Indeterminate (not confirmed within 5 s; the
+        lease ends it)."""
+        return self._client.release(self)
 
     def __enter__(self) -> Lease:
         return self
@@ -314,7 +314,7 @@ class Lease(LeaseBase):
         _release_on_exit(self.release, et)
 
 
-def _release_on_exit(release: Callable[[], None], et: type[BaseException] | None) -> None:
+def _release_on_exit(release: Callable[[], object], et: type[BaseException] | None) -> None:
     if et is None:
         release()
         return
@@ -656,37 +656,31 @@ class Client(_core.ClientCore[_Conn]):
         except LockTimeout:
             return None
 
-    @contextmanager
-    def lock(
-        self, key: Key, *, lease: Duration, wait: Duration = 0, cancel: CancelToken | None = None
-    ) -> Iterator[Lease]:
+    def lock(self, key: Key, *, lease: Duration, wait: Duration = 0, cancel: CancelToken | None = None) -> _Lock:
         """``with client.lock(key, lease=30, wait=10) as lease:`` acquires,
         runs the block and releases on normal and exceptional exit. A release
         failure after a normal exit raises (NotHolder: the lease had ended
         during the block); after a failing block it is logged and the block's
-        exception propagates."""
-        lease_obj = self.acquire(key, lease=lease, wait=wait, cancel=cancel)
-        try:
-            yield lease_obj
-        except BaseException:
-            try:
-                self.release(lease_obj)
-            except TicketingError as e:
-                log.warning("ticketing: release after a failing block: %s", e)
-            raise
-        self.release(lease_obj)
+        exception propagates. The object may be used for one ``with`` after
+        another (each acquires anew), not for two at once."""
+        return _Lock(self, key, lease, wait, cancel)
 
-    def release(self, lease: LeaseBase | Key, token: int | None = None) -> None:
+    def release(self, lease: LeaseBase | Key, token: int | None = None) -> bool:
         """Release a lock: ``release(lease)`` or ``release(key, token)`` (from
-        any process that knows the token). Returns only when the server
-        answered O. Raises NotHolder (the key is free or held under another
-        token), Indeterminate (no confirmation within 5 s, or the client
-        closed: the lease ends it), InvalidArgument, ClientClosed."""
+        any process that knows the token). Returns True only when the server
+        answered O; False, sending nothing, for a Lease already released
+        (edge rule R6: releasing a lease object twice is a no-op). Raises
+        NotHolder (the key is free or held under another token),
+        Indeterminate (no confirmation within 5 s: the lease ends it),
+        InvalidArgument, ClientClosed (nothing was sent)."""
         kb, tok, lease_obj = _core.release_args(lease, token)
+        if lease_obj is not None and lease_obj._released:
+            return False
         self._check()
         run_sync(self._release(ReleaseState(kb, tok)))
         if lease_obj is not None:
             lease_obj._released = True
+        return True
 
     def ping(self) -> tuple[int, float]:
         """Round trip to a server: (its wall clock in µs since the epoch,
@@ -700,6 +694,33 @@ class Client(_core.ClientCore[_Conn]):
         body, read_only = _core.admin_body(cmd, args)
         self._check()
         return run_sync(self._admin(body, read_only))
+
+
+class _Lock:
+    """The scope of Client.lock: each ``with`` acquires, exit releases."""
+
+    __slots__ = ("_args", "_cancel", "_client", "_lease")
+
+    def __init__(self, client: Client, key: Key, lease: Duration, wait: Duration, cancel: CancelToken | None) -> None:
+        self._client = client
+        self._args = (key, lease, wait)
+        self._cancel = cancel
+        self._lease: Lease | None = None
+
+    def __enter__(self) -> Lease:
+        if self._lease is not None:
+            raise RuntimeError(
+                "this client.lock(...) object is held by a with block that has not exited: "
+                "call client.lock() again for a nested or concurrent scope"
+            )
+        key, lease, wait = self._args
+        self._lease = self._client.acquire(key, lease=lease, wait=wait, cancel=self._cancel)
+        return self._lease
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
+        lease, self._lease = self._lease, None
+        if lease is not None:
+            _release_on_exit(lease.release, et)
 
 
 class _Job:
@@ -801,7 +822,9 @@ class _Releaser:
                 cj.call = None
                 if cj.done:
                     continue
-                final, wait, err = cj.st.outcome(c.fail, cl._closed, c.status, c.code, c.payload, cl._follow)
+                final, wait, err = cj.st.outcome(
+                    c.fail, cl._closed, c.status, c.code, c.payload, cl._follow, c.conn.addr
+                )
                 if final:
                     self._finish(cj, err)
                 else:

@@ -12,6 +12,7 @@ class TicketingError(Exception):
     one, else None."""
 
     code: int | None
+    _where = False  # the message already names the operation, key and server
 
     def __init__(self, message: str, code: int | None = None) -> None:
         super().__init__(message)
@@ -22,9 +23,10 @@ class TicketingError(Exception):
         return None if self.code is None else _wire.code_name(self.code)
 
 
-class LockTimeout(TicketingError):
+class LockTimeout(TicketingError, TimeoutError):
     """The acquire was not granted within its wait (the server answered T,
-    or wait 0 found the key held). The lock was not acquired."""
+    or wait 0 found the key held). The lock was not acquired. Also the
+    builtin TimeoutError."""
 
 
 class LockBusy(TicketingError):
@@ -60,9 +62,9 @@ class TLSError(TicketingError):
     """The TLS handshake or the certificate verification failed."""
 
 
-class ConnectError(TicketingError):
+class ConnectError(TicketingError, ConnectionError):
     """No connection to any server within the connect budget. Nothing was
-    sent; the operation did not happen."""
+    sent; the operation did not happen. Also the builtin ConnectionError."""
 
 
 class NoLeader(ConnectError):

@@ -139,7 +139,10 @@ module Ticketing
     # normally or by an exception (the release runs even if the thread is
     # being interrupted). Returns the block's value. Raises what acquire
     # raises; a failed release raises only when the block itself succeeded.
-    def lock(key, lease:, wait: 0)
+    # Without a block it is acquire: it returns the Lease (release it yourself).
+    def lock(key, lease:, wait: 0, &block)
+      return acquire(key, lease: lease, wait: wait) unless block
+
       l = acquire(key, lease: lease, wait: wait)
       ok = false
       begin
@@ -152,6 +155,32 @@ module Ticketing
         rescue Error
           raise if ok
         end
+      end
+    end
+
+    # One round trip to a server: [its wall clock in microseconds since the
+    # epoch, the round-trip time in seconds]. Raises ConnectionError when no
+    # connection comes within connect_timeout, ClosedError.
+    def ping
+      check_fork
+      raise ClosedError, "client closed" if @closed
+
+      give_up = Ticketing.now + @connect_timeout
+      loop do
+        call = Call.new(Wire::OP_PING, "".b)
+        t0 = Ticketing.now
+        send_call(call, give_up, give_up)
+        call.wait_done
+        if call.fail
+          raise ClosedError, "client closed" if @closed
+          raise ConnectionError, "ping: #{call.fail_err.message}" if Ticketing.now > give_up
+
+          next
+        end
+        r = call.response
+        return [r.value, Ticketing.now - t0] if r.status == Wire::STATUS_PONG
+
+        raise server_error(r, "ping")
       end
     end
 
@@ -338,7 +367,13 @@ module Ticketing
     # Interprets one release attempt: [final, wait, error].
     def release_outcome(st, call)
       if call.fail
-        return [true, 0, Indeterminate.new("release #{st.key.inspect}: client closed")] if @closed
+        if @closed
+          if call.fail == :unsent && !st.maybe
+            return [true, 0, ClosedError.new("release #{st.key.inspect}: the client was closed (nothing was sent)")]
+          end
+
+          return [true, 0, Indeterminate.new("release #{st.key.inspect}: not confirmed: the client closed")]
+        end
         return [false, 0, nil] if call.fail == :unsent
 
         st.maybe = true
@@ -464,7 +499,7 @@ module Ticketing
 
     def release_token(key, token)
       check_fork
-      raise Indeterminate, "release #{key.inspect}: client closed" if @closed
+      raise ClosedError, "release #{key.inspect}: the client was closed (nothing was sent)" if @closed
 
       st = RelState.new(key, token, Ticketing.now + RELEASE_WINDOW, false, 0, 0, false)
       cause = nil
@@ -485,7 +520,9 @@ module Ticketing
         sleep_redirect([wait, st.deadline - Ticketing.now - 0.01].min, current_leader, woken)
       end
     rescue ClosedError
-      raise Indeterminate, "release #{key.inspect}: client closed"
+      raise ClosedError, "release #{key.inspect}: the client was closed (nothing was sent)" unless st&.maybe
+
+      raise Indeterminate, "release #{key.inspect}: not confirmed: the client closed"
     end
 
     def give_up_msg(st, cause)
@@ -610,7 +647,9 @@ module Ticketing
     def build_tls(tls)
       return [nil, nil] if tls.nil? || tls == false
       return [tls, nil] if tls.is_a?(OpenSSL::SSL::SSLContext)
-      raise InvalidArgument, "tls must be nil, a Hash or an OpenSSL::SSL::SSLContext" unless tls.is_a?(Hash)
+
+      tls = {} if tls == true # the system's CAs, verified (as Python's and JS's tls: true)
+      raise InvalidArgument, "tls must be nil, true, a Hash or an OpenSSL::SSL::SSLContext" unless tls.is_a?(Hash)
 
       opts = tls.transform_keys(&:to_sym)
       ctx = OpenSSL::SSL::SSLContext.new
@@ -619,7 +658,14 @@ module Ticketing
         ctx.verify_mode = OpenSSL::SSL::VERIFY_PEER
         store = OpenSSL::X509::Store.new
         if opts[:ca_file]
-          store.add_file(opts[:ca_file].to_s)
+          ca = opts[:ca_file].to_s
+          raise InvalidArgument, "tls: ca_file #{ca.inspect}: no such readable file" unless File.file?(ca) && File.readable?(ca)
+
+          begin
+            store.add_file(ca)
+          rescue OpenSSL::X509::StoreError => e
+            raise InvalidArgument, "tls: ca_file #{ca.inspect}: not a PEM certificate file (#{e.message})"
+          end
         else
           store.set_default_paths
         end
@@ -628,12 +674,18 @@ module Ticketing
         ctx.verify_mode = OpenSSL::SSL::VERIFY_NONE
       end
       if opts[:cert_file]
-        ctx.cert = OpenSSL::X509::Certificate.new(File.read(opts[:cert_file].to_s))
-        ctx.key = OpenSSL::PKey.read(File.read(opts.fetch(:key_file).to_s))
+        ctx.cert = OpenSSL::X509::Certificate.new(read_tls_file(opts[:cert_file], "cert_file"))
+        ctx.key = OpenSSL::PKey.read(read_tls_file(opts.fetch(:key_file), "key_file"))
       end
       [ctx, opts[:server_name]&.to_s]
     rescue OpenSSL::OpenSSLError, SystemCallError, KeyError => e
       raise InvalidArgument, "tls: #{e.message}"
+    end
+
+    def read_tls_file(path, what)
+      File.read(path.to_s)
+    rescue SystemCallError => e
+      raise InvalidArgument, "tls: #{what} #{path.to_s.inspect}: #{e.message.sub(/ @ \w+ - .*/, '')}"
     end
 
     def step(base, cap, n)

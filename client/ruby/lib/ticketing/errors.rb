@@ -41,6 +41,11 @@ module Ticketing
       @code_number = code_number
       super(msg)
     end
+
+    # :AUTH_FAILED or :BAD_HANDSHAKE, or nil when the server failed its proof.
+    def code
+      @code_number && Wire.code_name(@code_number)
+    end
   end
 
   # TLS handshake or certificate verification failed.

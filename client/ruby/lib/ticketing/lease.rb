@@ -42,11 +42,12 @@ module Ticketing
       @mu.synchronize { @released }
     end
 
-    # Releases the lock; true when the server answered O. Idempotent: a lease
-    # already released returns true without a request. Raises NotHolder or
+    # Releases the lock: true when the server answered O; false, sending
+    # nothing, when this lease was already released (edge rule R6: a second
+    # release of a lease object is a no-op). Raises NotHolder or
     # Indeterminate as Client#release does; the handle stays unreleased then.
     def release
-      return true if released?
+      return false if released?
 
       @client.release_checked(@key, @token)
       @mu.synchronize { @released = true }

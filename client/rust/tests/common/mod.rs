@@ -282,3 +282,30 @@ fn rand_suffix() -> u64 {
     use std::time::{SystemTime, UNIX_EPOCH};
     SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos() as u64
 }
+
+/// Bounds a test (a hanging test is a failing test, issue 31's runner gap):
+/// when the guard is not dropped within `d`, the whole test binary exits 101
+/// naming the test. Every test takes one: `let _w = common::watchdog("name", 60s)`.
+/// The default bound of one test.
+pub const TEST_BOUND: Duration = Duration::from_secs(90);
+
+pub struct Watchdog(Option<std::sync::mpsc::Sender<()>>);
+
+pub fn watchdog(name: &'static str, d: Duration) -> Watchdog {
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    std::thread::spawn(move || {
+        if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(d) {
+            eprintln!("test {name} still running after {d:?}: failing the run");
+            std::process::exit(101);
+        }
+    });
+    Watchdog(Some(tx))
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        if let Some(tx) = self.0.take() {
+            let _ = tx.send(());
+        }
+    }
+}

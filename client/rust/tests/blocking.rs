@@ -1,0 +1,159 @@
+//! The blocking client at the edges: fork (R9) and scope exit (R10), against
+//! the real `ticketing serve` ($TICKETING_BIN).
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{watchdog, Server};
+use ticketing::blocking::Client;
+use ticketing::{Config, Error};
+
+const S: Duration = Duration::from_secs(1);
+const BOUND: Duration = Duration::from_secs(60);
+
+/// A server on a runtime of its own (its log is drained there).
+fn server() -> (tokio::runtime::Runtime, Server) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let s = rt.block_on(Server::start(None, &[]));
+    (rt, s)
+}
+
+fn connect(s: &Server) -> Client {
+    Client::connect(
+        Config::builder()
+            .addr(&s.addr)
+            .connect_timeout(Duration::from_secs(3))
+            .build()
+            .unwrap(),
+    )
+    .unwrap()
+}
+
+/// Waits for `pid` to exit within `d`; kills it (and fails) otherwise.
+fn reap(pid: libc::pid_t, d: Duration) -> i32 {
+    let end = Instant::now() + d;
+    loop {
+        let mut status = 0;
+        // SAFETY: waitpid on our own child.
+        let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+        if r == pid {
+            assert!(libc::WIFEXITED(status), "child died by a signal: {status}");
+            return libc::WEXITSTATUS(status);
+        }
+        if Instant::now() >= end {
+            // SAFETY: our own child.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                libc::waitpid(pid, &mut status, 0);
+            }
+            panic!("forked child still running after {d:?}: the blocking client hangs after fork (R9)");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// R9: in a forked child the parent's blocking client fails with Closed at
+/// once (acquire, release, a lease's release and drop), never touches the
+/// parent's lock, and never hangs.
+#[test]
+fn forked_child_gets_closed_and_never_hangs() {
+    let _w = watchdog("forked_child_gets_closed_and_never_hangs", BOUND);
+    let (_rt, s) = server();
+    let c = connect(&s);
+    let held = c.acquire("fork/held", Duration::from_secs(30), S).unwrap();
+    let dropped = c.acquire("fork/dropped", Duration::from_secs(30), S).unwrap();
+    // SAFETY: the child only calls the client (which checks its pid first) and _exit.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork failed");
+    if pid == 0 {
+        let mut code = 0;
+        if c.acquire("fork/child", Duration::from_secs(30), S).err() != Some(Error::Closed) {
+            code |= 1;
+        }
+        if c.release("fork/held", held.token()).err() != Some(Error::Closed) {
+            code |= 2;
+        }
+        if c.try_acquire("fork/child", S).err() != Some(Error::Closed) {
+            code |= 4;
+        }
+        drop(dropped); // must neither release the parent's lock nor hang
+                       // SAFETY: leave without running the parent's destructors.
+        unsafe { libc::_exit(code) };
+    }
+    assert_eq!(reap(pid, Duration::from_secs(20)), 0, "the child's calls were not all Closed");
+    // The parent's locks are untouched by the child.
+    held.release().expect("the parent still holds fork/held");
+    let dropped_token = dropped.token();
+    c.release("fork/dropped", dropped_token)
+        .expect("the child's drop did not release the parent's lock");
+    std::mem::forget(dropped); // released above
+    c.close();
+}
+
+/// R10: a blocking guard that goes out of scope releases the lock before
+/// the scope is left: the key is free the moment the drop returns, also when
+/// the drop is the last thing a program does (checked across processes).
+#[test]
+fn guard_dropped_at_the_end_of_main_releases() {
+    let _w = watchdog("guard_dropped_at_the_end_of_main_releases", BOUND);
+    if let Ok(addr) = std::env::var("TK_RUST_R10_CHILD") {
+        // The child "program": take the lock, let the guard drop at the end.
+        let c = Client::connect(Config::builder().addr(addr).build().unwrap()).unwrap();
+        let guard = c.acquire("r10/exit", Duration::from_secs(30), S).unwrap();
+        // The end of main: locals drop in reverse order, then the process exits.
+        drop(guard);
+        drop(c);
+        std::process::exit(0);
+    }
+    let (_rt, s) = server();
+    let st = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "guard_dropped_at_the_end_of_main_releases", "--test-threads=1", "-q"])
+        .env("TK_RUST_R10_CHILD", &s.addr)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(st.success(), "child run failed: {st}");
+    let c = connect(&s);
+    let l = c.try_acquire("r10/exit", S).unwrap();
+    assert!(l.is_some(), "the guard dropped at the end of the child's main kept the lock");
+    // In one process too: free as soon as drop returns.
+    let g = c.acquire("r10/scope", Duration::from_secs(30), S).unwrap();
+    drop(g);
+    let other = connect(&s);
+    assert!(other.try_acquire("r10/scope", S).unwrap().is_some(), "free when drop returned");
+    drop(l);
+    c.close();
+}
+
+/// detach keeps the lock past the guard; expiring fires before the deadline
+/// and is disconnected when the lease is released first.
+#[test]
+fn lease_detach_and_expiring() {
+    let _w = watchdog("lease_detach_and_expiring", BOUND);
+    let (_rt, s) = server();
+    let c = connect(&s);
+    let l = c.acquire("blk/detach", Duration::from_secs(30), S).unwrap();
+    let t = l.detach();
+    assert!(c.try_acquire("blk/detach", S).unwrap().is_none(), "detached: still held");
+    c.release("blk/detach", t).unwrap();
+
+    let l = c.acquire("blk/expiring", Duration::from_millis(600), S).unwrap();
+    let ending = l.expiring(Duration::from_millis(200));
+    ending.recv_timeout(Duration::from_secs(10)).expect("fires at deadline - margin");
+    assert!(l.remaining() <= Duration::from_millis(400) + Duration::from_millis(5));
+    let _ = l.release();
+
+    let l = c.acquire("blk/expiring2", Duration::from_secs(30), S).unwrap();
+    let ending = l.expiring(Duration::from_secs(1));
+    l.release().unwrap();
+    assert_eq!(
+        ending.recv_timeout(Duration::from_secs(10)),
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected)
+    );
+    c.close();
+}
