@@ -508,6 +508,10 @@ func (c *conn) handleSet(now int64, req *wire.Request) {
 		return
 	}
 	if c.leaseWaitChecks(req) {
+		if g := c.s.grace; g != nil && g.refuse(now, req.LeaseMS()) {
+			c.busy(req.ReqID, wire.CodeRecovering) // restart grace (grace.go)
+			return
+		}
 		c.s.lock.acquireSet(c, now, req, &c.ks)
 	}
 }
