@@ -865,3 +865,39 @@ func TestDeployRerunKeepsNodeCount(t *testing.T) {
 		t.Fatalf("re-run with 3 nodes: exit %d: %s", code, errOut)
 	}
 }
+
+// --tls-key-type picks the key type of every generated certificate (issue
+// #28 item 7: the C# client on Mono cannot use ECDSA); ecdsa is the
+// default, and a node added later gets the deployment's type.
+func TestDeployTLSKeyType(t *testing.T) {
+	clearEnv(t)
+	for _, tc := range []struct {
+		args []string
+		want x509.PublicKeyAlgorithm
+	}{{nil, x509.ECDSA}, {[]string{"--tls-key-type", "rsa"}, x509.RSA}, {[]string{"--tls-key-type", "ecdsa"}, x509.ECDSA}} {
+		dir := t.TempDir()
+		args := append([]string{"deploy", "--nodes", "10.0.0.1,10.0.0.2,10.0.0.3", "--out", dir, "--tls-dir", "/etc/ticketing/tls"}, tc.args...)
+		if code, _, errOut := depRun(t, args...); code != 0 {
+			t.Fatalf("%v: exit %d: %s", tc.args, code, errOut)
+		}
+		if code, _, errOut := depRun(t, "deploy", "--out", dir, "--add", "10.0.0.4"); code != 0 {
+			t.Fatalf("%v --add: exit %d: %s", tc.args, code, errOut)
+		}
+		for _, name := range []string{"ca", "n1", "n4", "client"} {
+			kp, err := tls.LoadX509KeyPair(filepath.Join(dir, "tls", name+".crt"), filepath.Join(dir, "tls", name+".key"))
+			if err != nil {
+				t.Fatalf("%v: %s: %v", tc.args, name, err)
+			}
+			c, err := x509.ParseCertificate(kp.Certificate[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.PublicKeyAlgorithm != tc.want {
+				t.Errorf("%v: %s.crt has a %v key, want %v", tc.args, name, c.PublicKeyAlgorithm, tc.want)
+			}
+		}
+	}
+	if code, _, errOut := depRun(t, "deploy", "--nodes", "a,b,c", "--tls-key-type", "dsa"); code != ExitUsage || !strings.Contains(errOut, "ecdsa or rsa") {
+		t.Fatalf("--tls-key-type dsa: exit %d %q", code, errOut)
+	}
+}

@@ -25,6 +25,7 @@ type Options struct {
 	Hosts       []string
 	Format      string
 	TLSDir      string
+	TLSKeyType  string // ecdsa (default) or rsa
 	Out         string
 	ShowSecrets bool
 	Force       bool
@@ -74,6 +75,11 @@ func (o *Options) validate() error {
 		if p.v < 1 || p.v > 65535-10 {
 			return usageError("%s %d: want 1..65525", p.name, p.v)
 		}
+	}
+	switch o.TLSKeyType {
+	case "", KeyECDSA, KeyRSA:
+	default:
+		return usageError("--tls-key-type %q: want ecdsa or rsa", o.TLSKeyType)
 	}
 	if o.InMemory && o.DataDir != "" {
 		return usageError("--in-memory and --data-dir: give one")

@@ -51,14 +51,17 @@ type Node struct {
 // Spec is everything the generated files derive from, except secrets.
 // It is written to OUT/deploy.json so that --add can extend the plan.
 type Spec struct {
-	Format   string `json:"format"`
-	Nodes    []Node `json:"nodes"`
-	TLSDir   string `json:"tls_dir,omitempty"`
-	DataDir  string `json:"data_dir,omitempty"` // base: a node's is DataDir/ID ("" with InMemory)
-	InMemory bool   `json:"in_memory,omitempty"`
-	Image    string `json:"image,omitempty"`
-	Binary   string `json:"binary,omitempty"`
-	By       string `json:"generated_by,omitempty"`
+	Format string `json:"format"`
+	Nodes  []Node `json:"nodes"`
+	TLSDir string `json:"tls_dir,omitempty"`
+	// TLSKeyType is the key type of the generated certificates: ecdsa
+	// ("" in a deploy.json written before it) or rsa.
+	TLSKeyType string `json:"tls_key_type,omitempty"`
+	DataDir    string `json:"data_dir,omitempty"` // base: a node's is DataDir/ID ("" with InMemory)
+	InMemory   bool   `json:"in_memory,omitempty"`
+	Image      string `json:"image,omitempty"`
+	Binary     string `json:"binary,omitempty"`
+	By         string `json:"generated_by,omitempty"`
 }
 
 // deployFile is one file of the plan.
@@ -353,7 +356,7 @@ func buildSpec(o *Options) (*Spec, error) {
 	if o.Remove != "" {
 		return removeFromSpec(o, by)
 	}
-	spec := &Spec{Format: o.Format, TLSDir: o.TLSDir, InMemory: o.InMemory, Image: o.Image, Binary: o.Binary, By: by}
+	spec := &Spec{Format: o.Format, TLSDir: o.TLSDir, TLSKeyType: o.TLSKeyType, InMemory: o.InMemory, Image: o.Image, Binary: o.Binary, By: by}
 	if !o.InMemory {
 		spec.DataDir = o.DataDir
 		if spec.DataDir == "" {

@@ -4,6 +4,7 @@ import (
 	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
+	"crypto/rsa"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
@@ -34,7 +35,28 @@ type pemPair struct {
 	key  crypto.Signer
 }
 
-func newKey() (*ecdsa.PrivateKey, error) { return ecdsa.GenerateKey(elliptic.P256(), Rand) }
+// Key types of --tls-key-type (issue #28 item 7: Mono's TLS, used by the C#
+// client there, cannot use ECDSA certificates).
+const (
+	KeyECDSA = "ecdsa" // P-256, the default
+	KeyRSA   = "rsa"   // 2048 bits
+)
+
+func newKey(typ string) (crypto.Signer, error) {
+	if typ == KeyRSA {
+		return rsa.GenerateKey(Rand, 2048)
+	}
+	return ecdsa.GenerateKey(elliptic.P256(), Rand)
+}
+
+// leafUsage is a leaf certificate's key usage: RSA keys may also encipher
+// (TLS 1.2 RSA key exchange, which some stacks still pick).
+func leafUsage(k crypto.Signer) x509.KeyUsage {
+	if _, ok := k.(*rsa.PrivateKey); ok {
+		return x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment
+	}
+	return x509.KeyUsageDigitalSignature
+}
 
 // serial is a random 127-bit certificate serial number.
 func serial() (*big.Int, error) {
@@ -100,7 +122,7 @@ func ensureTLS(dir string, spec *Spec) ([]string, error) {
 		note("ca.crt", "0644", "kept")
 		note("ca.key", "0600", "kept")
 	} else {
-		k, err := newKey()
+		k, err := newKey(spec.TLSKeyType)
 		if err != nil {
 			return nil, err
 		}
@@ -119,7 +141,7 @@ func ensureTLS(dir string, spec *Spec) ([]string, error) {
 			IsCA:                  true,
 			MaxPathLenZero:        true,
 		}
-		der, err := x509.CreateCertificate(Rand, tmpl, tmpl, &k.PublicKey, k)
+		der, err := x509.CreateCertificate(Rand, tmpl, tmpl, k.Public(), k)
 		if err != nil {
 			return nil, err
 		}
@@ -144,7 +166,7 @@ func ensureTLS(dir string, spec *Spec) ([]string, error) {
 			}
 			return usageError("deploy: %s and %s: not a pair signed by %s; not replacing them (delete both to have them issued again)", crt, key, filepath.Join(dir, "ca.crt"))
 		}
-		k, err := newKey()
+		k, err := newKey(spec.TLSKeyType)
 		if err != nil {
 			return err
 		}
@@ -158,12 +180,12 @@ func ensureTLS(dir string, spec *Spec) ([]string, error) {
 			Subject:      pkix.Name{CommonName: name, Organization: []string{"Ticketing deployment"}},
 			NotBefore:    now.Add(-time.Hour),
 			NotAfter:     now.Add(leafValidity),
-			KeyUsage:     x509.KeyUsageDigitalSignature,
+			KeyUsage:     leafUsage(k),
 			ExtKeyUsage:  usage,
 			DNSNames:     dns,
 			IPAddresses:  ips,
 		}
-		der, err := x509.CreateCertificate(Rand, tmpl, ca.cert, &k.PublicKey, ca.key)
+		der, err := x509.CreateCertificate(Rand, tmpl, ca.cert, k.Public(), ca.key)
 		if err != nil {
 			return err
 		}
