@@ -219,3 +219,58 @@ func ensureTLS(dir string, spec *Spec) ([]string, error) {
 	}
 	return notes, nil
 }
+
+// composeTLS gives each compose node a directory tls/ID holding only what
+// it reads — ca.crt, ID.crt, ID.key, never ca.key — readable by the
+// container's user (uid containerUID), which compose.yaml mounts (issue #28
+// item 5: the whole 0700 tls/ of root-owned 0600 keys was mounted, so serve
+// failed with "permission denied", and ca.key reached every container).
+// The directory is 0755 and the certificates 0644; the key is 0600 owned by
+// containerUID when deploy runs as root, else 0644 (with a note saying so:
+// only a root deploy can give it to uid containerUID).
+func composeTLS(dir string, spec *Spec) ([]string, error) {
+	var notes []string
+	for _, n := range spec.live() {
+		nd := filepath.Join(dir, n.ID)
+		if err := os.MkdirAll(nd, 0o755); err != nil {
+			return nil, err
+		}
+		if err := os.Chmod(nd, 0o755); err != nil {
+			return nil, err
+		}
+		for _, f := range []struct {
+			src, dst string
+			key      bool
+		}{{"ca.crt", "ca.crt", false}, {n.ID + ".crt", n.ID + ".crt", false}, {n.ID + ".key", n.ID + ".key", true}} {
+			b, err := os.ReadFile(filepath.Join(dir, f.src))
+			if err != nil {
+				return nil, err
+			}
+			dst := filepath.Join(nd, f.dst)
+			mode := fs.FileMode(0o644)
+			if f.key {
+				mode = 0o600
+			}
+			if err := os.WriteFile(dst+".tmp", b, mode); err != nil {
+				return nil, err
+			}
+			if f.key {
+				if err := os.Chown(dst+".tmp", containerUID, containerUID); err != nil {
+					mode = 0o644 // not root: readable by the container's user only this way
+				}
+			}
+			if err := os.Chmod(dst+".tmp", mode); err != nil {
+				return nil, err
+			}
+			if err := os.Rename(dst+".tmp", dst); err != nil {
+				return nil, err
+			}
+			if f.key && mode == 0o644 {
+				notes = append(notes, fmt.Sprintf("%-22s 0644  for uid %d: deploy was not run as root, so the key is readable by every user of this host; as root: chown %d %s && chmod 0600 %s",
+					"tls/"+n.ID+"/"+f.dst, containerUID, containerUID, dst, dst))
+			}
+		}
+		notes = append(notes, fmt.Sprintf("%-22s 0755  %-9s ca.crt, %s.crt, %s.key for the %s container (mounted read-only)", "tls/"+n.ID+"/", "written", n.ID, n.ID, n.ID))
+	}
+	return notes, nil
+}
