@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -175,23 +176,62 @@ func (cl *Client) waitFirst(ctx context.Context) error {
 	}
 }
 
-// firstState reports whether any connection is up, or else the auth error
-// when every connection has failed and the last error is an auth error.
+// firstState reports whether any connection is up, or else the
+// configuration error (auth, TLS) when every connection's last attempt
+// failed with one.
 func (cl *Client) firstState() (bool, error) {
+	var cfg error
 	all := true
 	for _, cn := range cl.pool.Load().conns {
 		cn.mu.Lock()
-		up, failed := cn.state == stateUp, cn.failures > 0
+		up, ce := cn.state == stateUp, cn.cfgErr
 		cn.mu.Unlock()
 		if up {
 			return true, nil
 		}
-		all = all && failed
+		if ce == nil {
+			all = false
+		} else {
+			cfg = ce
+		}
 	}
-	if err := cl.getLastErr(); all && errors.Is(err, ErrAuth) {
-		return false, err
+	if !all || cfg == nil {
+		return false, nil
 	}
-	return false, nil
+	if errors.Is(cfg, ErrAuth) {
+		return false, cfg
+	}
+	return false, fmt.Errorf("%w: %w", ErrConnect, cfg) // TLS: no connection can be made
+}
+
+// configErr is the configuration error (auth, TLS) when no connection is up
+// and every connection's last attempt failed with one (R4, R5), else nil.
+func (cl *Client) configErr() error {
+	_, err := cl.firstState()
+	return err
+}
+
+// firstConnecting reports whether a connection is making its first attempt.
+func (cl *Client) firstConnecting() bool {
+	for _, cn := range cl.pool.Load().conns {
+		if cn.connecting() {
+			return true
+		}
+	}
+	return false
+}
+
+// addrs is the client's addresses, for errors that no one server answered.
+func (cl *Client) addrs() string {
+	eps := cl.pool.Load().eps
+	if len(eps) == 1 {
+		return eps[0].addr
+	}
+	s := make([]string, len(eps))
+	for i, ep := range eps {
+		s[i] = ep.addr
+	}
+	return strings.Join(s, ", ")
 }
 
 func (cl *Client) setLastErr(err error) {
@@ -301,6 +341,7 @@ func (cl *Client) send(ctx context.Context, c *call, giveUp, slotGiveUp time.Tim
 }
 
 func (cl *Client) sendSlow(ctx context.Context, c *call, giveUp, slotGiveUp time.Time) error {
+	grace := time.Now().Add(firstConnectGrace)
 	var timer *time.Timer
 	defer func() {
 		if timer != nil {
@@ -333,6 +374,16 @@ func (cl *Client) sendSlow(ctx context.Context, c *call, giveUp, slotGiveUp time
 		limit := giveUp
 		if r == enqFull {
 			limit = slotGiveUp
+		} else {
+			if err := cl.configErr(); err != nil {
+				// Every connection failed auth or TLS: retrying will not
+				// help, fail at once (R4, R5).
+				cl.notify.unsubscribe()
+				return err
+			}
+			if limit.Before(grace) && cl.firstConnecting() {
+				limit = grace // a connection is being opened for the first time
+			}
 		}
 		d := time.Until(limit)
 		if d <= 0 {
