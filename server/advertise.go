@@ -95,8 +95,8 @@ func (s *Server) checkAdvertise(addr string) {
 			// route that comes up later clears it).
 			reported = true
 			msg := fmt.Sprintf("advertised client address %s does not reach this node: %v", addr, err)
+			s.log.Error(msg + " (fix --advertise: followers name it to clients)") // before status says it
 			s.advertiseErr.Store(msg)
-			s.log.Error(msg + " (fix --advertise: followers name it to clients)")
 		}
 		wait := 200 * time.Millisecond
 		if reported {

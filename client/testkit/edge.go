@@ -23,22 +23,26 @@ func edgeScenarios() []Scenario {
 		{Name: "r3_short_outage", Modes: single, Run: scR3},
 		{Name: "r4_wrong_token_fast", Modes: single, Run: scR4},
 		{Name: "r5_tls_mismatch", Modes: []string{"tls"}, Run: scR5},
-		{Name: "r6_release_twice", Run: scR6},
-		{Name: "r7_closed_client", Run: scR7},
+		{Name: "r6_release_twice", Modes: single, Run: scR6},
+		{Name: "r7_closed_client", Modes: single, Run: scR7},
 		{Name: "r8_bad_input_unsent", Modes: single, Run: scR8},
-		{Name: "r10_scope_ends_at_exit", Run: scR10},
-		{Name: "r11_cancel_with_lock", Run: scR11},
-		{Name: "r12_lease_ending", Run: scR12},
-		{Name: "r13_try_acquire", Run: scR13},
+		{Name: "r10_scope_ends_at_exit", Modes: single, Run: scR10},
+		{Name: "r11_cancel_with_lock", Modes: single, Run: scR11},
+		{Name: "r12_lease_ending", Modes: single, Run: scR12},
+		{Name: "r13_try_acquire", Modes: single, Run: scR13},
 		{Name: "r14_min_remaining", Modes: single, Run: scR14},
 		{Name: "r15_errors_say_where", Modes: single, Run: scR15},
 		{Name: "r16_reconnect_jitter", Modes: single, Run: scR16},
 		{Name: "release_moved_followed", Modes: single, Run: scReleaseMoved},
-		{Name: "set_fifo_cross_language", Run: scSetFIFO},
-		{Name: "set_expiry_cancel", Run: scSetExpiryCancel},
-		{Name: "label_visible", Run: scLabel},
+		{Name: "set_fifo_cross_language", Modes: singleCluster, Run: scSetFIFO},
+		{Name: "set_expiry_cancel", Modes: singleCluster, Run: scSetExpiryCancel},
+		{Name: "label_visible", Modes: singleCluster, Run: scLabel},
 	}
 }
+
+// Client-side rules do not depend on the deployment: single only (CI time);
+// protocol 1.1 state is replicated: single and cluster.
+var singleCluster = []string{"single", "cluster"}
 
 // ConnectWith connects with extra fields (label, answer_allowance_ms, …).
 func (d *D) ConnectWith(addrs []string, token any, tls any, timeoutMS int, extra map[string]any) Result {
@@ -57,11 +61,11 @@ func (d *D) ConnectWith(addrs []string, token any, tls any, timeoutMS int, extra
 
 func elapsed(p *Pending, r Result) time.Duration { return r.At.Sub(p.Sent) }
 
-// scR1: no connection (the server refuses): wait 0 and wait 1 s fail
-// `connect` within their wait (the 5 s connect timeout does not apply), the
-// wait-1 s one not before most of its wait; nothing reaches the server.
-func scR1(t *T) {
-	k := t.Key("k")
+// serverDown connects a driver through a proxy to the server (connect
+// timeout 5 s), then takes the server "down": the proxy refuses new
+// connections and cuts the live ones; it returns once the client has tried
+// to reconnect (and been refused).
+func serverDown(t *T) (*fault.Proxy, *D) {
 	p := proxied(t).Start()
 	d := t.Driver(t.Lang)
 	if r := d.Connect([]string{p.Addr()}, t.Env.Token, nil, 5000); !r.OK {
@@ -73,6 +77,15 @@ func scR1(t *T) {
 	if !waitFor(10*time.Second, func() bool { return len(p.Accepts()) > n }) {
 		t.Fatalf("the client never tried to reconnect after its connections were cut")
 	}
+	return p, d
+}
+
+// scR1: no connection (the server refuses): wait 0 and wait 1 s fail
+// `connect` within their wait (the 5 s connect timeout does not apply), the
+// wait-1 s one not before most of its wait; nothing reaches the server.
+func scR1(t *T) {
+	k := t.Key("k")
+	p, d := serverDown(t)
 	for _, wait := range []int64{0, 1000} {
 		pd := d.Send(AcquireCmd(k, 5000, wait))
 		r := t.Wait(pd, 30*time.Second)
@@ -109,7 +122,7 @@ func scR2(t *T) {
 		t.Fatalf("connect with answer_allowance_ms: %s", r)
 	}
 	pd := d.Send(AcquireCmd("silent/1", 5000, 1000))
-	r := t.Wait(pd, 12*time.Second)
+	r := t.Wait(pd, 6*time.Second)
 	t.Expect(r, "an acquire (wait 1 s, allowance 1 s) the server never answers", "indeterminate")
 	if el := elapsed(pd, r); el < 1700*time.Millisecond || el > 3500*time.Millisecond {
 		t.Fatalf("answered after %v: want wait 1 s + allowance 1 s from the write (1.7..3.5 s)", el)
@@ -134,7 +147,7 @@ func scR2(t *T) {
 	d2 := t.Driver(t.Lang)
 	d2.MustConnect(addrs, fakeToken, nil)
 	pd = d2.Send(AcquireCmd("silent/2", 5000, 0))
-	r = t.Wait(pd, 12*time.Second)
+	r = t.Wait(pd, 8*time.Second)
 	t.Expect(r, "a try-once acquire the server never answers (default allowance)", "indeterminate")
 	if el := elapsed(pd, r); el < 1800*time.Millisecond || el > 6500*time.Millisecond {
 		t.Fatalf("answered after %v: the default answer allowance is between 2 and 5 s", el)
@@ -148,17 +161,7 @@ func scR2(t *T) {
 // waits that outlast the outage, get the server's real answer (a grant)
 // within their wait, not indeterminate.
 func scR3(t *T) {
-	p := proxied(t).Start()
-	d := t.Driver(t.Lang)
-	if r := d.Connect([]string{p.Addr()}, t.Env.Token, nil, 5000); !r.OK {
-		t.Fatalf("connect: %s", r)
-	}
-	n := len(p.Accepts())
-	p.Refuse(true)
-	p.Cut()
-	if !waitFor(10*time.Second, func() bool { return len(p.Accepts()) > n }) {
-		t.Fatalf("the client never tried to reconnect after its connections were cut")
-	}
+	p, d := serverDown(t)
 	var keys []string
 	var ps []*Pending
 	for i := range 3 {
@@ -180,28 +183,28 @@ func scR3(t *T) {
 	}
 }
 
-// scR4: a wrong token fails `auth` at once (connect timeout 10 s); a token
+// scR4: a wrong token fails `auth` at once (connect timeout 6 s); a token
 // rotated on the server while connected makes a waiting call fail `auth`
 // as soon as the reconnect is rejected, not at the end of its wait.
 func scR4(t *T) {
 	bad := &fault.Fake{Token: fakeToken, Reject: wire.CodeAuthFailed}
 	d := t.Driver(t.Lang)
 	start := time.Now()
-	r := d.Connect(startFake(t, bad, 1), fakeToken, nil, 10000)
+	r := d.Connect(startFake(t, bad, 1), fakeToken, nil, 6000)
 	t.Expect(r, "connect answered REJECT AUTH_FAILED", "auth")
 	if el := r.At.Sub(start); el > 3*time.Second {
-		t.Fatalf("connect with a rejected token failed after %v (connect timeout 10 s): want at once", el)
+		t.Fatalf("connect with a rejected token failed after %v (connect timeout 6 s): want at once", el)
 	}
 	f := &fault.Fake{Token: fakeToken, Handler: newGranter(1).handle}
 	d = t.Driver(t.Lang)
 	d.MustConnect(startFake(t, f, 1), fakeToken, nil)
 	f.SetReject(wire.CodeAuthFailed)
 	f.CutAll()
-	pd := d.Send(AcquireCmd("k", 1000, 8000))
-	r = t.Wait(pd, 30*time.Second)
+	pd := d.Send(AcquireCmd("k", 1000, 6000))
+	r = t.Wait(pd, 20*time.Second)
 	t.Expect(r, "an acquire waiting for a connection the server rejects (token rotated)", "auth")
 	if el := elapsed(pd, r); el > 3*time.Second {
-		t.Fatalf("failed after %v of its 8 s wait: want as soon as the server answers REJECT AUTH_FAILED", el)
+		t.Fatalf("failed after %v of its 6 s wait: want as soon as the server answers REJECT AUTH_FAILED", el)
 	}
 	if n := f.Count(wire.OpAcquire); n != 0 {
 		t.Fatalf("%d acquires reached a server that rejects the token", n)
@@ -211,11 +214,11 @@ func scR4(t *T) {
 // scR5 (mode tls; also the 1.1 TLS hint): a plaintext client against the
 // TLS server fails `tls` within ~3 s ("requires TLS", protocol.md §12.4),
 // and a TLS client against a plaintext server fails `tls` at once ("does
-// not speak TLS"); both with a 10 s connect timeout.
+// not speak TLS"); both with a 6 s connect timeout.
 func scR5(t *T) {
 	d := t.Driver(t.Lang)
 	start := time.Now()
-	r := d.Connect(t.Env.Addrs, t.Env.Token, nil, 10000)
+	r := d.Connect(t.Env.Addrs, t.Env.Token, nil, 6000)
 	t.Expect(r, "a plaintext client to a TLS server", "tls")
 	if el := r.At.Sub(start); el > 3*time.Second {
 		t.Fatalf("plaintext to TLS failed after %v: the server's TLS_REQUIRED hint comes within 0.5 s", el)
@@ -226,7 +229,7 @@ func scR5(t *T) {
 	f := &fault.Fake{Token: t.Env.Token, Handler: newGranter(1).handle}
 	d = t.Driver(t.Lang)
 	start = time.Now()
-	r = d.Connect(startFake(t, f, 1), t.Env.Token, t.Env.TLSSpec(), 10000)
+	r = d.Connect(startFake(t, f, 1), t.Env.Token, t.Env.TLSSpec(), 6000)
 	t.Expect(r, "a TLS client to a plaintext server", "tls")
 	if el := r.At.Sub(start); el > 3*time.Second {
 		t.Fatalf("TLS to plaintext failed after %v: want at once", el)
@@ -363,7 +366,7 @@ func scR10(t *T) {
 	k := t.Key("k")
 	d.Send(map[string]any{"cmd": "with_lock", "key": k, "lease_ms": 60000, "wait_ms": 5000, "hold_ms": 60000, "fail": false})
 	waitHeld(t, k, 15*time.Second)
-	if err := d.Raw().Stop(20 * time.Second); err != nil {
+	if err := d.Raw().Stop(8 * time.Second); err != nil {
 		t.Fatalf("driver exit with a scope open: %v", err)
 	}
 	g := o.Acquire(k, 10000, 2000)
@@ -383,7 +386,7 @@ func scR11(t *T) {
 	if c := d.Call(map[string]any{"cmd": "cancel", "target": p.ID}, 5*time.Second); !c.OK {
 		t.Fatalf("cancel: %s", c)
 	}
-	t.Expect(t.Wait(p, 5*time.Second), "the cancelled with_lock", "cancelled")
+	t.Expect(t.Wait(p, 3*time.Second), "the cancelled with_lock", "cancelled")
 	waitDepth(t, k, 0, 10*time.Second)
 	h.MustRelease(k, g.Token)
 	g2 := h.MustAcquire(k, 10000, 0)

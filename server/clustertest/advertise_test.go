@@ -1,10 +1,13 @@
 package clustertest
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
+	"log/slog"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -49,8 +52,10 @@ func TestAdvertiseSelfCheck(t *testing.T) {
 
 	bad := map[int]string{0: foreign.Addr().String(), 1: closed}
 	const tok = "advertise-test-token-0123456789abcdef"
+	var logs [3]syncBuf
 	c := Start(t, 3, Options{Token: tok, Mutate: func(i int, cfg *server.Config) {
 		cfg.AdminToken = tok + "-admin"
+		cfg.Logger = slog.New(slog.NewTextHandler(&logs[i], nil))
 		if a, ok := bad[i]; ok {
 			cfg.Cluster.Advertise = a
 		}
@@ -80,6 +85,10 @@ func TestAdvertiseSelfCheck(t *testing.T) {
 			}
 			continue
 		}
+		// The node logs it (issue #29 item 4), naming the address.
+		if l := logs[tc.node].String(); !strings.Contains(l, "does not reach this node") || !strings.Contains(l, bad[tc.node]) {
+			t.Errorf("%s advertising %s: no log line naming it", n.ID, bad[tc.node])
+		}
 		if st.CanGrant || !strings.Contains(st.Reason, bad[tc.node]) || !strings.Contains(st.Reason, tc.want) {
 			t.Errorf("%s advertising %s: can_grant %v reason %q, want false naming the address and %q", n.ID, bad[tc.node], st.CanGrant, st.Reason, tc.want)
 		}
@@ -90,6 +99,24 @@ func TestAdvertiseSelfCheck(t *testing.T) {
 			t.Errorf("health of %s: %+v, want a failure naming %q", n.ID, hr, tc.want)
 		}
 	}
+}
+
+// syncBuf is a log sink that tests read while the server writes.
+type syncBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (w *syncBuf) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+func (w *syncBuf) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
 }
 
 // TestHealthDialsTheLeadersAdvertisedAddress: `health` connects to the

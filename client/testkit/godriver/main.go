@@ -319,14 +319,9 @@ func (d *driver) run(ctx context.Context, cl *client.Client, c command) map[stri
 	case "acquire_set", "release_set":
 		return errReply(c.ID, "unsupported", 0, "key sets: the Go client's protocol 1.1 API (issue 30) is not on main yet")
 	case "release_lease":
-		if c.Token == nil {
-			return errReply(c.ID, "invalid", 0, "release_lease without token")
-		}
-		d.mu.Lock()
-		l := d.locks[*c.Token]
-		d.mu.Unlock()
-		if l == nil {
-			return errReply(c.ID, "invalid", 0, "release_lease: no lease with token "+*c.Token+" was acquired by this driver")
+		l, bad := d.lease(c)
+		if bad != nil {
+			return bad
 		}
 		already := l.Released()
 		var err error
@@ -340,14 +335,9 @@ func (d *driver) run(ctx context.Context, cl *client.Client, c command) map[stri
 		}
 		return okReply(c.ID, map[string]any{"already": already})
 	case "lease_ending":
-		if c.Token == nil {
-			return errReply(c.ID, "invalid", 0, "lease_ending without token")
-		}
-		d.mu.Lock()
-		l := d.locks[*c.Token]
-		d.mu.Unlock()
-		if l == nil {
-			return errReply(c.ID, "invalid", 0, "lease_ending: no lease with token "+*c.Token+" was acquired by this driver")
+		l, bad := d.lease(c)
+		if bad != nil {
+			return bad
 		}
 		ch := l.Ending(ms(c.MarginMS))
 		if d.brk.has("ending-at-deadline") {
@@ -427,6 +417,21 @@ func withLock(ctx context.Context, cl *client.Client, key string, lease, wait ti
 	}
 	err = fn(l)
 	return err
+}
+
+// lease is the lease object this driver acquired with c's token, or the
+// error reply.
+func (d *driver) lease(c command) (*client.Lock, map[string]any) {
+	if c.Token == nil {
+		return nil, errReply(c.ID, "invalid", 0, c.Cmd+" without token")
+	}
+	d.mu.Lock()
+	l := d.locks[*c.Token]
+	d.mu.Unlock()
+	if l == nil {
+		return nil, errReply(c.ID, "invalid", 0, c.Cmd+": no lease with token "+*c.Token+" was acquired by this driver")
+	}
+	return l, nil
 }
 
 func (d *driver) parseToken(s string) (uint64, error) {
