@@ -292,6 +292,8 @@ func (cl *Client) tryEnqueue(c *call) enqResult {
 				return enqOK
 			case enqFull:
 				res = enqFull
+			case enqUnsupported:
+				return enqUnsupported // the leader's server lacks the feature (§12.1)
 			}
 		}
 		// The leader is up but full, or still connecting for the first time:
@@ -302,13 +304,19 @@ func (cl *Client) tryEnqueue(c *call) enqResult {
 	}
 	conns := cl.pool.Load().conns
 	n := len(conns)
+	unsupported := false
 	for i := range n {
 		switch conns[(r+i)%n].enqueue(c) {
 		case enqOK:
 			return enqOK
 		case enqFull:
 			res = enqFull
+		case enqUnsupported:
+			unsupported = true
 		}
+	}
+	if unsupported && res == enqDown {
+		return enqUnsupported
 	}
 	return res
 }
@@ -331,11 +339,14 @@ func (cl *Client) send(ctx context.Context, c *call, giveUp, slotGiveUp time.Tim
 	if cl.closed.Load() {
 		return ErrClosed
 	}
-	if cl.tryEnqueue(c) == enqOK {
+	switch cl.tryEnqueue(c) {
+	case enqOK:
 		if h := cl.cfg.afterEnqueue; h != nil {
 			h(c)
 		}
 		return nil
+	case enqUnsupported:
+		return ErrUnsupported
 	}
 	return cl.sendSlow(ctx, c, giveUp, slotGiveUp)
 }
@@ -350,7 +361,7 @@ func (cl *Client) sendSlow(ctx context.Context, c *call, giveUp, slotGiveUp time
 	}()
 	for {
 		ch := cl.notify.subscribe()
-		if c.op == wire.OpAcquire && c.counts {
+		if (c.op == wire.OpAcquire || c.op == wire.OpAcquireSet) && c.counts {
 			// The time spent waiting for a connection or a slot comes out of
 			// the wait the request carries: wait bounds the whole call
 			// (slotGiveUp is the end of the acquire's wait budget).
@@ -366,6 +377,10 @@ func (cl *Client) sendSlow(ctx context.Context, c *call, giveUp, slotGiveUp time
 				h(c)
 			}
 			return nil
+		}
+		if r == enqUnsupported {
+			cl.notify.unsubscribe()
+			return ErrUnsupported
 		}
 		if cl.closed.Load() {
 			cl.notify.unsubscribe()
@@ -477,6 +492,9 @@ func (cl *Client) complete(c *call) {
 			// The caller gave up, but the grant won the race (protocol.md §5
 			// "Cancel"): release that known token ourselves.
 			cl.compensate(c.key, c.value)
+		}
+		if c.op == wire.OpAcquireSet && c.fail == failNone && c.status == wire.StatusGranted {
+			cl.compensateSet(c.keys, c.value) // the same for a key set (§12.2)
 		}
 		putCall(c)
 		cl.abandoned.Add(-1) // after compensate queued its release (Drain)

@@ -50,9 +50,10 @@ const (
 type enqResult uint8
 
 const (
-	enqOK   enqResult = iota
-	enqDown           // not connected (or its write buffer is over its bound)
-	enqFull           // connected, but all of max_inflight is in use
+	enqOK          enqResult = iota
+	enqDown                  // not connected (or its write buffer is over its bound)
+	enqFull                  // connected, but all of max_inflight is in use
+	enqUnsupported           // connected, but its server does not announce a feature the call needs
 )
 
 const readBufSize = 64 << 10
@@ -69,10 +70,11 @@ type conn struct {
 	state       connState
 	nc          net.Conn // the live connection, nil when down
 	everUp      bool
-	failures    int   // failed attempts since the last successful handshake
-	cfgErr      error // the last attempt failed for a configuration reason (auth, TLS); nil once up
-	maxInflight int   // from WELCOME
-	inflight    int   // outstanding calls with counts
+	failures    int           // failed attempts since the last successful handshake
+	cfgErr      error         // the last attempt failed for a configuration reason (auth, TLS); nil once up
+	maxInflight int           // from WELCOME
+	features    wire.Features // from the feature pong (protocol.md §12.1), per connection
+	inflight    int           // outstanding calls with counts
 	pending     map[uint32]*call
 	nextID      uint32
 	wbuf        []byte
@@ -198,6 +200,13 @@ func (cn *conn) handshake(ctx context.Context, raw net.Conn) (net.Conn, wire.Wel
 	if w.MaxInflight == 0 {
 		w.MaxInflight = 1
 	}
+	f, err := cn.negotiate(nc)
+	if err != nil {
+		return nil, w, err
+	}
+	cn.mu.Lock()
+	cn.features = f
+	cn.mu.Unlock()
 	return nc, w, nil
 }
 
@@ -340,6 +349,10 @@ func (cn *conn) enqueue(c *call) enqResult {
 		cn.mu.Unlock()
 		return enqDown
 	}
+	if c.need != 0 && !cn.features.Has(c.need) {
+		cn.mu.Unlock()
+		return enqUnsupported
+	}
 	if c.counts && cn.inflight >= cn.maxInflight {
 		cn.mu.Unlock()
 		return enqFull
@@ -381,6 +394,11 @@ func (cn *conn) enqueueLocked(c *call) {
 		cn.wbuf = wire.AppendPing(cn.wbuf, id)
 	case wire.OpQuery:
 		cn.wbuf = wire.AppendQuery(cn.wbuf, id, c.body)
+	case wire.OpAcquireSet:
+		c.sent = time.Now()
+		cn.wbuf = wire.AppendAcquireSet(cn.wbuf, id, c.keys, wire.ArgLeaseMS(c.arg), wire.ArgWaitMS(c.arg))
+	case wire.OpReleaseSet:
+		cn.wbuf = wire.AppendReleaseSet(cn.wbuf, id, c.keys, c.arg)
 	}
 }
 
@@ -410,10 +428,10 @@ func (cn *conn) abandon(c *call) bool {
 		return false
 	}
 	cn.disownLocked(c)
-	if c.op == wire.OpAcquire && c.counts {
+	if (c.op == wire.OpAcquire || c.op == wire.OpAcquireSet) && c.counts {
 		cc := getCall()
 		cc.op = wire.OpCancel
-		cc.key = c.key
+		cc.key = c.key // a set's first key (§12.2)
 		cc.arg = wire.CancelArg(c.reqID)
 		cn.cl.abandoned.Add(1)
 		cc.owner = ownerAbandoned

@@ -13,6 +13,7 @@ import (
 type Lock struct {
 	cl       *Client
 	key      string
+	keys     []string // a key set (AcquireSet); nil for one key
 	token    uint64
 	deadline time.Time
 
@@ -120,7 +121,12 @@ func (l *Lock) Release(ctx context.Context) error {
 		return nil
 	}
 	l.mu.Unlock()
-	err := l.cl.Release(ctx, l.key, l.token)
+	var err error
+	if l.keys != nil {
+		err = l.cl.ReleaseSet(ctx, l.keys, l.token)
+	} else {
+		err = l.cl.Release(ctx, l.key, l.token)
+	}
 	if err == nil || errors.Is(err, ErrNotHolder) {
 		l.mu.Lock()
 		l.settled = true

@@ -85,6 +85,8 @@ type config struct {
 	tls         *tls.Config
 	dialTimeout time.Duration
 	logger      *slog.Logger
+	label       *string // WithLabel: the whole label (protocol.md §12.3)
+	appName     string  // WithAppName: prefixed to the default label
 	// answerAllowance: R2 (WithAnswerAllowance).
 	answerAllowance time.Duration
 

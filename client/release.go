@@ -25,6 +25,7 @@ import (
 // relState interprets the answers to one release's attempts.
 type relState struct {
 	key      string
+	keys     []string // a key set (X, protocol.md §12.2); nil for one key
 	token    uint64
 	deadline time.Time
 	maybe    bool // an earlier attempt may have been executed
@@ -111,7 +112,25 @@ func (cl *Client) release(ctx context.Context, key string, token uint64) (sent b
 	if cl.closed.Load() {
 		return false, opErrAt("release", key, cl.addrs(), ErrClosed) // nothing was sent (R7)
 	}
-	s := relState{key: key, token: token, deadline: time.Now().Add(cl.cfg.releaseWindow)}
+	return cl.releaseWith(ctx, relState{key: key, token: token, deadline: time.Now().Add(cl.cfg.releaseWindow)})
+}
+
+// fill makes c the release attempt of s: R, or X for a key set.
+func (s *relState) fill(c *call) {
+	c.op = wire.OpRelease
+	c.key = s.key
+	c.arg = s.token
+	if s.keys != nil {
+		c.op = wire.OpReleaseSet
+		c.keys = s.keys
+		c.need = wire.FeatureKeySets
+	}
+}
+
+// releaseWith makes the attempts of s (Release, ReleaseSet); sent reports
+// whether any attempt was written.
+func (cl *Client) releaseWith(ctx context.Context, s relState) (sent bool, _ error) {
+	key := s.key
 	var cause error
 	addr := ""
 	fail := func(err error) (bool, error) {
@@ -129,12 +148,12 @@ func (cl *Client) release(ctx context.Context, key string, token uint64) (sent b
 			return fail(s.giveUp(cause))
 		}
 		c := getCall()
-		c.op = wire.OpRelease
-		c.key = key
-		c.arg = token
+		s.fill(c)
 		if err := cl.send(ctx, c, s.deadline, s.deadline); err != nil {
 			putCall(c)
 			switch {
+			case errors.Is(err, ErrUnsupported): // nothing sent: a 1.0 server holds no key set
+				return fail(err)
 			case errors.Is(err, ErrClosed):
 				if !sent {
 					return fail(ErrClosed)
@@ -350,9 +369,7 @@ func (r *releaser) run() {
 			}
 			if j.call == nil && !now.Before(j.next) {
 				c := getCall()
-				c.op = wire.OpRelease
-				c.key = j.st.key
-				c.arg = j.st.token
+				j.st.fill(c)
 				c.owner = ownerReleaser
 				c.job = j
 				j.call = c // before enqueue: the answer may come at once

@@ -73,9 +73,21 @@ func TestRealTLS(t *testing.T) {
 	if err := l.Release(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	// Plaintext to a TLS server: no connection.
-	if _, err := Dial(context.Background(), []string{srv.Addr()}, WithToken("tls-token"), WithDialTimeout(500*time.Millisecond)); !errors.Is(err, ErrConnect) {
-		t.Errorf("plaintext: %v, want ErrConnect", err)
+	// Plaintext to a TLS server: the server's REJECT TLS_REQUIRED (protocol.md
+	// §12.4) says so, long before the dial timeout.
+	start := time.Now()
+	if _, err := Dial(context.Background(), []string{srv.Addr()}, WithToken("tls-token"), WithDialTimeout(20*time.Second)); !errors.Is(err, ErrTLS) ||
+		!strings.Contains(err.Error(), "the server requires TLS") {
+		t.Errorf("plaintext: %v, want ErrTLS (the server requires TLS)", err)
+	}
+	if d := time.Since(start); d > 15*time.Second {
+		t.Errorf("plaintext: failed after %v, not at once", d)
+	}
+	// TLS to a plaintext server: "does not speak TLS".
+	plain := startServer(t, nil)
+	if _, err := Dial(context.Background(), []string{plain.Addr()}, WithTLS(&tls.Config{RootCAs: pool}), WithDialTimeout(20*time.Second)); !errors.Is(err, ErrTLS) ||
+		!strings.Contains(err.Error(), "does not speak TLS") {
+		t.Errorf("TLS to plaintext: %v, want ErrTLS (the server does not speak TLS)", err)
 	}
 	// An untrusted certificate: no connection either.
 	if _, err := Dial(context.Background(), []string{srv.Addr()}, WithTLS(&tls.Config{}), WithToken("tls-token"), WithDialTimeout(500*time.Millisecond)); !errors.Is(err, ErrConnect) || !errors.Is(err, ErrTLS) {

@@ -36,6 +36,11 @@ type Fake struct {
 	// Handler answers a request; nil drops it. It runs on the connection's
 	// reader goroutine.
 	Handler func(c *Conn, r Req)
+	// Features are the protocol 1.1 feature bits of the fake's answer to a
+	// client's feature ping (a P with arg 1, protocol.md §12.1), which the
+	// fake answers itself, without recording it or calling Handler: 0 (the
+	// default) is a 1.0 server, so a 1.1 client uses no 1.1 frame with it.
+	Features wire.Features
 
 	reject atomic.Uint32 // SetReject
 
@@ -269,6 +274,11 @@ func (c *Conn) serve() {
 			}
 			if k == 0 {
 				break
+			}
+			if req.Op == wire.OpPing && req.Arg == wire.PingArgFeatures {
+				_ = c.Send(wire.AppendPongFeatures(nil, req.ReqID, f.Features, uint64(time.Now().UnixMicro())))
+				pend = pend[k:]
+				continue
 			}
 			raw := append([]byte(nil), pend[:k]...)
 			req, _, _ = wire.ParseRequest(raw)

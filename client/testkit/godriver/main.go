@@ -545,8 +545,10 @@ func classify(err error) (string, int) {
 		return "auth", code
 	case errors.As(err, &re):
 		return "busy", int(re.Code)
-	case isTLS(err):
+	case errors.Is(err, client.ErrTLS) || isTLS(err):
 		return "tls", 0
+	case errors.Is(err, client.ErrUnsupported):
+		return "unsupported", 0
 	case errors.Is(err, client.ErrConnect):
 		return "connect", 0
 	case errors.Is(err, io.ErrUnexpectedEOF):
