@@ -221,7 +221,10 @@ func (s *Server) Locks(prefix string, limit int) wire.LocksReply {
 				QueueDepth: li.QueueDepth, OldestWaiterAgeMS: li.OldestWaiterAgeMS,
 				Set: li.Set,
 			}
-			label, addr := s.connLabel(li.HolderConn)
+			label, addr := "", ""
+			if li.Token != 0 {
+				label, addr = s.connLabel(li.HolderConn)
+			}
 			e.Holder = &wire.ConnInfo{Label: label, Addr: addr}
 			for _, w := range li.Waiters {
 				label, addr := s.connLabel(w.Conn)
