@@ -109,6 +109,7 @@ test-lang-suites: build
 test-packages: build
 	@failed=""; done_=" "; for l in $(filter-out go,$(SEL_LANGS)); do \
 	  $(ci_for); \
+	  case $$l in kotlin) [ ! -f client/java/ci.sh ] || ci=client/java/ci.sh;; cpp) [ ! -f client/c/ci.sh ] || ci=client/c/ci.sh;; esac; \
 	  if [ ! -f $$ci ]; then echo "== test-packages: $$l skipped: no $$ci yet"; continue; fi; \
 	  case "$$done_" in *" $$ci "*) continue;; esac; done_="$$done_$$ci "; \
 	  if ! grep -q '^ *package-check)' $$ci; then echo "== test-packages: $$l: $$ci has no package-check yet"; continue; fi; \

@@ -280,11 +280,33 @@ namespace Ticketing
                 if (client.ClientCertificate != null) certs.Add(client.ClientCertificate);
                 ssl.AuthenticateAsClient(name, certs, System.Security.Authentication.SslProtocols.Tls12, false);
             }
-            catch (Exception e) when (e is IOException || e is System.Security.Authentication.AuthenticationException)
+            catch (Exception e) when (IsEcdsaUnsupported(e))
+            {
+                throw new TicketingTlsException(EcdsaMessage(Addr, e), e);
+            }
+            catch (Exception e) when (e is IOException || e is System.Security.Authentication.AuthenticationException
+                                      || e is NotSupportedException || e is System.Security.Cryptography.CryptographicException)
             {
                 throw new TicketingTlsException("TLS handshake with " + Addr + ": " + e.Message + (e.InnerException != null ? ": " + e.InnerException.Message : ""), e);
             }
             return ssl;
+        }
+
+        /// <summary>The id-ecPublicKey OID: Mono's TLS cannot decode such a certificate's key.</summary>
+        internal const string EcdsaOid = "1.2.840.10045.2.1";
+
+        internal static bool IsEcdsaUnsupported(Exception e)
+        {
+            for (var x = e; x != null; x = x.InnerException)
+                if ((x is NotSupportedException || x is System.Security.Cryptography.CryptographicException) && x.Message.Contains(EcdsaOid)) return true;
+            return false;
+        }
+
+        /// <summary>What Mono's ECDSA failure means and what to do (issue 34 C# 6).</summary>
+        internal static string EcdsaMessage(string addr, Exception e)
+        {
+            return "TLS handshake with " + addr + ": the server's certificate or its CA has an ECDSA key, which Mono's TLS cannot use (" + e.Message.TrimEnd('.')
+                + "). Give the server an RSA certificate (ticketing deploy --tls-key-type rsa; or openssl req -newkey rsa:2048), or run the client on .NET 8, which takes both";
         }
 
         static void ReadFull(Stream s, byte[] b, string what, string addr)
@@ -324,14 +346,14 @@ namespace Ticketing
                 if (code == Code.AuthFailed || code == Code.BadHandshake)
                 {
                     var hint = code == Code.AuthFailed && token.Length == 0 && (flags & 1) != 0 ? " (the server requires a token and none is configured)" : "";
-                    throw new AuthenticationException(Addr + " rejected the handshake: " + code + hint, null, code);
+                    throw new TicketingAuthenticationException(Addr + " rejected the handshake: " + code + hint, null, code);
                 }
                 throw new TicketingConnectionException(Addr + " rejected the connection: " + code);
             }
             var proof = new byte[32];
             Buffer.BlockCopy(wb, 8, proof, 0, 32);
             if (token.Length > 0 && !Wire.ProofEqual(Wire.ServerProof(token, role, cnonce, snonce), proof))
-                throw new AuthenticationException(Addr + " did not prove the token (an impostor, or a server without this token)");
+                throw new TicketingAuthenticationException(Addr + " did not prove the token (an impostor, or a server without this token)");
             uint mi = Wire.U32(wb, 4);
             return mi == 0 ? 1 : mi;
         }

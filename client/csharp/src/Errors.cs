@@ -2,15 +2,19 @@ using System;
 
 namespace Ticketing
 {
-    /// <summary>Base of every error the client throws (except argument and disposal errors).</summary>
+    /// <summary>Base of every error the client throws, except LockTimeoutException (a TimeoutException), TicketingArgumentException (an ArgumentException), ObjectDisposedException and OperationCanceledException.</summary>
     public class TicketingException : Exception
     {
         /// <summary>Creates it.</summary>
         public TicketingException(string message, Exception inner = null) : base(message, inner) { }
     }
 
-    /// <summary>Not acquired within the wait (server T); thrown by Acquire, never by TryAcquire.</summary>
-    public class LockTimeoutException : TicketingException
+    /// <summary>
+    /// Not acquired within the wait (server T); thrown by Acquire, never by TryAcquire. A
+    /// System.TimeoutException (as TicketingArgumentException is an ArgumentException), so code
+    /// that handles timeouts generically catches it; it is not a TicketingException.
+    /// </summary>
+    public class LockTimeoutException : TimeoutException
     {
         /// <summary>Creates it.</summary>
         public LockTimeoutException(string message) : base(message) { }
@@ -43,16 +47,19 @@ namespace Ticketing
         public NotHolderException(string message) : base(message) { }
     }
 
-    /// <summary>Wrong or missing token, or the server failed to prove the token (an impostor).</summary>
-    public class AuthenticationException : TicketingException
+    /// <summary>
+    /// Wrong or missing token, or the server failed to prove the token (an impostor). Named so
+    /// that it never clashes with System.Security.Authentication.AuthenticationException.
+    /// </summary>
+    public class TicketingAuthenticationException : TicketingException
     {
         /// <summary>The REJECT code (AuthFailed, BadHandshake), or null when the server failed its proof.</summary>
         public Code? Code { get; private set; }
         /// <summary>Creates it.</summary>
-        public AuthenticationException(string message, Exception inner = null, Code? code = null) : base(message, inner)
+        public TicketingAuthenticationException(string message, Exception inner = null, Code? code = null) : base(message, inner)
         {
             Code = code;
-            var a = inner as AuthenticationException;
+            var a = inner as TicketingAuthenticationException;
             if (code == null && a != null) Code = a.Code;
         }
     }

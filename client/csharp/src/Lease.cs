@@ -92,7 +92,7 @@ namespace Ticketing
             lock (endingMu) e = ending;
             if (e == null || e.IsCancellationRequested) return;
             try { e.Cancel(); }
-            catch (AggregateException x) { client.Log("ticketing: a LeaseEndingToken callback failed: " + x.InnerException.Message); }
+            catch (AggregateException x) { client.Log(TicketingLogLevel.Warning, "ticketing: a LeaseEndingToken callback failed: " + x.InnerException.Message, x.InnerException); }
         }
 
         /// <summary>True once the server confirmed the release.</summary>
@@ -124,7 +124,7 @@ namespace Ticketing
         public void Dispose()
         {
             try { Release(); }
-            catch (Exception e) { client.Log("ticketing: release on Dispose failed: " + e.Message); }
+            catch (Exception e) { client.Log(TicketingLogLevel.Warning, "ticketing: release of " + TicketingClient.Describe(KeyBytes) + " on Dispose failed: " + e.Message, e); }
         }
 
 #if NET8_0_OR_GREATER
@@ -132,7 +132,7 @@ namespace Ticketing
         public async ValueTask DisposeAsync()
         {
             try { await ReleaseAsync().ConfigureAwait(false); }
-            catch (Exception e) { client.Log("ticketing: release on DisposeAsync failed: " + e.Message); }
+            catch (Exception e) { client.Log(TicketingLogLevel.Warning, "ticketing: release of " + TicketingClient.Describe(KeyBytes) + " on DisposeAsync failed: " + e.Message, e); }
         }
 #endif
 

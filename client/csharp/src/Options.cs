@@ -27,7 +27,13 @@ namespace Ticketing
         public TicketingTlsOptions Tls { get; set; }
         /// <summary>Budget for connecting (per attempt, and for a call that finds no connection). Default 5 s.</summary>
         public TimeSpan ConnectTimeout { get; set; }
-        /// <summary>Optional log sink (never receives a token).</summary>
+        /// <summary>
+        /// Where the client logs (never a token). Default: TraceLogger.Instance (warnings and
+        /// errors to System.Diagnostics.Trace). An ITicketingLogger whose IsEnabled returns false
+        /// silences it.
+        /// </summary>
+        public ITicketingLogger Logger { get; set; }
+        /// <summary>Optional extra sink receiving every message of every level as text (older form of Logger).</summary>
         public Action<string> Log { get; set; }
 
         /// <summary>Defaults: 5 s connect timeout.</summary>

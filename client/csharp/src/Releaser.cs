@@ -149,8 +149,8 @@ namespace Ticketing
         {
             j.Done = true;
             lock (mu) count--;
-            cl.Log(err == null ? "ticketing: released " + TicketingClient.Describe(j.St.Key) + " in the background"
-                               : "ticketing: background release of " + TicketingClient.Describe(j.St.Key) + " failed: " + err.Message);
+            if (err == null) cl.Log(TicketingLogLevel.Debug, "ticketing: released " + TicketingClient.Describe(j.St.Key) + " in the background");
+            else cl.Log(TicketingLogLevel.Warning, "ticketing: background release of " + TicketingClient.Describe(j.St.Key) + " failed: " + err.Message, err);
         }
     }
 }

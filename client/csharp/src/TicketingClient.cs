@@ -29,6 +29,7 @@ namespace Ticketing
         readonly object mu = new object();
         readonly List<string> addresses;
         readonly Action<string> log;
+        readonly ITicketingLogger logger;
         internal readonly byte[] TokenBytes;
         internal readonly TicketingTlsOptions Tls;
         internal readonly X509Certificate2 ClientCertificate;
@@ -77,6 +78,7 @@ namespace Ticketing
             ConnectTimeout = options.ConnectTimeout;
             TokenBytes = Encoding.UTF8.GetBytes(options.Token ?? "");
             log = options.Log;
+            logger = options.Logger ?? TraceLogger.Instance;
             Tls = options.Tls;
             if (Tls != null)
             {
@@ -91,7 +93,7 @@ namespace Ticketing
                 }
             }
             releaser = new Releaser(this);
-            completions = new Completions(log);
+            completions = new Completions(this);
             watchdog = new Watchdog(completions);
             completions.Watchdog = watchdog;
             wakeCall = o => completions.Post((Call)o, false);
@@ -111,7 +113,7 @@ namespace Ticketing
 
         /// <summary>
         /// Waits until a connection is up. Throws TicketingConnectionException when none comes
-        /// within ConnectTimeout, AuthenticationException / TicketingTlsException when every
+        /// within ConnectTimeout, TicketingAuthenticationException / TicketingTlsException when every
         /// address failed that way.
         /// </summary>
         public void Connect(CancellationToken ct = default(CancellationToken))
@@ -122,7 +124,7 @@ namespace Ticketing
                 long g = Interlocked.Read(ref gen);
                 if (pool.Conns.Any(c => c.IsUp)) return;
                 var err = LastError();
-                if (pool.Conns.All(c => c.Failures > 0) && (err is AuthenticationException || err is TicketingTlsException || err is TicketingProtocolException))
+                if (pool.Conns.All(c => c.Failures > 0) && (err is TicketingAuthenticationException || err is TicketingTlsException || err is TicketingProtocolException))
                     throw Rethrowable(err);
                 long left = limit - Clock.Now;
                 if (left <= 0) throw ConnectError();
@@ -507,7 +509,7 @@ namespace Ticketing
         internal void Compensate(byte[] key, ulong token)
         {
             if (!releaser.Submit(new RelState(key, token, Clock.Now + Clock.Ticks(ReleaseWindow))))
-                Log("ticketing: release queue full; an abandoned grant of " + Describe(key) + " stays held until its lease ends");
+                Log(TicketingLogLevel.Warning, "ticketing: release queue full; an abandoned grant of " + Describe(key) + " stays held until its lease ends");
         }
 
         // ------------------------------------------------------------------
@@ -676,7 +678,7 @@ namespace Ticketing
             {
                 string h; int p;
                 try { SplitAddr(addr, out h, out p); }
-                catch (ArgumentException) { Log("ticketing: ignoring malformed leader address"); leader = null; return; }
+                catch (ArgumentException) { Log(TicketingLogLevel.Warning, "ticketing: ignoring malformed leader address"); leader = null; return; }
                 lock (mu)
                 {
                     var old = pool;
@@ -715,14 +717,14 @@ namespace Ticketing
         internal void ConnectionFailed(Connection cn, Exception e, int attempt)
         {
             lock (mu) lastErr = e;
-            if (attempt == 1 || e is AuthenticationException) Log("ticketing: connect " + cn.Addr + " failed (attempt " + attempt + "): " + e.Message);
+            if (attempt == 1 || e is TicketingAuthenticationException) Log(TicketingLogLevel.Warning, "ticketing: connect " + cn.Addr + " failed (attempt " + attempt + "): " + e.Message, e);
             Changed();
         }
 
         internal void ConnectionLost(Connection cn, Exception e, int pending)
         {
             lock (mu) lastErr = e;
-            Log("ticketing: connection to " + cn.Addr + " lost (" + pending + " pending): " + e.Message);
+            Log(TicketingLogLevel.Warning, "ticketing: connection to " + cn.Addr + " lost (" + pending + " pending): " + e.Message, e);
         }
 
         Exception LastError() { lock (mu) return lastErr; }
@@ -731,14 +733,14 @@ namespace Ticketing
         {
             var e = LastError();
             if (e == null) return new TicketingConnectionException("no connection to any server within " + ConnectTimeout.TotalSeconds + "s");
-            if (e is AuthenticationException) return new AuthenticationException("no connection to any server: " + e.Message, e);
+            if (e is TicketingAuthenticationException) return new TicketingAuthenticationException("no connection to any server: " + e.Message, e);
             if (e is TicketingTlsException) return new TicketingTlsException("no connection to any server: " + e.Message, e);
             return new TicketingConnectionException("no connection to any server: " + e.Message, e);
         }
 
         static Exception Rethrowable(Exception e)
         {
-            if (e is AuthenticationException) return new AuthenticationException(e.Message, e);
+            if (e is TicketingAuthenticationException) return new TicketingAuthenticationException(e.Message, e);
             if (e is TicketingTlsException) return new TicketingTlsException(e.Message, e);
             return new TicketingProtocolException(e.Message, e);
         }
@@ -834,10 +836,12 @@ namespace Ticketing
             return !closedEvent.Wait(d);
         }
 
-        internal void Log(string msg)
+        internal void Log(TicketingLogLevel level, string msg, Exception cause = null)
         {
             var l = log;
             if (l != null) l(msg);
+            try { if (logger.IsEnabled(level)) logger.Log(level, msg, cause); }
+            catch (Exception) { } // a logger must not break the client's threads
         }
 
         // ------------------------------------------------------------------
@@ -866,7 +870,9 @@ namespace Ticketing
 
         internal static uint Millis(TimeSpan d, string name, uint min)
         {
-            if (d < TimeSpan.Zero) throw new TicketingArgumentException(name + " must not be negative", name);
+            if (d == Timeout.InfiniteTimeSpan)
+                throw new TicketingArgumentException(name + " Timeout.InfiniteTimeSpan is not supported: every " + name + " is bounded (the server refuses more than its max_" + name + ", " + (name == "wait" ? "15 min" : "1 h") + " by default); pass the longest " + name + " you accept", name);
+            if (d < TimeSpan.Zero) throw new TicketingArgumentException(name + " " + d + " must not be negative", name);
             double ms = Math.Ceiling(d.TotalMilliseconds);
             if (ms > MaxU32) throw new TicketingArgumentException(name + " " + d + " is over the protocol's " + MaxU32 + " ms", name);
             if (ms < min) throw new TicketingArgumentException(name + " must be at least " + min + " ms", name);

@@ -24,15 +24,15 @@ namespace Ticketing
 
         readonly object mu = new object();
         readonly Queue<Entry> ready = new Queue<Entry>();
-        readonly Action<string> log;
+        readonly TicketingClient cl;
         readonly WaitCallback drain;
         volatile int drainers;
         int progress, lastProgress;
         internal Watchdog Watchdog;
 
-        public Completions(Action<string> log)
+        public Completions(TicketingClient cl)
         {
-            this.log = log;
+            this.cl = cl;
             drain = _ => Drain();
         }
 
@@ -78,7 +78,7 @@ namespace Ticketing
                     progress++;
                 }
                 try { e.Call.Done.TrySetResult(e.Value); }
-                catch (Exception ex) { if (log != null) log("ticketing: a continuation failed: " + ex.Message); }
+                catch (Exception ex) { cl.Log(TicketingLogLevel.Warning, "ticketing: a continuation failed: " + ex.Message, ex); }
             }
         }
 

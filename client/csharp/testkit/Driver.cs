@@ -212,7 +212,7 @@ static class Driver
         else if (e is NotHolderException) kind = "not_holder";
         else if (e is TicketingArgumentException) { kind = "invalid"; var c = ((TicketingArgumentException)e).Code; if (c.HasValue) code = (int)c.Value; }
         else if (e is TicketingServerException) { kind = "invalid"; code = (int)((TicketingServerException)e).Code; }
-        else if (e is AuthenticationException) { kind = "auth"; var ac = ((AuthenticationException)e).Code; if (ac.HasValue) code = (int)ac.Value; }
+        else if (e is TicketingAuthenticationException) { kind = "auth"; var ac = ((TicketingAuthenticationException)e).Code; if (ac.HasValue) code = (int)ac.Value; }
         else if (e is TicketingTlsException) kind = "tls";
         else if (e is TicketingConnectionException) kind = "connect";
         else if (e is ObjectDisposedException) kind = "closed";

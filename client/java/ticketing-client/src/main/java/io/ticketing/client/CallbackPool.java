@@ -8,8 +8,6 @@ import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.concurrent.locks.LockSupport;
-import java.util.logging.Level;
-import java.util.logging.Logger;
 
 /**
  * The client's default callback executor: a few daemon threads that drain one shared queue, so
@@ -23,7 +21,7 @@ import java.util.logging.Logger;
  * by its worker after the callback (see {@link #defer}). Internal.
  */
 final class CallbackPool implements Executor {
-    private static final Logger LOG = Logger.getLogger("io.ticketing.client");
+    private static final System.Logger LOG = System.getLogger("io.ticketing.client");
     static final int MAX = 256;
     private static final long KEEP_ALIVE_NANOS = TimeUnit.SECONDS.toNanos(30);
 
@@ -84,7 +82,7 @@ final class CallbackPool implements Executor {
                     try {
                         r.run();
                     } catch (Throwable e) {
-                        LOG.log(Level.WARNING, "ticketing: a callback failed", e);
+                        LOG.log(System.Logger.Level.WARNING, "ticketing: a callback failed", e);
                     }
                     awake.incrementAndGet();
                     done.incrementAndGet();

@@ -13,8 +13,6 @@ import java.util.List;
 import java.util.Map;
 import java.util.concurrent.locks.Condition;
 import java.util.concurrent.locks.ReentrantLock;
-import java.util.logging.Level;
-import java.util.logging.Logger;
 import javax.net.ssl.SNIHostName;
 import javax.net.ssl.SSLParameters;
 import javax.net.ssl.SSLSocket;
@@ -29,7 +27,7 @@ import javax.net.ssl.SSLSocket;
  * the handlers after the lock is released. Internal.
  */
 final class Conn {
-    private static final Logger LOG = Logger.getLogger("io.ticketing.client");
+    private static final System.Logger LOG = System.getLogger("io.ticketing.client");
     private static final SecureRandom RANDOM = new SecureRandom();
     static final int ENQ_OK = 0, ENQ_DOWN = 1, ENQ_FULL = 2;
     private static final int MAX_WRITE_BUFFER = 4 << 20;
@@ -225,7 +223,7 @@ final class Conn {
             mu.unlock();
         }
         cl.setLastError(e);
-        LOG.log(n == 1 || e instanceof AuthenticationException ? Level.WARNING : Level.FINE,
+        LOG.log(n == 1 || e instanceof AuthenticationException ? System.Logger.Level.WARNING : System.Logger.Level.DEBUG,
                 "ticketing: connect to " + addr + " failed (attempt " + n + "): " + e);
     }
 
@@ -251,7 +249,7 @@ final class Conn {
         } finally {
             mu.unlock();
         }
-        LOG.fine(() -> "ticketing: connected to " + addr);
+        LOG.log(System.Logger.Level.DEBUG, () -> "ticketing: connected to " + addr);
         return true;
     }
 
@@ -569,7 +567,7 @@ final class Conn {
         closeQuietly(s);
         if (!(cause instanceof ClientClosedException)) {
             cl.setLastError(cause);
-            LOG.warning("ticketing: connection to " + addr + " lost (" + calls.size() + " pending): " + cause);
+            LOG.log(System.Logger.Level.WARNING, "ticketing: connection to " + addr + " lost (" + calls.size() + " pending): " + cause);
         }
         for (Call c : calls) {
             cl.complete(c);

@@ -61,7 +61,10 @@ public final class Lease implements AutoCloseable {
     }
 
     /**
-     * The fencing token in decimal (exact; tokens exceed 2^53 and often 2^63).
+     * The fencing token in decimal, exact. Tokens are u64 (docs/protocol.md): today's servers
+     * start them near 1.9e18 (above 2^53, so never put one in a double or a JSON number; below
+     * 2^63 ≈ 9.2e18 for now, but a {@code long} reads any token above 2^63 as negative), hence a
+     * string, or {@link #token()} read as unsigned.
      *
      * @return the decimal token
      */

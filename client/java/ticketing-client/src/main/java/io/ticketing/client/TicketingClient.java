@@ -21,7 +21,6 @@ import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicLong;
-import java.util.logging.Logger;
 import javax.net.ssl.SSLContext;
 import javax.net.ssl.SSLException;
 
@@ -39,7 +38,8 @@ import javax.net.ssl.SSLException;
  * }</pre>
  */
 public final class TicketingClient implements AutoCloseable {
-    private static final Logger LOG = Logger.getLogger("io.ticketing.client");
+    private static final System.Logger LOG = System.getLogger("io.ticketing.client");
+    private String configured = ""; // the addresses given, for messages (R15)
     /** The client's version. */
     public static final String VERSION = "0.1.0";
 
@@ -332,6 +332,7 @@ public final class TicketingClient implements AutoCloseable {
     }
 
     private void start(List<String> addrs) {
+        configured = String.join(", ", addrs);
         int per = addrs.size() == 1 ? 2 : 1;
         List<Endpoint> eps = new ArrayList<>();
         for (String a : addrs) {
@@ -527,7 +528,7 @@ public final class TicketingClient implements AutoCloseable {
             List<Endpoint> eps = new ArrayList<>(old.eps);
             eps.add(ep);
             pool = new Pool(eps, old.extra + 1);
-            LOG.info("ticketing: following the leader to a new address " + addr);
+            LOG.log(System.Logger.Level.INFO, "ticketing: following the leader to a new address " + addr);
             for (Conn c : ep.conns) {
                 c.start();
             }
@@ -555,7 +556,7 @@ public final class TicketingClient implements AutoCloseable {
         try {
             c.handler.accept(c);
         } catch (RuntimeException e) {
-            LOG.warning("ticketing: internal handler failed: " + e);
+            LOG.log(System.Logger.Level.WARNING, "ticketing: internal handler failed: " + e);
         }
     }
 
@@ -879,6 +880,7 @@ public final class TicketingClient implements AutoCloseable {
         private boolean finished;
 
         private boolean waitedForConnection; // guarded by this
+        private String lastAddr; // the server of the last attempt, for messages
         private final boolean queues; // asked with a wait > 0
 
         Thread caller; // a blocking caller's thread (its calls let the writer wait for others)
@@ -917,6 +919,7 @@ public final class TicketingClient implements AutoCloseable {
             int r = tryEnqueue(c);
             if (r == Conn.ENQ_OK) {
                 call = c;
+                lastAddr = c.conn.addr;
                 if (c.flush) {
                     toFlush = c;
                 }
@@ -933,7 +936,7 @@ public final class TicketingClient implements AutoCloseable {
 
         private void fail(TicketingException e) {
             finished = true;
-            result.completeExceptionally(e);
+            result.completeExceptionally(e.at(where("acquire", key, lastAddr)));
         }
 
         /** Withdraws; false when the result is already decided. */
@@ -967,7 +970,7 @@ public final class TicketingClient implements AutoCloseable {
                     if (c.failCause instanceof ClientClosedException) {
                         fail(new IndeterminateException("client closed after the acquire was sent", -1, c.failCause));
                     } else {
-                        fail(new IndeterminateException("connection lost after the acquire was written: " + c.failCause, -1, c.failCause));
+                        fail(new IndeterminateException("connection lost after the request was written: " + c.failCause, -1, c.failCause));
                     }
                     return;
                 }
@@ -988,7 +991,7 @@ public final class TicketingClient implements AutoCloseable {
                     fail(new AcquireTimeoutException("timed out, not acquired"));
                     return;
                 case Wire.ST_BUSY:
-                    fail(new BusyException("busy: not acquired (code " + r.code() + ")", r.code(), null));
+                    fail(new BusyException("busy (" + busyName(r.code()) + "), not acquired", r.code(), null));
                     return;
                 case Wire.ST_UNKNOWN:
                     fail(new IndeterminateException("the cluster could not confirm the commit", r.code() == 0 ? -1 : r.code(), null));
@@ -1030,6 +1033,30 @@ public final class TicketingClient implements AutoCloseable {
             } else {
                 schedule(this::attempt, 0); // off the reader thread
             }
+        }
+    }
+
+    /** A key for messages: quoted, at most 40 bytes of it. */
+    static String describe(byte[] key) {
+        if (key.length <= 40) {
+            return "\"" + new String(key, StandardCharsets.UTF_8) + "\"";
+        }
+        return "\"" + new String(key, 0, 40, StandardCharsets.UTF_8) + "…\" (" + key.length + " bytes)";
+    }
+
+    /** "acquire "k" at host:port" (the last server tried), or the configured servers. */
+    String where(String op, byte[] key, String addr) {
+        return op + " " + describe(key) + (addr != null ? " at " + addr : " (servers " + configured + ")");
+    }
+
+    static String busyName(int code) {
+        switch (code) {
+            case 1: return "QUEUE_FULL";
+            case 2: return "OVERLOADED";
+            case 3: return "CLOCK_UNHEALTHY";
+            case 4: return "SHUTTING_DOWN";
+            case 5: return "NO_QUORUM";
+            default: return "code " + code;
         }
     }
 
@@ -1161,7 +1188,7 @@ public final class TicketingClient implements AutoCloseable {
             if (!isClosed()) {
                 releasing.decrementAndGet();
             }
-            LOG.warning("ticketing: release queue full or client closed; a grant stays held until its lease ends");
+            LOG.log(System.Logger.Level.WARNING, "ticketing: release queue full or client closed; a grant stays held until its lease ends");
             return CompletableFuture.failedFuture(new IndeterminateException("release queue full"));
         }
         ReleaseOp op = new ReleaseOp(key, token, compensation);
@@ -1183,6 +1210,7 @@ public final class TicketingClient implements AutoCloseable {
         int moves;
         int retries;
         Throwable cause;
+        String lastAddr; // the server of the last attempt, for messages
         volatile boolean finished;
         final CompletableFuture<Void> result = new CompletableFuture<>();
         Thread caller; // a blocking caller's thread (its calls let the writer wait for others)
@@ -1212,15 +1240,18 @@ public final class TicketingClient implements AutoCloseable {
         private void finish(TicketingException e) {
             finished = true;
             releasing.decrementAndGet();
+            if (e != null) {
+                e.at(where(compensation ? "background release of" : "release", key, lastAddr));
+            }
             if (e == null) {
                 result.complete(null);
                 if (compensation) {
-                    LOG.fine("ticketing: released a grant that arrived after its acquire was cancelled");
+                    LOG.log(System.Logger.Level.DEBUG, "ticketing: released a grant that arrived after its acquire was cancelled");
                 }
             } else {
                 result.completeExceptionally(e);
                 if (compensation) {
-                    LOG.warning("ticketing: background release failed: " + e.getMessage());
+                    LOG.log(System.Logger.Level.WARNING, "ticketing: background release failed: " + e.getMessage());
                 }
             }
         }
@@ -1242,7 +1273,10 @@ public final class TicketingClient implements AutoCloseable {
             c.release = this;
             if (tryEnqueue(c) != Conn.ENQ_OK) {
                 schedule(this::attempt, POLL_NANOS * 2);
-            } else if (c.flush) {
+                return;
+            }
+            lastAddr = c.conn.addr;
+            if (c.flush) {
                 toFlush = c;
             }
         }
@@ -1275,7 +1309,7 @@ public final class TicketingClient implements AutoCloseable {
                     if (maybe) {
                         finish(new IndeterminateException("the token no longer holds the key; an earlier unconfirmed attempt may have released it"));
                     } else {
-                        finish(new NotHolderException("not holder: the key is free or held with another token"));
+                        finish(new NotHolderException("not the holder: the key is free or held with another token"));
                     }
                     return;
                 case Wire.ST_MOVED:

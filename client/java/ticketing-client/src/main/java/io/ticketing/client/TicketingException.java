@@ -7,6 +7,7 @@ package io.ticketing.client;
 public class TicketingException extends RuntimeException {
     private static final long serialVersionUID = 1L;
     private final int code;
+    private String where; // the call and the server, e.g. acquire "k" at 127.0.0.1:7001 (R15)
 
     /**
      * Creates the exception.
@@ -27,5 +28,26 @@ public class TicketingException extends RuntimeException {
      */
     public int code() {
         return code;
+    }
+
+    /** Sets the call and server the message starts with (once). */
+    TicketingException at(String where) {
+        if (this.where == null) {
+            this.where = where;
+        }
+        return this;
+    }
+
+    /**
+     * The message, starting with the call, its key and the server it went to (docs/architecture.md
+     * "Client library behaviour", R15), e.g. {@code acquire "orders/42" at 10.0.0.1:7001: busy
+     * (QUEUE_FULL), not acquired}.
+     *
+     * @return the message
+     */
+    @Override
+    public String getMessage() {
+        String m = super.getMessage();
+        return where == null ? m : where + ": " + m;
     }
 }

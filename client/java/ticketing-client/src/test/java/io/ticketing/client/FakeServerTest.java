@@ -100,6 +100,27 @@ class FakeServerTest {
     }
 
     @Test
+    void errorsNameTheCallTheKeyAndTheServer() throws Exception {
+        // issue 34 item 11, R15: the key and the address in every message, no code twice.
+        try (FakeServer s = new FakeServer().script(r -> {
+            if (r.keyString().equals("busy/key")) {
+                r.conn().send(Wire.ST_BUSY, 1, 0, r.reqId(), 0, new byte[0]);
+            } else if (r.op() == 'A') {
+                r.conn().send(Wire.ST_TIMEOUT, r.reqId(), 0);
+            } else {
+                r.conn().send(Wire.ST_NOT_HOLDER, r.reqId(), 0);
+            }
+        }); TicketingClient c = client(s)) {
+            BusyException b = assertThrows(BusyException.class, () -> c.acquire("busy/key", LEASE, WAIT));
+            assertEquals("acquire \"busy/key\" at " + s.addr + ": busy (QUEUE_FULL), not acquired", b.getMessage());
+            AcquireTimeoutException t = assertThrows(AcquireTimeoutException.class, () -> c.acquire("t/key", LEASE, Duration.ZERO));
+            assertTrue(t.getMessage().startsWith("acquire \"t/key\" at " + s.addr + ": "), t.getMessage());
+            NotHolderException n = assertThrows(NotHolderException.class, () -> c.release("n/key", 7));
+            assertTrue(n.getMessage().startsWith("release \"n/key\" at " + s.addr + ": "), n.getMessage());
+        }
+    }
+
+    @Test
     void timeoutAndTryAcquire() throws Exception {
         try (FakeServer s = new FakeServer().script(r -> r.conn().send(Wire.ST_TIMEOUT, r.reqId(), 0)); TicketingClient c = client(s)) {
             assertThrows(AcquireTimeoutException.class, () -> c.acquire("k", LEASE, WAIT));
