@@ -79,6 +79,9 @@ struct Options {
     std::string token;
     std::optional<TlsOptions> tls;
     std::chrono::milliseconds connect_timeout{5000};
+    // Edge rule R2: a written acquire unanswered this long past its wait ends
+    // IndeterminateError (withdrawn with C). 0 = the library default, 3 s.
+    std::chrono::milliseconds answer_allowance{0};
     bool wait_connected = true; // the constructor waits for a first connection (throws ConnectError/AuthError/TlsError)
     std::function<void(const Error &)> on_release_error; // failures of Lease's destructor
 };
@@ -231,6 +234,7 @@ public:
         cfg.token = o.token.c_str();
         cfg.tls = o.tls ? &t : nullptr;
         cfg.connect_timeout_ms = detail::to_ms(o.connect_timeout, "connect_timeout");
+        cfg.answer_allowance_ms = detail::to_ms(o.answer_allowance, "answer_allowance");
         st_->c = tk_client_new(&cfg);
         if (!st_->c) throw InvalidArgument(TK_E_INVALID, 0, tk_client_new_error());
         st_->on_release_error = o.on_release_error;

@@ -381,6 +381,7 @@ std::string do_connect(const J &cmd, long long id) {
         return v && v->t == J::STR ? v->s : std::string();
     };
     long long cto = num(cmd, "connect_timeout_ms", 0);
+    long long allowance = num(cmd, "answer_allowance_ms", 0);
     auto conn = std::make_shared<Conn>();
     if (use_cpp) {
         ticketing::Options o;
@@ -388,6 +389,7 @@ std::string do_connect(const J &cmd, long long id) {
         o.token = token;
         if (has_tls) o.tls = ticketing::TlsOptions{field("ca"), field("cert"), field("key"), field("server_name")};
         if (cto > 0) o.connect_timeout = std::chrono::milliseconds(cto);
+        if (allowance > 0) o.answer_allowance = std::chrono::milliseconds(allowance);
         o.on_release_error = [](const ticketing::Error &e) { fprintf(stderr, "driver: release failed: %s\n", e.what()); };
         try {
             conn->cpp = std::make_unique<ticketing::Client>(o);
@@ -410,6 +412,7 @@ std::string do_connect(const J &cmd, long long id) {
         cfg.token = token.c_str();
         cfg.tls = has_tls ? &t : nullptr;
         cfg.connect_timeout_ms = cto > 0 ? (uint32_t)cto : 0;
+        cfg.answer_allowance_ms = allowance > 0 ? (uint32_t)allowance : 0; // edge rule R2
         conn->c = tk_client_new(&cfg);
         if (!conn->c) return err(id, has_tls ? TK_E_TLS : TK_E_INVALID, 0, "invalid configuration");
         tk_status s = tk_client_wait_connected(conn->c, 0);

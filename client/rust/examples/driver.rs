@@ -301,16 +301,18 @@ fn op_blocking(
         _ => {
             let hold = ms(cmd, "hold_ms").unwrap_or_default();
             let fail = cmd.get("fail").and_then(Value::as_bool).unwrap_or(false);
-            let r = client.with_lock(&key, lease, wait, |l| {
+            // with_lock's scope on the cancellable acquire (R11: a cancel
+            // withdraws the waiting acquire); the guard's drop releases on
+            // both the normal and the failing exit.
+            let r = client.acquire_cancellable(&key, lease, wait, cancel).map(|guard| {
                 std::thread::sleep(hold);
-                if fail {
-                    Err(l.token())
-                } else {
-                    Ok(l.token())
-                }
+                let t = guard.token();
+                let _failed: Result<(), ()> = if fail { Err(()) } else { Ok(()) };
+                drop(guard);
+                t
             });
             match r {
-                Ok(Ok(t)) | Ok(Err(t)) => {
+                Ok(t) => {
                     let mut m = Map::new();
                     m.insert("token".into(), t.to_string().into());
                     ok_line(id, m)
@@ -349,6 +351,9 @@ async fn connect(st: &Shared, id: &Value, cmd: &Value) -> Value {
     }
     if let Some(n) = cmd.get("connect_timeout_ms").and_then(Value::as_u64) {
         b = b.connect_timeout(Duration::from_millis(n));
+    }
+    if let Some(n) = cmd.get("answer_allowance_ms").and_then(Value::as_u64) {
+        b = b.answer_allowance(Duration::from_millis(n)); // edge rule R2
     }
     if let Some(tls) = cmd.get("tls").filter(|v| v.is_object()) {
         let s = |k: &str| tls.get(k).and_then(Value::as_str).filter(|s| !s.is_empty()).map(str::to_string);
