@@ -56,7 +56,8 @@ type Server struct {
 	connsMu  sync.RWMutex
 	conns    map[uint64]*conn
 	nextConn atomic.Uint64
-	hs       handshakes   // connections in the handshake (their own cap)
+	hs       handshakes   // client connections in the handshake (their own cap)
+	peerHS   handshakes   // the cluster peer port's, capped alike
 	live     atomic.Int64 // past the handshake (slot taken before WELCOME)
 
 	handshakeEvictions atomic.Uint64 // handshaking connections closed to admit newer ones
@@ -229,7 +230,7 @@ func (s *Server) Serve(ln net.Listener) error {
 	s.lock.run()
 	var delay time.Duration
 	for {
-		if !s.hsWaitRoom() { // back-pressure at the handshake cap: the backlog holds the rest
+		if !s.hsWaitRoom(&s.hs) { // back-pressure at the handshake cap: the backlog holds the rest
 			ln.Close()
 			return ErrServerClosed
 		}

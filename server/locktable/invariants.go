@@ -211,29 +211,29 @@ func (t *Table) CheckInvariants() error {
 		return fmt.Errorf("%d key entries, %d held + %d blocked + %d idle", t.n, held, blocked, t.idle.n)
 	}
 	// the index: every slot names an entry with its hash byte, reachable
-	// from its home slot without crossing an empty slot
-	used := 0
-	for j, s := range t.slots {
-		if s == 0 {
-			continue
+	// from its home slot without crossing an empty slot; during a migration
+	// (incremental resize) every entry is in the new arrays, in the old ones
+	// at or above the cursor, or in both below it, and is found by its key
+	used, err := checkSlots(t, t.slots, t.tags, 0)
+	if err != nil {
+		return err
+	}
+	oldLive := 0
+	if t.old != nil {
+		if t.mig < 0 || t.mig >= len(t.old) {
+			return fmt.Errorf("index: migration cursor %d of %d old slots", t.mig, len(t.old))
 		}
-		used++
-		i := s - 1
-		if i >= t.n {
-			return fmt.Errorf("index slot %d names entry %d of %d", j, i, t.n)
-		}
-		h := t.hashOf(i)
-		if t.tags[j] != tag(h) {
-			return fmt.Errorf("index slot %d: bad hash byte", j)
-		}
-		for p := home(h, len(t.slots)); p != j; p = (p + 1) % len(t.slots) {
-			if t.slots[p] == 0 {
-				return fmt.Errorf("index slot %d: empty slot %d between it and its home", j, p)
-			}
+		if oldLive, err = checkSlots(t, t.old, t.oldTags, t.mig); err != nil {
+			return fmt.Errorf("old %w", err)
 		}
 	}
-	if used != int(t.n) || t.ixN != used || (used > 0 && used*5 > len(t.slots)*4) {
-		return fmt.Errorf("index: %d slots used of %d, %d entries, ixN %d", used, len(t.slots), t.n, t.ixN)
+	if used+oldLive != int(t.n) || t.ixN != int(t.n) || (used > 0 && used*5 > len(t.slots)*4) {
+		return fmt.Errorf("index: %d slots used of %d (+%d unmigrated), %d entries, ixN %d", used, len(t.slots), oldLive, t.n, t.ixN)
+	}
+	for i := range t.n {
+		if got := t.findString(t.keyString(i)); got != i {
+			return fmt.Errorf("index: entry %d found as %d", i, got)
+		}
 	}
 	// per-connection lists
 	byConn := 0
@@ -290,4 +290,32 @@ func (t *Table) CheckInvariants() error {
 // armed reports whether x is in the wait heap.
 func (t *Table) armed(x *timer) bool {
 	return x.idx >= 0 && x.idx < len(t.waits.items) && t.waits.items[x.idx] == x
+}
+
+// checkSlots checks one slot array of the index and returns how many of its
+// slots at or above from name an entry (tombstones are not counted).
+func checkSlots(t *Table, slots []uint32, tags []uint8, from int) (int, error) {
+	used := 0
+	for j, s := range slots {
+		if s == 0 || s == tomb {
+			continue
+		}
+		if j >= from {
+			used++
+		}
+		i := s - 1
+		if i >= t.n {
+			return 0, fmt.Errorf("index slot %d names entry %d of %d", j, i, t.n)
+		}
+		h := t.hashOf(i)
+		if tags[j] != tag(h) {
+			return 0, fmt.Errorf("index slot %d: bad hash byte", j)
+		}
+		for p := home(h, len(slots)); p != j; p = (p + 1) % len(slots) {
+			if slots[p] == 0 {
+				return 0, fmt.Errorf("index slot %d: empty slot %d between it and its home", j, p)
+			}
+		}
+	}
+	return used, nil
 }

@@ -113,15 +113,21 @@ func (c *Counters) Add(o Counters) {
 // Table is one lock table (or one shard of it).
 type Table struct {
 	// the keys (entries.go)
-	pages  []*[pageSize]entry
-	n      uint32            // entries in use, numbered 0..n-1
-	long   map[uint32]string // keys that are not inline, by entry
-	seed   maphash.Seed
-	slots  []uint32 // index: 1 + entry number; 0 = empty
-	tags   []uint8  // index: a hash byte per slot
-	ixN    int      // entries in the index (== n)
-	leases []uint32 // heap of the held entries by lease deadline
-	idle   idleList // free entries kept for reuse, oldest first
+	pages   []*[pageSize]entry
+	n       uint32            // entries in use, numbered 0..n-1
+	long    map[uint32]string // keys that are not inline, by entry
+	seed    maphash.Seed
+	slots   []uint32 // index: 1 + entry number; 0 = empty
+	tags    []uint8  // index: a hash byte per slot
+	ixN     int      // entries in the index (== n)
+	old     []uint32 // index being migrated into slots (incremental resize); nil when none
+	oldTags []uint8
+	mig     int      // next slot of old to migrate
+	ixMin   int      // smallest index size (0 = 16; tests lower it)
+	ixStep  int      // old slots migrated per insert or removal (0 = 32; tests lower it)
+	placed  uint64   // index placements so far (the incremental-resize test counts them)
+	leases  []uint32 // heap of the held entries by lease deadline
+	idle    idleList // free entries kept for reuse, oldest first
 
 	conns    []connRef         // holders' connections (refConn)
 	connIx   map[uint64]uint32 // reference of each connection in conns

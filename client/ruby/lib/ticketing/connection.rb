@@ -175,6 +175,10 @@ module Ticketing
       @mu.synchronize { @state == :up }
     end
 
+    # The last connect attempt failed authentication or TLS (a configuration
+    # error: waiting calls fail at once, edge rule R4), else nil.
+    attr_reader :cfg_err
+
     def failures
       @mu.synchronize { @failures }
     end
@@ -206,12 +210,14 @@ module Ticketing
     # Leaves a pending call to the connection: a queued acquire is withdrawn
     # with C and a grant that wins the race is compensated. False when the
     # call was already answered (its result is on the call).
-    def abandon(call)
+    def abandon(call, withdraw: false)
       @mu.synchronize do
         return false unless call.pending
 
         call.owner = :abandoned
-        enqueue_locked(Call.new(Wire::OP_CANCEL, call.key, call.req_id, owner: :dropped)) if call.op == Wire::OP_ACQUIRE && call.counts
+        if call.op == Wire::OP_ACQUIRE && (call.counts || withdraw) && @state == :up
+          enqueue_locked(Call.new(Wire::OP_CANCEL, call.key, call.req_id, owner: :dropped))
+        end
       end
       flush
       true
@@ -418,6 +424,10 @@ module Ticketing
       ssl.post_connection_check(ssl.hostname) if @client.tls_context.verify_mode != OpenSSL::SSL::VERIFY_NONE
       ssl
     rescue OpenSSL::SSL::SSLError => e
+      if e.message.match?(/wrong version number|record layer|packet length too long|unknown protocol/i)
+        raise TLSError, "TLS handshake with #{@addr}: the server does not speak TLS (its first bytes are not a TLS record)"
+      end
+
       raise TLSError, "TLS handshake with #{@addr}: #{e.message}"
     end
 
@@ -446,8 +456,13 @@ module Ticketing
     end
 
     def handshake(sock, deadline)
+      first = read_full(sock, Wire::HELLO_LEN, deadline, "reading HELLO")
+      if first.getbyte(0) == 0x45 && first.getbyte(1) == 12 # REJECT TLS_REQUIRED (protocol.md §12.4)
+        raise TLSError, "#{@addr}: the server requires TLS (it answered REJECT TLS_REQUIRED): connect with tls:"
+      end
+
       hello = begin
-        Wire.parse_hello(read_full(sock, Wire::HELLO_LEN, deadline, "reading HELLO"))
+        Wire.parse_hello(first)
       rescue Wire::DecodeError => e
         raise ProtocolError, "#{@addr} is not a ticketing v1 server: #{e.message}"
       end
@@ -482,6 +497,7 @@ module Ticketing
     end
 
     def failed(err)
+      @cfg_err = err.is_a?(AuthenticationError) || err.is_a?(TLSError) ? err : nil
       n = @mu.synchronize { @failures += 1 }
       @client.connection_failed(self, err, n)
     end
@@ -490,6 +506,7 @@ module Ticketing
       @mu.synchronize do
         return false if @client.closed?
 
+        @cfg_err = nil
         @state = :up
         @sock = sock
         @ever_up = true
