@@ -60,3 +60,18 @@ func TestGraceHorizon(t *testing.T) {
 		t.Fatal("a start after a clean shutdown recovers")
 	}
 }
+
+// The grace's check is on the request path: it must not allocate.
+func TestGraceRefuseNoAlloc(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.DataDir = t.TempDir()
+	s := &Server{cfg: cfg, start: time.Now(), now: time.Now, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	g, err := openGrace(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var refused bool
+	if n := testing.AllocsPerRun(1000, func() { refused = g.refuse(s.nanotime(), 30_000) }); n != 0 || refused {
+		t.Fatalf("refuse: %v allocs, refused %v; want 0 and false", n, refused)
+	}
+}
