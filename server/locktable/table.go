@@ -126,7 +126,7 @@ type Table struct {
 	ixMin   int      // smallest index size (0 = 16; tests lower it)
 	ixStep  int      // old slots migrated per insert or removal (0 = 32; tests lower it)
 	placed  uint64   // index placements so far (the incremental-resize test counts them)
-	leases  []uint32 // heap of the held entries by lease deadline
+	timers  []uint32 // every armed lease and wait deadline, one heap (timers.go)
 	idle    idleList // free entries kept for reuse, oldest first
 
 	conns    []connRef         // holders' connections (refConn)
@@ -134,17 +134,18 @@ type Table struct {
 	freeRefs []uint32
 	lastRef  uint32
 
-	queues  map[uint32]*kqueue // queues of the keys that have waiters, by entry
-	waiters map[Owner]*waiter  // queued acquires by owner (cancel)
-	byConn  map[uint64]*waiter // head of each connection's list of queued acquires
-	waits   timerHeap          // wait deadlines
-	active  int                // keys in this table held or queued on
-	queued  int                // waiters in this table
-	limits  Limits
-	counts  Counts
-	tokens  TokenSource
-	sink    Sink
-	counter Counters
+	queues       map[uint32]*kqueue // queues of the keys that have waiters, by entry
+	waiters      map[Owner]*waiter  // queued acquires by owner (cancel)
+	byConn       map[uint64]*waiter // head of each connection's list of queued acquires
+	waitRefs     []*timer           // armed wait timers by wait number (timers.go)
+	freeWaitNums []uint32
+	active       int // keys in this table held or queued on
+	queued       int // waiters in this table
+	limits       Limits
+	counts       Counts
+	tokens       TokenSource
+	sink         Sink
+	counter      Counters
 
 	seq     uint64 // arm order of waits: ties between equal deadlines go FIFO
 	lastTok uint64 // token of the last lease armed (leases are ordered by token)
@@ -388,22 +389,15 @@ func (t *Table) DrainWaiters() int {
 // next returns the earliest armed timer by (deadline, arm order): a lease
 // (entry number, w nil) or a wait (w). ok is false when none is armed.
 func (t *Table) next() (at int64, lease uint32, w *waiter, ok bool) {
-	if len(t.leases) > 0 {
-		e := t.ent(t.leases[0])
-		if len(t.waits.items) == 0 {
-			return e.lease, t.leases[0], nil, true
-		}
-		x := t.waits.items[0]
-		if e.lease < x.at || (e.lease == x.at && e.token <= x.w.after) {
-			return e.lease, t.leases[0], nil, true
-		}
-		return x.at, noEntry, x.w, true
+	if len(t.timers) == 0 {
+		return 0, noEntry, nil, false
 	}
-	if len(t.waits.items) > 0 {
-		x := t.waits.items[0]
-		return x.at, noEntry, x.w, true
+	if x := t.timers[0]; x&waitBit == 0 {
+		return t.ent(x).lease, x, nil, true
+	} else {
+		wt := t.waitRefs[x&^waitBit]
+		return wt.at, noEntry, wt.w, true
 	}
-	return 0, noEntry, nil, false
 }
 
 // NextDeadline returns the earliest pending lease or wait deadline (ns), and
@@ -561,13 +555,6 @@ func addNs(now, d int64) int64 {
 	return math.MaxInt64
 }
 
-// arm pushes wait timer x on the wait heap with the next arm sequence number.
-func (t *Table) arm(x *timer) {
-	t.seq++
-	x.seq = t.seq
-	t.waits.push(x)
-}
-
 func cmpU64(a, b uint64) int {
 	switch {
 	case a < b:
@@ -593,7 +580,7 @@ func (t *Table) dropWaiter(w *waiter) {
 		w.cnext.cprev = w.cprev
 	}
 	delete(t.waiters, w.owner)
-	t.waits.remove(&w.wait)
+	t.disarm(&w.wait)
 	t.queued--
 	t.counts.AddWaiters(-1)
 	t.recycleWaiter(w)
