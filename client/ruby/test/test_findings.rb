@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require_relative "test_helper"
+require "json"
 
 # Issue 32 findings 9-11 (Ruby) and the edge rules R6, R7, R8 in the
 # client's own terms.
@@ -148,5 +149,24 @@ class TestFindings < Minitest::Test
     q.pop # at once after release, never an error
     assert_raises(Ticketing::InsufficientLease) { @client.acquire(k, lease: 1, min_remaining: 2) }
     refute_nil @client.try_acquire(k, lease: 1), "the insufficient lease was released at once"
+  end
+
+  # protocol 1.1: the feature ping and the label, through the codec and against the server
+  def test_label_golden_vectors_and_visible_in_locks
+    assert_equal golden("v1_1/req_ping_features"), Ticketing::Wire.encode_ping(9, Ticketing::Wire::PING_FEATURES)
+    assert_equal golden("v1_1/req_label"), Ticketing::Wire.encode_label(0x0d, "web-1/4242 go/1.1.0")
+    assert_equal ("é" * 32).b, Ticketing::Wire.cut_label("é" * 40)
+    k = key
+    c = Ticketing::Client.new(addresses: [@srv.addr], app_name: "billing")
+    c.lock(k, lease: 5) do
+      adm = Ticketing::Client.new(addresses: [@srv.addr], admin: true)
+      row = adm.admin("locks", prefix: k)["locks"].first
+      adm.close
+      label = row.dig("holder", "label").to_s
+      assert label.start_with?("billing "), row.inspect
+      assert_includes label, "/#{Process.pid} ruby/"
+    end
+  ensure
+    c&.close
   end
 end

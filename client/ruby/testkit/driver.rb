@@ -211,12 +211,10 @@ class Driver
       ca_file: msg["tls"]["ca"], cert_file: msg["tls"]["cert"], key_file: msg["tls"]["key"],
       server_name: msg["tls"]["server_name"]
     }.compact
-    raise Unsupported, "connection labels (protocol 1.1) are not implemented by the Ruby client yet" if msg["label"]
-
     timeout = (msg["connect_timeout_ms"] || 5000) / 1000.0
     allowance = (msg["answer_allowance_ms"] || 3000) / 1000.0
     c = Ticketing::Client.new(addresses: msg.fetch("addrs"), token: msg["token"], tls: tls, connect_timeout: timeout,
-                              answer_allowance: allowance)
+                              answer_allowance: allowance, label: msg["label"])
     @mu.synchronize { @client = c }
     {}
   end

@@ -2,6 +2,7 @@
 
 require "openssl"
 require "logger"
+require "json"
 
 module Ticketing
   # A connection pool to one Ticketing server or cluster, safe to share between
@@ -45,13 +46,17 @@ module Ticketing
     # within connect_timeout, AuthenticationError when every address refused
     # the token, TLSError when every TLS handshake failed.
     def initialize(addresses:, token: nil, tls: nil, connect_timeout: 5, logger: nil, admin: false,
-                   on_reconnect: nil, answer_allowance: ANSWER_ALLOWANCE)
+                   on_reconnect: nil, answer_allowance: ANSWER_ALLOWANCE, label: nil, app_name: nil)
       addrs = Array(addresses).map(&:to_s).uniq
       raise InvalidArgument, "no server address" if addrs.empty?
 
       addrs.each { |a| Ticketing.split_addr(a) }
       @connect_timeout = Ticketing.seconds(connect_timeout, "connect_timeout", min_ms: 1)
       @answer_allowance = Ticketing.seconds(answer_allowance, "answer_allowance", min_ms: 1)
+      raise InvalidArgument, "label must be a String of at most #{Wire::MAX_LABEL} bytes" unless label.nil? || label.is_a?(String)
+
+      @label = label
+      @app_name = app_name&.to_s
       raise InvalidArgument, "token must be a String" unless token.nil? || token.is_a?(String)
 
       @token = token.to_s.b.freeze
@@ -196,6 +201,38 @@ module Ticketing
       end
     end
 
+    # An admin query (protocol.md §8), e.g. admin("locks", prefix: "jobs/"):
+    # the reply as a Hash. Most need a client made with admin: true.
+    def admin(cmd, **args)
+      body = JSON.generate(args.merge(cmd: cmd.to_s)).b
+      check_fork
+      raise ClosedError, "client closed" if @closed
+
+      give_up = Ticketing.now + @connect_timeout
+      moves = 0
+      loop do
+        call = Call.new(Wire::OP_QUERY, body)
+        send_call(call, give_up, give_up)
+        call.wait_done
+        if call.fail
+          raise ClosedError, "client closed" if @closed
+          raise ConnectionError, "admin #{cmd}: #{call.fail_err.message}" if Ticketing.now > give_up
+
+          next
+        end
+        r = call.response
+        return JSON.parse(r.payload) if r.status == Wire::STATUS_ADMIN
+
+        if r.status == Wire::STATUS_MOVED
+          follow(r.payload.to_s)
+          raise NoLeader, "admin #{cmd}: #{moves} consecutive redirects" if (moves += 1) > MAX_MOVES
+
+          next
+        end
+        raise server_error(r, "admin #{cmd}")
+      end
+    end
+
     # Releases a lock: release(lease) or release(key, token) — any process
     # that knows the token may release (protocol.md §5). Returns true only
     # when the server answered O. Raises NotHolder (the key is free or held
@@ -280,6 +317,31 @@ module Ticketing
         r = call.response
         compensate(call.key, r.value) if call.fail.nil? && r.status == Wire::STATUS_GRANTED
       when :releaser then @releaser.completed(call)
+      when :setup then setup_answered(call)
+      end
+    end
+
+    # The connection label (protocol.md §12.3): the user's, or
+    # "[<app> ]<host>/<pid> ruby/<version>" (the pid of now).
+    def label_bytes
+      return Wire.cut_label(@label) if @label
+
+      text = "#{Socket.gethostname}/#{Process.pid} ruby/#{VERSION}"
+      text = "#{@app_name} #{text}" if @app_name && !@app_name.empty?
+      Wire.cut_label(text)
+    end
+
+    # The feature pong sends the label when the server takes labels.
+    def setup_answered(call)
+      return if call.fail
+
+      r = call.response
+      if call.op == Wire::OP_PING && r.status == Wire::STATUS_PONG
+        call.conn.features = r.queued
+        lb = label_bytes
+        call.conn.enqueue(Call.new(Wire::OP_LABEL, lb, owner: :setup)) if r.queued.anybits?(Wire::FEATURE_LABELS) && !lb.empty?
+      elsif call.op == Wire::OP_LABEL && r.status == Wire::STATUS_ERROR
+        log(:warn, "ticketing: #{call.conn.addr} refused the connection label: #{r.payload}")
       end
     end
 

@@ -48,7 +48,9 @@ module Ticketing
       when Wire::OP_ACQUIRE then Wire.encode_acquire(@req_id, @key, @arg1, @arg2)
       when Wire::OP_RELEASE then Wire.encode_release(@req_id, @key, @arg1)
       when Wire::OP_CANCEL then Wire.encode_cancel(@req_id, @key, @arg1)
-      when Wire::OP_PING then Wire.encode_ping(@req_id)
+      when Wire::OP_PING then Wire.encode_ping(@req_id, @arg1)
+      when Wire::OP_LABEL then Wire.encode_label(@req_id, @key)
+      when Wire::OP_QUERY then Wire.encode_query(@req_id, @key) # the key field holds the JSON body
       end
     end
 
@@ -178,6 +180,9 @@ module Ticketing
     # The last connect attempt failed authentication or TLS (a configuration
     # error: waiting calls fail at once, edge rule R4), else nil.
     attr_reader :cfg_err
+
+    # Protocol 1.1 feature bits the server announced (protocol.md §12.1).
+    attr_accessor :features
 
     def failures
       @mu.synchronize { @failures }
@@ -507,6 +512,7 @@ module Ticketing
         return false if @client.closed?
 
         @cfg_err = nil
+        @features = 0
         @state = :up
         @sock = sock
         @ever_up = true
@@ -520,6 +526,8 @@ module Ticketing
         @corked = false
       end
       @client.changed
+      # ask for the server's features; the answer sends the label (§12.1, §12.3)
+      enqueue(Call.new(Wire::OP_PING, "".b, Wire::PING_FEATURES, owner: :setup))
       true
     end
 
