@@ -72,7 +72,7 @@ wait and exits 128+N.
 		Example: `  token=$(ticketing acquire backups/db --lease 10m --wait 30s) || exit
   token=$(ticketing acquire jobs/nightly -n -E 75) || { rc=$?; [ "$rc" -eq 75 ] && exit 0; exit "$rc"; }   # held: skip quietly
   ticketing acquire k -o json | jq -r .token
-  token=$(ticketing acquire acct/17 acct/42 --lease 30s)   # both accounts, one token`,
+  token=$(ticketing acquire acct/17 acct/42 --lease 30s) || exit   # both accounts, one token`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts, err := acquireOptions(fac, cmd, args)
