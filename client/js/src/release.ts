@@ -235,7 +235,7 @@ export class Releases {
         st.ref,
       );
       if (c.fail !== "unsent") st.written = true;
-      const at = ` at ${c.conn!.addr}`;
+      const where = (): string => ` at ${c.conn!.addr}`;
       if (w === "timeout") {
         if (c.pending) {
           c.owner = "dropped";
@@ -259,12 +259,12 @@ export class Releases {
           case Status.NotHolder:
             if (st.maybe) {
               throw new IndeterminateError(
-                `release ${label}${at}: the token no longer holds the key; an earlier unconfirmed attempt may have released it`,
+                `release ${label}${where()}: the token no longer holds the key; an earlier unconfirmed attempt may have released it`,
                 { key: st.keyText },
               );
             }
             throw new NotHolderError(
-              `release ${label}${at}: not the holder (the lease may have ended)`,
+              `release ${label}${where()}: not the holder (the lease may have ended)`,
               {
                 key: st.keyText,
               },
@@ -285,7 +285,7 @@ export class Releases {
             break;
           default:
             throw new InvalidError(
-              `release ${label}${at}: refused: ${codeName(c.code)}${c.payload?.length ? ": " + c.payload.toString("utf8") : ""}`,
+              `release ${label}${where()}: refused: ${codeName(c.code)}${c.payload?.length ? ": " + c.payload.toString("utf8") : ""}`,
               { protocolCode: c.code, key: st.keyText },
             );
         }
