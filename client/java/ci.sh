@@ -176,6 +176,22 @@ XML
       "$0" build
     fi
     java -cp "$(tk_cp)" io.ticketing.testkit.Bench "$addr" "${BENCH_SECONDS:-5}" "${TICKETING_CI_LANG:-java}"
+    # The blocking API on virtual threads, on a JDK 21+ when one is installed (the client's floor
+    # stays Java 17): BENCH_JAVA21=/path/to/java, else the newest /usr/lib/jvm/*/bin/java >= 21.
+    if [[ "${TICKETING_CI_LANG:-java}" == java ]]; then
+      j21="${BENCH_JAVA21:-}"
+      if [[ -z "$j21" ]]; then
+        for j in /usr/lib/jvm/*/bin/java; do
+          v=$("$j" -XshowSettings:properties -version 2>&1 | sed -nE 's/^ *java.specification.version = ([0-9]+).*/\1/p')
+          [[ "$v" =~ ^[0-9]+$ ]] && (( v >= 21 )) && j21="$j"
+        done
+      fi
+      if [[ -n "$j21" ]]; then
+        "$j21" -cp "$(tk_cp)" io.ticketing.testkit.Bench "$addr" "${BENCH_SECONDS:-5}" java-virtual
+      else
+        echo "bench: no JDK 21+ found: no virtual-thread rows (set BENCH_JAVA21)" >&2
+      fi
+    fi
     ;;
   *)
     echo "usage: ci.sh toolchain|install|build|test|package-check|bench" >&2

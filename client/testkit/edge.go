@@ -199,7 +199,16 @@ func scR4(t *T) {
 	d = t.Driver(t.Lang)
 	d.MustConnect(startFake(t, f, 1), fakeToken, nil)
 	f.SetReject(wire.CodeAuthFailed)
+	// Every connection the client had is cut; the acquire is sent once each
+	// of them has dialled again (and met the REJECT), so that it waits for a
+	// connection instead of racing the client's noticing of the cut (a
+	// request written into a connection that then ends is rightly
+	// indeterminate).
+	n := len(f.Accepts(0))
 	f.CutAll()
+	if !waitFor(10*time.Second, func() bool { return len(f.Accepts(0)) >= 2*n }) {
+		t.Fatalf("the client did not dial again after its %d connections were cut", n)
+	}
 	pd := d.Send(AcquireCmd("k", 1000, 6000))
 	r = t.Wait(pd, 20*time.Second)
 	t.Expect(r, "an acquire waiting for a connection the server rejects (token rotated)", "auth")

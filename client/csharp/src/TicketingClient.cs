@@ -118,6 +118,7 @@ namespace Ticketing
         /// </summary>
         public void Connect(CancellationToken ct = default(CancellationToken))
         {
+            if (closed) throw new ObjectDisposedException("TicketingClient"); // R7: at once, not after the timeout
             long limit = Clock.Now + Clock.Ticks(ConnectTimeout);
             while (true)
             {
@@ -361,6 +362,9 @@ namespace Ticketing
         /// <summary>ReleaseAsync with a raw byte key.</summary>
         public async Task ReleaseAsync(byte[] key, ulong token, CancellationToken ct = default(CancellationToken))
         {
+            CheckToken(token);
+            // R7: closed before anything was sent: Closed (ObjectDisposedException), not Indeterminate.
+            if (closed) throw new ObjectDisposedException("TicketingClient", "release " + Describe(key) + ": the client was closed; nothing was sent");
             var st = new RelState(CheckKey(key), token, Clock.Now + Clock.Ticks(ReleaseWindow));
             Exception cause = null;
             while (true)
@@ -403,6 +407,9 @@ namespace Ticketing
         /// <summary>Release with a raw byte key.</summary>
         public void Release(byte[] key, ulong token, CancellationToken ct = default(CancellationToken))
         {
+            CheckToken(token);
+            // R7: closed before anything was sent: Closed (ObjectDisposedException), not Indeterminate.
+            if (closed) throw new ObjectDisposedException("TicketingClient", "release " + Describe(key) + ": the client was closed; nothing was sent");
             var st = new RelState(CheckKey(key), token, Clock.Now + Clock.Ticks(ReleaseWindow));
             Exception cause = null;
             while (true)
@@ -850,7 +857,20 @@ namespace Ticketing
         internal static byte[] KeyBytes(string key)
         {
             if (key == null) throw new TicketingArgumentException("key must not be null", "key");
-            return Encoding.UTF8.GetBytes(key);
+            // A lone UTF-16 surrogate has no UTF-8 form: Encoding.UTF8 would send U+FFFD instead,
+            // so two different strings would lock one key (R8). Refused before sending.
+            try { return StrictUtf8.GetBytes(key); }
+            catch (EncoderFallbackException e)
+            {
+                throw new TicketingArgumentException("key has a lone UTF-16 surrogate at index " + e.Index + ": not valid UTF-8 (keys are 1..250 bytes of UTF-8)", "key");
+            }
+        }
+
+        static readonly UTF8Encoding StrictUtf8 = new UTF8Encoding(false, true);
+
+        internal static void CheckToken(ulong token)
+        {
+            if (token == 0) throw new TicketingArgumentException("token 0 is never issued (tokens are 1..2^64-1)", "token");
         }
 
         internal static byte[] CheckKey(byte[] key)

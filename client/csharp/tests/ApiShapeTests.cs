@@ -29,6 +29,43 @@ namespace Ticketing.Tests
         }
 
         [Test]
+        public void LoneSurrogatesAndTokenZeroAreRefusedBeforeSending()
+        {
+            // R8: "a\uD800" would be sent as "a\uFFFD" (the same key as another string).
+            using (var f = new FakeServer(null))
+            using (var c = new TicketingClient(new TicketingOptions { Addresses = new[] { f.Addr }, ConnectTimeout = TimeSpan.FromSeconds(2) }))
+            {
+                c.Connect();
+                var e = Assert.Throws<TicketingArgumentException>(() => c.Acquire("a\uD800", TimeSpan.FromSeconds(5), TimeSpan.Zero));
+                StringAssert.Contains("surrogate", e.Message);
+                Assert.AreEqual("key", e.ParamName);
+                Assert.Throws<TicketingArgumentException>(() => c.Release("a\uDC00b", 5));
+                var t = Assert.Throws<TicketingArgumentException>(() => c.Release("k", 0));
+                Assert.AreEqual("token", t.ParamName);
+                Assert.Throws<TicketingArgumentException>(() => c.ReleaseAsync("k", 0).GetAwaiter().GetResult());
+                Assert.AreEqual(0, f.Drain().Count, "nothing was sent");
+            }
+        }
+
+        [Test]
+        public void AClosedClientFailsAtOnceWithClosed()
+        {
+            // R7: release and connect on a disposed client: ObjectDisposedException at once
+            // (nothing was sent, so not Indeterminate; not a connection error after the timeout).
+            using (var f = new FakeServer(null))
+            {
+                var c = new TicketingClient(new TicketingOptions { Addresses = new[] { f.Addr }, ConnectTimeout = TimeSpan.FromSeconds(5) });
+                c.Dispose();
+                var sw = System.Diagnostics.Stopwatch.StartNew();
+                Assert.Throws<ObjectDisposedException>(() => c.Release("k", 5));
+                Assert.Throws<ObjectDisposedException>(() => c.ReleaseAsync("k", 5).GetAwaiter().GetResult());
+                Assert.Throws<ObjectDisposedException>(() => c.Connect());
+                Assert.Throws<ObjectDisposedException>(() => c.Acquire("k", TimeSpan.FromSeconds(5), TimeSpan.Zero));
+                Assert.Less(sw.Elapsed.TotalSeconds, 2);
+            }
+        }
+
+        [Test]
         public void InfiniteTimeSpanIsRefusedByName()
         {
             using (var f = new FakeServer(null))

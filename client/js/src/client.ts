@@ -249,9 +249,11 @@ export class Client {
         ? 0
         : durationMs("minRemainingMs", opts.minRemainingMs, 0, kb);
     const signal = opts.signal;
-    let at = "";
+    let conn: { addr: string } | undefined;
+    // R15: the server, once a request was sent (built only for an error).
+    const where = (): string => (conn ? ` at ${conn.addr}` : "");
     const cancelled = (): CancelledError =>
-      new CancelledError(`acquire ${label}${at}: cancelled`, {
+      new CancelledError(`acquire ${label}${where()}: cancelled`, {
         cause: signal?.reason,
         key: errKey,
       });
@@ -285,7 +287,7 @@ export class Client {
         if (e instanceof CancelledError) throw cancelled();
         throw located(e, `acquire ${label}`, errKey);
       }
-      at = ` at ${c.conn!.addr}`;
+      conn = c.conn;
       const w = await pool.waitCall(c, signal);
       if (w !== "done") {
         if (c.conn!.abandon(c)) throw cancelled();
@@ -298,7 +300,7 @@ export class Client {
         // R2: written, and unanswered past its wait plus the allowance.
         c.conn!.abandon(c);
         throw new IndeterminateError(
-          `acquire ${label}${at}: no answer within the wait (${c.waitMs} ms) plus the answer allowance (${pool.answerAllowanceMs} ms); withdrawn`,
+          `acquire ${label}${where()}: no answer within the wait (${c.waitMs} ms) plus the answer allowance (${pool.answerAllowanceMs} ms); withdrawn`,
           { key: errKey },
         );
       }
@@ -306,12 +308,12 @@ export class Client {
         if (c.fail === "lost") {
           if (pool.closed) {
             throw new IndeterminateError(
-              `acquire ${label}${at}: client closed after the request was written`,
+              `acquire ${label}${where()}: client closed after the request was written`,
               { cause: new ClosedError("client closed"), key: errKey },
             );
           }
           throw new IndeterminateError(
-            `acquire ${label}${at}: connection lost after the request was written: ${describe(c.failErr)}`,
+            `acquire ${label}${where()}: connection lost after the request was written: ${describe(c.failErr)}`,
             { cause: c.failErr, key: errKey },
           );
         }
@@ -324,18 +326,11 @@ export class Client {
         switch (c.status) {
           case Status.Granted: {
             const token = c.value;
+            // The lease releases with the key bytes and label checked and
+            // built here (no second encoding per release).
             const lease = new Lease(
-              set
-                ? (o) =>
-                    this.#releases.release(
-                      errKey ?? kb,
-                      kb,
-                      token,
-                      o,
-                      set,
-                      label,
-                    )
-                : (o) => this.release(key as string | Uint8Array, token, o),
+              (o) =>
+                this.#releases.release(errKey ?? kb, kb, token, o, set, label),
               key,
               c.value,
               c.sent + c.queued * QUEUED_UNIT_MS + leaseMs,
@@ -352,7 +347,7 @@ export class Client {
                 );
               }
               throw new InsufficientLeaseError(
-                `acquire ${label}${at}: ${left} ms of the lease left after the grant, below minRemainingMs ${minRemaining}; released`,
+                `acquire ${label}${where()}: ${left} ms of the lease left after the grant, below minRemainingMs ${minRemaining}; released`,
                 { key: errKey },
               );
             }
@@ -360,17 +355,17 @@ export class Client {
           }
           case Status.Timeout:
             throw new LockTimeoutError(
-              `acquire ${label}${at}: timed out, not acquired`,
+              `acquire ${label}${where()}: timed out, not acquired`,
               { key: errKey },
             );
           case Status.Busy:
             throw new BusyError(
-              `acquire ${label}${at}: busy (${codeName(c.code)}), not acquired`,
+              `acquire ${label}${where()}: busy (${codeName(c.code)}), not acquired`,
               { protocolCode: c.code, key: errKey },
             );
           case Status.Unknown:
             throw new IndeterminateError(
-              `acquire ${label}${at}: the cluster could not confirm the commit`,
+              `acquire ${label}${where()}: the cluster could not confirm the commit`,
               {
                 protocolCode: c.code === 0 ? undefined : c.code,
                 key: errKey,
@@ -378,7 +373,7 @@ export class Client {
             );
           case Status.Error:
             throw new InvalidError(
-              `acquire ${label}${at}: refused: ${codeName(c.code)}${c.payload?.length ? ": " + c.payload.toString("utf8") : ""}`,
+              `acquire ${label}${where()}: refused: ${codeName(c.code)}${c.payload?.length ? ": " + c.payload.toString("utf8") : ""}`,
               { protocolCode: c.code, key: errKey },
             );
           case Status.Moved: {
@@ -390,7 +385,7 @@ export class Client {
               const d = pool.redirectDelay(rounds);
               if (waitMs === 0 || budgetEnd - performance.now() <= d) {
                 throw new NoLeaderError(
-                  `acquire ${label}${at}: ${moves} consecutive redirects (last to ${JSON.stringify(addr)})`,
+                  `acquire ${label}${where()}: ${moves} consecutive redirects (last to ${JSON.stringify(addr)})`,
                   { key: errKey },
                 );
               }

@@ -50,11 +50,14 @@ export class Lease implements AsyncDisposable {
     deadline: number,
   ) {
     this.#release = release;
-    const copy = (k: string | Uint8Array): string | Uint8Array =>
-      typeof k === "string" ? k : Uint8Array.from(k);
-    this.key = Array.isArray(key)
-      ? Object.freeze(key.map(copy))
-      : copy(key as string | Uint8Array);
+    this.key =
+      typeof key === "string"
+        ? key
+        : key instanceof Uint8Array
+          ? Uint8Array.from(key)
+          : Object.freeze(
+              key.map((k) => (typeof k === "string" ? k : Uint8Array.from(k))),
+            );
     this.token = token;
     this.deadline = deadline;
   }

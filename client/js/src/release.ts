@@ -69,21 +69,7 @@ export class Releases {
     // R7: a closed client fails at once, with Closed: nothing was sent.
     if (this.pool.closed)
       throw new ClosedError(`release ${label}: client closed`, { key });
-    const st: RelState = {
-      key: kb,
-      keyText: key,
-      label,
-      set,
-      written: false,
-      token,
-      deadline: performance.now() + this.pool.releaseWindow,
-      maybe: false,
-      moves: 0,
-      retries: 0,
-      woken: { v: false },
-      ref: true,
-      cause: undefined,
-    };
+    const st = this.newState(kb, key, label, set, token, true);
     const signal = opts?.signal;
     if (!signal) return this.releaseAttempts(st);
     if (signal.aborted) {
@@ -120,6 +106,32 @@ export class Releases {
     }
   }
 
+  /** A release's state: its 5 s window starts now. */
+  private newState(
+    key: Uint8Array,
+    keyText: string | Uint8Array,
+    label: string,
+    set: KeySet | undefined,
+    token: bigint,
+    ref: boolean,
+  ): RelState {
+    return {
+      key,
+      keyText,
+      label,
+      set,
+      written: false,
+      token,
+      deadline: performance.now() + this.pool.releaseWindow,
+      maybe: false,
+      moves: 0,
+      retries: 0,
+      woken: { v: false },
+      ref,
+      cause: undefined,
+    };
+  }
+
   private adopt(job: Promise<void>): void {
     this.background++;
     job
@@ -147,21 +159,16 @@ export class Releases {
     set?: KeySet,
   ): void {
     this.compensations++;
-    const ok = this.releaseInBackground({
-      key,
-      keyText,
-      label: set ? setLabel(set) : keyLabel(keyText),
-      set,
-      written: false,
-      token,
-      deadline: performance.now() + this.pool.releaseWindow,
-      maybe: false,
-      moves: 0,
-      retries: 0,
-      woken: { v: false },
-      ref: false,
-      cause: undefined,
-    });
+    const ok = this.releaseInBackground(
+      this.newState(
+        key,
+        keyText,
+        set ? setLabel(set) : keyLabel(keyText),
+        set,
+        token,
+        false,
+      ),
+    );
     if (!ok) {
       this.pool.log.warn?.(
         "ticketing: release queue full; an abandoned grant stays held until its lease ends",
@@ -235,7 +242,7 @@ export class Releases {
         st.ref,
       );
       if (c.fail !== "unsent") st.written = true;
-      const at = ` at ${c.conn!.addr}`;
+      const where = (): string => ` at ${c.conn!.addr}`;
       if (w === "timeout") {
         if (c.pending) {
           c.owner = "dropped";
@@ -259,12 +266,12 @@ export class Releases {
           case Status.NotHolder:
             if (st.maybe) {
               throw new IndeterminateError(
-                `release ${label}${at}: the token no longer holds the key; an earlier unconfirmed attempt may have released it`,
+                `release ${label}${where()}: the token no longer holds the key; an earlier unconfirmed attempt may have released it`,
                 { key: st.keyText },
               );
             }
             throw new NotHolderError(
-              `release ${label}${at}: not the holder (the lease may have ended)`,
+              `release ${label}${where()}: not the holder (the lease may have ended)`,
               {
                 key: st.keyText,
               },
@@ -285,7 +292,7 @@ export class Releases {
             break;
           default:
             throw new InvalidError(
-              `release ${label}${at}: refused: ${codeName(c.code)}${c.payload?.length ? ": " + c.payload.toString("utf8") : ""}`,
+              `release ${label}${where()}: refused: ${codeName(c.code)}${c.payload?.length ? ": " + c.payload.toString("utf8") : ""}`,
               { protocolCode: c.code, key: st.keyText },
             );
         }

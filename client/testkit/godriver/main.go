@@ -235,7 +235,7 @@ func (d *driver) connect(c command) map[string]any {
 		opts = append(opts, client.WithAnswerAllowance(time.Hour))
 	}
 	if c.Label != nil && !d.brk.has("no-label") {
-		return errReply(c.ID, "unsupported", 0, "connection labels: the Go client's protocol 1.1 API (issue 30) is not on main yet")
+		opts = append(opts, client.WithLabel(*c.Label)) // protocol.md §12.3
 	}
 	if c.TLS != nil {
 		cfg := &tls.Config{ServerName: c.TLS.ServerName}
@@ -316,8 +316,28 @@ func (d *driver) run(ctx context.Context, cl *client.Client, c command) map[stri
 			return okReply(c.ID, map[string]any{"acquired": false})
 		}
 		return r
-	case "acquire_set", "release_set":
-		return errReply(c.ID, "unsupported", 0, "key sets: the Go client's protocol 1.1 API (issue 30) is not on main yet")
+	case "acquire_set": // protocol.md §12.2
+		l, err := cl.AcquireSet(ctx, c.Keys, ms(c.LeaseMS), ms(c.WaitMS))
+		if err != nil {
+			return d.errResult(c.ID, ctx, err)
+		}
+		tok := strconv.FormatUint(l.Token(), 10)
+		d.mu.Lock()
+		d.locks[tok] = l
+		d.mu.Unlock()
+		return okReply(c.ID, map[string]any{"token": tok, "deadline_in_ms": time.Until(l.Deadline()).Milliseconds()})
+	case "release_set":
+		if c.Token == nil {
+			return errReply(c.ID, "invalid", 0, "release_set without token")
+		}
+		tok, err := d.parseToken(*c.Token)
+		if err != nil {
+			return errReply(c.ID, "invalid", 0, "token: "+err.Error())
+		}
+		if err := cl.ReleaseSet(ctx, c.Keys, tok); err != nil {
+			return d.errResult(c.ID, ctx, err)
+		}
+		return okReply(c.ID, nil)
 	case "release_lease":
 		l, bad := d.lease(c)
 		if bad != nil {

@@ -54,6 +54,30 @@ final class Conn {
     private long deferredAt; // when a frame was first queued for a callback worker to write, or 0
     private long taken;
     private int blockingPending; // pending calls of blocking callers (each a thread that waits)
+
+    /** Thread.isVirtual (JDK 21+), found once; always false on Java 17-20. */
+    private static final java.lang.invoke.MethodHandle IS_VIRTUAL = isVirtualHandle();
+
+    private static java.lang.invoke.MethodHandle isVirtualHandle() {
+        try {
+            return java.lang.invoke.MethodHandles.publicLookup().findVirtual(Thread.class, "isVirtual",
+                    java.lang.invoke.MethodType.methodType(boolean.class));
+        } catch (ReflectiveOperationException e) {
+            return null;
+        }
+    }
+
+    /** Whether t is a virtual thread (false before JDK 21). */
+    static boolean isVirtual(Thread t) {
+        if (IS_VIRTUAL == null || t == null) {
+            return false;
+        }
+        try {
+            return (boolean) IS_VIRTUAL.invokeExact(t);
+        } catch (Throwable e) {
+            return false;
+        }
+    }
     private Socket writer; // the socket whose output a thread (a sender or the supervisor) owns now
     private Thread supervisor;
 
@@ -364,7 +388,11 @@ final class Conn {
             }
             enqueueLocked(c);
             if (writer != sock) {
-                if (c.blocking && blockingPending <= 1) {
+                if (c.virtual || c.blocking && blockingPending <= 1) {
+                    // A virtual thread always writes its own frame (or leaves it to the writer
+                    // of the moment, which takes every queued frame before it lets go): parking
+                    // and unparking a virtual thread is cheap, waking the supervisor (a platform
+                    // thread) per batch is not (issue 34 item 8).
                     // The only blocking caller waiting here (nothing to batch with): its own thread
                     // writes the frame (flush), after leaving its operation's lock, which saves the
                     // supervisor's wake-up. With more, the supervisor batches their frames.

@@ -23,7 +23,8 @@ public final class Lease implements AutoCloseable {
     private final byte[] key;
     private final long token;
     private final long deadlineNanos;
-    private boolean released;
+    // No monitors (virtual-thread friendly: a virtual thread never blocks on one here).
+    private final java.util.concurrent.atomic.AtomicBoolean released = new java.util.concurrent.atomic.AtomicBoolean();
 
     Lease(TicketingClient client, byte[] key, long token, long deadlineNanos) {
         this.client = client;
@@ -107,8 +108,8 @@ public final class Lease implements AutoCloseable {
      *
      * @return true once released
      */
-    public synchronized boolean isReleased() {
-        return released;
+    public boolean isReleased() {
+        return released.get();
     }
 
     /**
@@ -119,10 +120,8 @@ public final class Lease implements AutoCloseable {
      * @throws IndeterminateException no confirmation; may be retried
      */
     public void release() {
-        synchronized (this) {
-            if (released) {
-                return;
-            }
+        if (released.get()) {
+            return;
         }
         try {
             client.release(key, token);
@@ -133,8 +132,8 @@ public final class Lease implements AutoCloseable {
         markReleased();
     }
 
-    private synchronized void markReleased() {
-        released = true;
+    private void markReleased() {
+        released.set(true);
     }
 
     /**
@@ -155,10 +154,8 @@ public final class Lease implements AutoCloseable {
      * @return completes on the server's {@code O}
      */
     public CompletableFuture<Void> releaseAsync(java.util.concurrent.Executor executor) {
-        synchronized (this) {
-            if (released) {
-                return CompletableFuture.completedFuture(null);
-            }
+        if (released.get()) {
+            return CompletableFuture.completedFuture(null);
         }
         CompletableFuture<Void> f = executor == null ? client.releaseAsync(key, token) : client.releaseAsync(key, token, executor);
         return f.whenComplete((v, e) -> {
@@ -177,11 +174,8 @@ public final class Lease implements AutoCloseable {
 
     /** Releases in the background (used when a lease is delivered to nobody). */
     CompletableFuture<Void> releaseInBackground() {
-        synchronized (this) {
-            if (released) {
-                return CompletableFuture.completedFuture(null);
-            }
-            released = true;
+        if (!released.compareAndSet(false, true)) {
+            return CompletableFuture.completedFuture(null);
         }
         return client.releaseBackground(key, token, true);
     }

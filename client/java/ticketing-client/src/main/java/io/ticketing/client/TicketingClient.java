@@ -21,6 +21,7 @@ import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicLong;
+import java.util.concurrent.locks.ReentrantLock;
 import javax.net.ssl.SSLContext;
 import javax.net.ssl.SSLException;
 
@@ -548,6 +549,12 @@ public final class TicketingClient implements AutoCloseable {
      */
     private static void flush(Call c) {
         if (c != null) {
+            if (c.virtual) {
+                // Let the other virtual callers the reader has just woken append their frames
+                // first (a virtual thread's yield is a cheap reschedule): then one write carries
+                // them all, as the Go client's writer batches.
+                Thread.yield();
+            }
             c.conn.flush();
         }
     }
@@ -564,7 +571,24 @@ public final class TicketingClient implements AutoCloseable {
 
     static byte[] keyBytes(String key) {
         Objects.requireNonNull(key, "key");
+        // A lone UTF-16 surrogate has no UTF-8 form: getBytes would send '?' instead, so two
+        // different strings would lock one key (R8). Refused before sending.
+        for (int i = 0; i < key.length(); i++) {
+            char ch = key.charAt(i);
+            if (Character.isHighSurrogate(ch) && i + 1 < key.length() && Character.isLowSurrogate(key.charAt(i + 1))) {
+                i++;
+            } else if (Character.isSurrogate(ch)) {
+                throw new InvalidArgumentException("key has a lone UTF-16 surrogate at index " + i
+                        + ": not valid UTF-8 (keys are 1..250 bytes of UTF-8)", 21, null);
+            }
+        }
         return key.getBytes(StandardCharsets.UTF_8);
+    }
+
+    static void checkToken(long token) {
+        if (token == 0) {
+            throw new InvalidArgumentException("token 0 is never issued (tokens are 1..2^64-1)");
+        }
     }
 
     static void checkKey(byte[] key) {
@@ -879,7 +903,10 @@ public final class TicketingClient implements AutoCloseable {
         private Call call;
         private boolean finished;
 
-        private boolean waitedForConnection; // guarded by this
+        // A lock, not a monitor: a virtual caller may park in it (JDK 21-23 pin a virtual
+        // thread's carrier while it parks holding a monitor).
+        private final ReentrantLock lock = new ReentrantLock();
+        private boolean waitedForConnection; // guarded by lock
         private String lastAddr; // the server of the last attempt, for messages
         private final boolean queues; // asked with a wait > 0
 
@@ -896,7 +923,16 @@ public final class TicketingClient implements AutoCloseable {
             connGiveUp = Math.max(budgetEnd, now + connectTimeoutNanos);
         }
 
-        synchronized void attempt() {
+        void attempt() {
+            lock.lock();
+            try {
+                attemptLocked();
+            } finally {
+                lock.unlock();
+            }
+        }
+
+        private void attemptLocked() {
             if (finished) {
                 return;
             }
@@ -916,6 +952,7 @@ public final class TicketingClient implements AutoCloseable {
             // shortened to 0 (a slot is what it has been waiting for).
             Call c = new Call(Wire.OP_ACQUIRE, key, (leaseMs << 32) | waitMs, waitMs > 0 || waitedForConnection && queues, this::onAnswer);
             c.blocking = caller == Thread.currentThread();
+            c.virtual = c.blocking && Conn.isVirtual(caller);
             int r = tryEnqueue(c);
             if (r == Conn.ENQ_OK) {
                 call = c;
@@ -940,7 +977,16 @@ public final class TicketingClient implements AutoCloseable {
         }
 
         /** Withdraws; false when the result is already decided. */
-        synchronized boolean cancel() {
+        boolean cancel() {
+            lock.lock();
+            try {
+                return cancelLocked();
+            } finally {
+                lock.unlock();
+            }
+        }
+
+        private boolean cancelLocked() {
             if (finished) {
                 return false;
             }
@@ -953,7 +999,16 @@ public final class TicketingClient implements AutoCloseable {
             return true;
         }
 
-        synchronized void onAnswer(Call c) {
+        void onAnswer(Call c) {
+            lock.lock();
+            try {
+                onAnswerLocked(c);
+            } finally {
+                lock.unlock();
+            }
+        }
+
+        private void onAnswerLocked(Call c) {
             if (c != call) {
                 return;
             }
@@ -1088,8 +1143,10 @@ public final class TicketingClient implements AutoCloseable {
     public void release(byte[] key, long token) {
         byte[] k = key.clone();
         checkKey(k);
+        checkToken(token);
         if (isClosed()) {
-            throw new IndeterminateException("client closed", -1, new ClientClosedException("client closed"));
+            // Nothing was sent: Closed, not Indeterminate (R7).
+            throw new ClientClosedException("release " + describe(k) + ": client closed, nothing sent");
         }
         ReleaseOp op = new ReleaseOp(k, token, false);
         op.caller = Thread.currentThread();
@@ -1148,13 +1205,15 @@ public final class TicketingClient implements AutoCloseable {
      */
     public CompletableFuture<Void> releaseAsync(byte[] key, long token, Executor executor) {
         byte[] k = key.clone();
-        if (isClosed()) {
-            return CompletableFuture.failedFuture(new IndeterminateException("client closed", -1, new ClientClosedException("client closed")));
-        }
         try {
             checkKey(k);
+            checkToken(token);
         } catch (TicketingException e) {
             return CompletableFuture.failedFuture(e);
+        }
+        if (isClosed()) {
+            // Nothing was sent: Closed, not Indeterminate (R7).
+            return CompletableFuture.failedFuture(new ClientClosedException("release " + describe(k) + ": client closed, nothing sent"));
         }
         ReleaseOp op = new ReleaseOp(k, token, false);
         releasing.incrementAndGet();
@@ -1210,6 +1269,7 @@ public final class TicketingClient implements AutoCloseable {
         int moves;
         int retries;
         Throwable cause;
+        private final ReentrantLock lock = new ReentrantLock(); // not a monitor (virtual threads)
         String lastAddr; // the server of the last attempt, for messages
         volatile boolean finished;
         final CompletableFuture<Void> result = new CompletableFuture<>();
@@ -1227,7 +1287,16 @@ public final class TicketingClient implements AutoCloseable {
             attempt();
         }
 
-        synchronized void giveUpNow() {
+        void giveUpNow() {
+            lock.lock();
+            try {
+                giveUpNowLocked();
+            } finally {
+                lock.unlock();
+            }
+        }
+
+        private void giveUpNowLocked() {
             if (!finished) {
                 finish(giveUp());
             }
@@ -1256,7 +1325,16 @@ public final class TicketingClient implements AutoCloseable {
             }
         }
 
-        synchronized void attempt() {
+        void attempt() {
+            lock.lock();
+            try {
+                attemptLocked();
+            } finally {
+                lock.unlock();
+            }
+        }
+
+        private void attemptLocked() {
             if (finished) {
                 return;
             }
@@ -1270,6 +1348,7 @@ public final class TicketingClient implements AutoCloseable {
             }
             Call c = new Call(Wire.OP_RELEASE, key, token, false, this::onAnswer);
             c.blocking = caller == Thread.currentThread();
+            c.virtual = c.blocking && Conn.isVirtual(caller);
             c.release = this;
             if (tryEnqueue(c) != Conn.ENQ_OK) {
                 schedule(this::attempt, POLL_NANOS * 2);
@@ -1281,7 +1360,16 @@ public final class TicketingClient implements AutoCloseable {
             }
         }
 
-        synchronized void onAnswer(Call c) {
+        void onAnswer(Call c) {
+            lock.lock();
+            try {
+                onAnswerLocked(c);
+            } finally {
+                lock.unlock();
+            }
+        }
+
+        private void onAnswerLocked(Call c) {
             if (finished) {
                 return;
             }

@@ -121,6 +121,35 @@ class FakeServerTest {
     }
 
     @Test
+    void loneSurrogatesAndTokenZeroAreRefusedBeforeSending() throws Exception {
+        // R8: "a\uD800" would be sent as "a?" (the same key as the string "a?").
+        try (FakeServer s = new FakeServer(); TicketingClient c = client(s)) {
+            InvalidArgumentException e = assertThrows(InvalidArgumentException.class, () -> c.acquire("a\uD800", LEASE, Duration.ZERO));
+            assertTrue(e.getMessage().contains("surrogate"), e.getMessage());
+            assertThrows(InvalidArgumentException.class, () -> c.release("\uDC00", 5));
+            InvalidArgumentException t = assertThrows(InvalidArgumentException.class, () -> c.release("k", 0));
+            assertTrue(t.getMessage().contains("token 0"), t.getMessage());
+            ExecutionException a = assertThrows(ExecutionException.class, () -> c.releaseAsync("k", 0).get(5, TimeUnit.SECONDS));
+            assertTrue(a.getCause() instanceof InvalidArgumentException, a.toString());
+            assertEquals(4, TicketingClient.keyBytes("\uD83D\uDE00").length); // a valid pair is one code point
+            assertTrue(s.requests.stream().noneMatch(r -> r.op() == 'R'), "a refused release was sent: " + s.requests);
+        }
+    }
+
+    @Test
+    void aClosedClientsReleaseIsClosedNotIndeterminate() throws Exception {
+        // R7: nothing was sent, so Closed (ClientClosedException), not Indeterminate.
+        try (FakeServer s = new FakeServer()) {
+            TicketingClient c = client(s);
+            c.close();
+            assertThrows(ClientClosedException.class, () -> c.release("k", 5));
+            ExecutionException e = assertThrows(ExecutionException.class, () -> c.releaseAsync("k", 5).get(5, TimeUnit.SECONDS));
+            assertTrue(e.getCause() instanceof ClientClosedException, e.toString());
+            assertThrows(ClientClosedException.class, () -> c.acquire("k", LEASE, WAIT));
+        }
+    }
+
+    @Test
     void timeoutAndTryAcquire() throws Exception {
         try (FakeServer s = new FakeServer().script(r -> r.conn().send(Wire.ST_TIMEOUT, r.reqId(), 0)); TicketingClient c = client(s)) {
             assertThrows(AcquireTimeoutException.class, () -> c.acquire("k", LEASE, WAIT));

@@ -5,12 +5,21 @@ import io.ticketing.client.TicketingClient;
 import java.io.BufferedReader;
 import java.io.InputStreamReader;
 import java.nio.charset.StandardCharsets;
+import java.time.Duration;
 import java.util.Map;
+import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.ExecutionException;
 
-/** The testkit driver for the Java API: blocking calls, one thread per command, cancel = interrupt. */
+/**
+ * The testkit driver for the Java API: blocking calls, one thread per command, cancel = interrupt.
+ * With {@code TESTKIT_VARIANT=async} (the testkit language {@code java-async}) it drives the
+ * {@code CompletableFuture} API instead: acquireAsync / releaseAsync, cancel = future.cancel.
+ */
 public final class JavaDriver {
+    private static final boolean ASYNC = "async".equals(System.getenv("TESTKIT_VARIANT"));
     private final Map<Object, Thread> running = new ConcurrentHashMap<>();
+    private final Map<Object, CompletableFuture<?>> futures = new ConcurrentHashMap<>();
     private final Map<Object, Boolean> cancelled = new ConcurrentHashMap<>();
     private volatile TicketingClient client;
 
@@ -67,9 +76,16 @@ public final class JavaDriver {
             case "cancel": {
                 Object target = cmd.get("target");
                 cancelled.put(target, true);
-                Thread t = running.get(target);
-                if (t != null) {
-                    t.interrupt();
+                if (ASYNC) {
+                    CompletableFuture<?> f = futures.get(target);
+                    if (f != null) {
+                        f.cancel(true);
+                    }
+                } else {
+                    Thread t = running.get(target);
+                    if (t != null) {
+                        t.interrupt();
+                    }
                 }
                 DriverSupport.emit(DriverSupport.ok(id));
                 return;
@@ -84,11 +100,11 @@ public final class JavaDriver {
                 });
                 return;
             case "info":
-                DriverSupport.emit(DriverSupport.info(id, "java"));
+                DriverSupport.emit(DriverSupport.info(id, ASYNC ? "java-async" : "java"));
                 return;
             case "acquire":
                 run(id, () -> {
-                    Lease l = cl().acquire(DriverSupport.key(cmd), DriverSupport.ms(cmd, "lease_ms"), DriverSupport.ms(cmd, "wait_ms"));
+                    Lease l = acquire(id, DriverSupport.key(cmd), DriverSupport.ms(cmd, "lease_ms"), DriverSupport.ms(cmd, "wait_ms"));
                     Map<String, Object> m = DriverSupport.ok(id);
                     m.put("token", l.tokenString());
                     m.put("deadline_in_ms", l.remaining().toMillis());
@@ -97,7 +113,11 @@ public final class JavaDriver {
                 return;
             case "release":
                 run(id, () -> {
-                    cl().release(DriverSupport.key(cmd), Long.parseUnsignedLong((String) cmd.get("token")));
+                    if (ASYNC) {
+                        await(id, cl().releaseAsync(DriverSupport.key(cmd), Long.parseUnsignedLong((String) cmd.get("token"))));
+                    } else {
+                        cl().release(DriverSupport.key(cmd), Long.parseUnsignedLong((String) cmd.get("token")));
+                    }
                     return DriverSupport.ok(id);
                 });
                 return;
@@ -105,14 +125,27 @@ public final class JavaDriver {
                 run(id, () -> {
                     String[] token = new String[1];
                     boolean fail = Boolean.TRUE.equals(cmd.get("fail"));
-                    try (Lease l = cl().acquire(DriverSupport.key(cmd), DriverSupport.ms(cmd, "lease_ms"), DriverSupport.ms(cmd, "wait_ms"))) {
+                    if (ASYNC) {
+                        // The async scope: the release chained after the work, failing or not.
+                        Lease l = acquire(id, DriverSupport.key(cmd), DriverSupport.ms(cmd, "lease_ms"), DriverSupport.ms(cmd, "wait_ms"));
                         token[0] = l.tokenString();
-                        Thread.sleep(DriverSupport.ms(cmd, "hold_ms").toMillis());
-                        if (fail) {
-                            throw new ScopeFailure();
+                        long hold = DriverSupport.ms(cmd, "hold_ms").toMillis();
+                        CompletableFuture<Void> work = CompletableFuture.runAsync(() -> {
+                            if (fail) {
+                                throw new ScopeFailure();
+                            }
+                        }, CompletableFuture.delayedExecutor(hold, java.util.concurrent.TimeUnit.MILLISECONDS));
+                        await(id, work.handle((v, e) -> null).thenCompose(v -> l.releaseAsync()));
+                    } else {
+                        try (Lease l = cl().acquire(DriverSupport.key(cmd), DriverSupport.ms(cmd, "lease_ms"), DriverSupport.ms(cmd, "wait_ms"))) {
+                            token[0] = l.tokenString();
+                            Thread.sleep(DriverSupport.ms(cmd, "hold_ms").toMillis());
+                            if (fail) {
+                                throw new ScopeFailure();
+                            }
+                        } catch (ScopeFailure e) {
+                            // raised inside the scope as asked; the scope released the lease
                         }
-                    } catch (ScopeFailure e) {
-                        // raised inside the scope as asked; the scope released the lease
                     }
                     Map<String, Object> m = DriverSupport.ok(id);
                     m.put("token", token[0]);
@@ -121,6 +154,32 @@ public final class JavaDriver {
                 return;
             default:
                 DriverSupport.emit(DriverSupport.err(id, "internal", -1, "unknown cmd " + name));
+        }
+    }
+
+    private Lease acquire(Object id, byte[] key, Duration lease, Duration wait) throws Exception {
+        if (!ASYNC) {
+            return cl().acquire(key, lease, wait);
+        }
+        return await(id, cl().acquireAsync(key, lease, wait));
+    }
+
+    /** Waits for an async call's future; a cancel command cancels it (java-async). */
+    private <T> T await(Object id, CompletableFuture<T> f) throws Exception {
+        futures.put(id, f);
+        try {
+            if (Boolean.TRUE.equals(cancelled.get(id))) {
+                f.cancel(true);
+            }
+            return f.get();
+        } catch (ExecutionException e) {
+            Throwable c = e.getCause();
+            if (c instanceof Exception) {
+                throw (Exception) c;
+            }
+            throw e;
+        } finally {
+            futures.remove(id, f);
         }
     }
 

@@ -23,6 +23,19 @@ object Bench {
         val lang = args.getOrElse(2) { "all" }
         val client = TicketingClient.builder().addresses(addr).token(System.getenv("TICKETING_TOKEN") ?: "").build()
         client.use { cl ->
+            if (lang == "java-virtual") {
+                // The blocking API on virtual threads (JDK 21+; the client's floor stays Java 17).
+                val vt = virtualThreadExecutorFactory()
+                if (vt == null) {
+                    System.err.println("bench: virtual threads need JDK 21+, this is ${System.getProperty("java.version")}")
+                    return
+                }
+                blocking(cl, 8, 1.0, vt) // JIT warm-up (not reported)
+                for (callers in intArrayOf(64, 1)) {
+                    report("java", "virtual-thr", callers, seconds, measured { blocking(cl, callers, seconds, vt) })
+                }
+                return
+            }
             // JIT warm-up (not reported): the first configuration would otherwise pay for it.
             blocking(cl, 8, 1.0)
             coroutines(cl, 8, 1.0)
@@ -65,18 +78,41 @@ object Bench {
         System.out.flush()
     }
 
-    private fun blocking(cl: TicketingClient, callers: Int, seconds: Double): Long {
+    /** Executors.newVirtualThreadPerTaskExecutor, found reflectively (compiled for Java 17). */
+    private fun virtualThreadExecutorFactory(): (() -> java.util.concurrent.ExecutorService)? {
+        val m = try {
+            java.util.concurrent.Executors::class.java.getMethod("newVirtualThreadPerTaskExecutor")
+        } catch (e: NoSuchMethodException) {
+            return null
+        }
+        return { m.invoke(null) as java.util.concurrent.ExecutorService }
+    }
+
+    private fun blocking(
+        cl: TicketingClient,
+        callers: Int,
+        seconds: Double,
+        virtual: (() -> java.util.concurrent.ExecutorService)? = null,
+    ): Long {
         val end = System.nanoTime() + (seconds * 1e9).toLong()
         val count = AtomicLong()
-        val threads = (0 until callers).map { i ->
-            Thread {
-                val k = key("java", i)
+        val body = { i: Int ->
+            Runnable {
+                val k = key(if (virtual != null) "java-virtual" else "java", i)
                 while (System.nanoTime() < end) {
                     cl.acquire(k, lease, wait).close()
                     count.incrementAndGet()
                 }
-            }.also { it.start() }
+            }
         }
+        if (virtual != null) {
+            val ex = virtual()
+            val fs = (0 until callers).map { ex.submit(body(it)) }
+            fs.forEach { it.get() }
+            ex.shutdown()
+            return count.get()
+        }
+        val threads = (0 until callers).map { i -> Thread(body(i)).also { it.start() } }
         threads.forEach { it.join() }
         return count.get()
     }
