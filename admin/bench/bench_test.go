@@ -71,6 +71,9 @@ func TestValidate(t *testing.T) {
 		func(c *Config) { c.Lease = 0 },
 		func(c *Config) { c.Duration, c.Ops = 0, 0 },
 		func(c *Config) { c.Mode, c.HotKeys = ModeTry, 1 },
+		func(c *Config) { c.SetSize = 0 },
+		func(c *Config) { c.SetSize = wire.MaxSetKeys + 1 },
+		func(c *Config) { c.Mode, c.SetSize = ModeFill, 2 },
 	}
 	for i, f := range bad {
 		c := DefaultConfig()
@@ -86,6 +89,37 @@ func TestValidate(t *testing.T) {
 	}
 }
 
+// A set's S and X are byte for byte the wire encoders' frames (protocol.md
+// §12.2), with distinct members; a worker with SetSize N sends them.
+func TestSetFrames(t *testing.T) {
+	var k [KeyLen]byte
+	putKey(&k, 42)
+	keys := []string{"bench:0000000042", "bencha0000000042", "benchb0000000042"}
+	if got, want := appendSetReq(nil, wire.OpAcquireSet, 7, &k, 3, wire.AcquireArg(30000, 5)), wire.AppendAcquireSet(nil, 7, keys, 30000, 5); !bytes.Equal(got, want) {
+		t.Fatalf("S:\n got %x\nwant %x", got, want)
+	}
+	if got, want := appendSetReq(nil, wire.OpReleaseSet, 8, &k, 3, 99), wire.AppendReleaseSet(nil, 8, keys, 99); !bytes.Equal(got, want) {
+		t.Fatalf("X:\n got %x\nwant %x", got, want)
+	}
+	full := appendSetReq(nil, wire.OpAcquireSet, 1, &k, wire.MaxSetKeys, 0)
+	var ks wire.KeySet
+	if code, msg := wire.ParseKeySet(&ks, wire.MaxSetKeys, full[wire.HeaderLen:]); code != wire.CodeNone {
+		t.Fatalf("a %d-key set does not parse: %v %s", wire.MaxSetKeys, code, msg)
+	}
+
+	cfg := DefaultConfig()
+	cfg.Conns, cfg.Pipeline, cfg.SetSize = 1, 2, 3
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	w := newWorker(&shared{cfg: &cfg, total: 2, leaseArg: wire.AcquireArg(30000, 0)}, discardConn{}, 0)
+	w.start()
+	want := wire.AppendAcquireSet(nil, 0, []string{"bench:0000000000", "bencha0000000000", "benchb0000000000"}, 30000, 0)
+	if len(w.wbuf) < len(want) || !bytes.Equal(w.wbuf[:len(want)], want) {
+		t.Fatalf("first acquire of a set-size 3 worker:\n got %x\nwant %x", w.wbuf, want)
+	}
+}
+
 // discardConn is a net.Conn whose writes vanish (the encode/decode loop
 // benchmark needs no server).
 type discardConn struct{ net.Conn }
@@ -96,8 +130,12 @@ func (discardConn) Write(b []byte) (int, error) { return len(b), nil }
 // response batches that drive a full round: G to every acquire, then O to
 // every release.
 func loopFixture(tb testing.TB, pipeline int) (*worker, []byte, []byte) {
+	return loopFixtureSet(tb, pipeline, 1)
+}
+
+func loopFixtureSet(tb testing.TB, pipeline, setSize int) (*worker, []byte, []byte) {
 	cfg := DefaultConfig()
-	cfg.Conns, cfg.Pipeline = 1, pipeline
+	cfg.Conns, cfg.Pipeline, cfg.SetSize = 1, pipeline, setSize
 	if err := cfg.Validate(); err != nil {
 		tb.Fatal(err)
 	}
@@ -131,12 +169,14 @@ func loopRound(tb testing.TB, w *worker, grants, releases []byte) {
 // The generator's per-op path (decode a response, pick the next key, encode
 // the follow-up, record latency, write the batch) allocates nothing.
 func TestWorkerLoopZeroAllocs(t *testing.T) {
-	w, g, r := loopFixture(t, 64)
-	if a := testing.AllocsPerRun(100, func() { loopRound(t, w, g, r) }); a != 0 {
-		t.Fatalf("%v allocs per round, want 0", a)
-	}
-	if w.ops == 0 || w.outcomes['G'] != w.outcomes['O'] {
-		t.Fatalf("ops %d outcomes G %d O %d", w.ops, w.outcomes['G'], w.outcomes['O'])
+	for _, set := range []int{1, 2, wire.MaxSetKeys} {
+		w, g, r := loopFixtureSet(t, 64, set)
+		if a := testing.AllocsPerRun(100, func() { loopRound(t, w, g, r) }); a != 0 {
+			t.Fatalf("set size %d: %v allocs per round, want 0", set, a)
+		}
+		if w.ops == 0 || w.outcomes['G'] != w.outcomes['O'] {
+			t.Fatalf("set size %d: ops %d outcomes G %d O %d", set, w.ops, w.outcomes['G'], w.outcomes['O'])
+		}
 	}
 }
 

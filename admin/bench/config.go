@@ -73,6 +73,12 @@ type Config struct {
 	Mode Mode
 	Keep bool // fill: leave the keys held at the end
 
+	// SetSize is the number of distinct keys of every acquire and release
+	// (pairs): 1 = single-key A and R; 2..16 = key sets, S and X
+	// (protocol.md §12.2), on connections whose feature pong announced
+	// KEY_SETS (§12.1).
+	SetSize int
+
 	// ServerPID, when > 0, is the server's process id: the report carries its
 	// VmHWM (peak RSS) and VmRSS from /proc.
 	ServerPID int
@@ -108,6 +114,7 @@ func DefaultConfig() Config {
 		Duration:      10 * time.Second,
 		Lease:         30 * time.Second,
 		Mode:          ModePairs,
+		SetSize:       1,
 		ServerStats:   true,
 		ProgressEvery: time.Second,
 		DialTimeout:   5 * time.Second,
@@ -155,6 +162,12 @@ func (c *Config) Validate() error {
 	}
 	if c.Mode != ModePairs && c.HotKeys > 0 {
 		return cfgErr("hot keys and contention apply to mode pairs only")
+	}
+	if c.SetSize < 1 || c.SetSize > wire.MaxSetKeys {
+		return cfgErr("set size must be 1..%d (got %d)", wire.MaxSetKeys, c.SetSize)
+	}
+	if c.SetSize > 1 && c.Mode != ModePairs {
+		return cfgErr("a set size above 1 applies to mode pairs only")
 	}
 	if c.Ops == 0 && c.Duration <= 0 && c.Mode != ModeFill {
 		return cfgErr("give a positive duration or a number of ops")

@@ -101,6 +101,7 @@ type Result struct {
 	Keys       int     `json:"keys"`
 	HotKeys    int     `json:"hot_keys"`
 	Contention float64 `json:"contention"`
+	SetSize    int     `json:"set_size,omitempty"` // keys per acquire (S/X) when above 1
 	LeaseMS    int64   `json:"lease_ms"`
 	WaitMS     int64   `json:"wait_ms"`
 	HoldUS     int64   `json:"hold_us"`
@@ -162,6 +163,9 @@ func (r *Result) WriteText(w io.Writer) error {
 	fmt.Fprintf(&b, "%s bench: %s, %d conns × %d pipelined, %d keys", r.Label, r.Mode, r.Conns, r.Pipeline, r.Keys)
 	if r.HotKeys > 0 {
 		fmt.Fprintf(&b, ", %d hot keys (%.0f%% of acquires)", r.HotKeys, r.Contention*100)
+	}
+	if r.SetSize > 1 {
+		fmt.Fprintf(&b, ", sets of %d keys", r.SetSize)
 	}
 	fmt.Fprintf(&b, ", lease %v, wait %v", time.Duration(r.LeaseMS)*time.Millisecond, time.Duration(r.WaitMS)*time.Millisecond)
 	if r.HoldUS > 0 {

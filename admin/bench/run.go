@@ -61,13 +61,17 @@ type run struct {
 }
 
 func newResult(cfg *Config) *Result {
-	return &Result{
+	r := &Result{
 		Label: cfg.Label, Addr: cfg.Addr, Mode: cfg.Mode, Conns: cfg.Conns, Pipeline: cfg.Pipeline,
 		Keys: cfg.Keys, HotKeys: cfg.HotKeys, Contention: cfg.Contention,
 		LeaseMS: cfg.Lease.Milliseconds(), WaitMS: cfg.Wait.Milliseconds(), HoldUS: cfg.Hold.Microseconds(),
 		Started:  time.Now().UTC().Format(time.RFC3339),
 		Outcomes: map[string]uint64{},
 	}
+	if cfg.SetSize > 1 {
+		r.SetSize = cfg.SetSize
+	}
+	return r
 }
 
 // close closes the connections and gives back the keys a try storm held
@@ -126,7 +130,7 @@ func (r *run) connect(ctx context.Context) error {
 	r.workers = make([]*worker, cfg.Conns)
 	r.conns = make([]net.Conn, 0, cfg.Conns)
 	for i := range r.workers {
-		nc, maxInflight, err := dial(ctx, cfg.Addr, cfg.Role, cfg.Token, cfg.DialTimeout)
+		nc, maxInflight, err := dialLoad(ctx, cfg, cfg.Addr)
 		if err != nil {
 			return fmt.Errorf("bench: connection %d: %w", i+1, err)
 		}

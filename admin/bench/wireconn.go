@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"time"
@@ -31,6 +32,60 @@ func dial(ctx context.Context, addr string, role wire.Role, token string, timeou
 	}
 	_ = nc.SetDeadline(time.Time{})
 	return nc, w.MaxInflight, nil
+}
+
+// ErrNoKeySets is returned when a set size above 1 is asked of a server
+// whose feature pong does not announce KEY_SETS (protocol.md §12.1).
+var ErrNoKeySets = errors.New("bench: the server does not support key sets (protocol 1.1 KEY_SETS); use --set-size 1")
+
+// dialLoad opens a load connection to addr; with a set size above 1 it also
+// asks for the server's features (a ping with arg 1, protocol.md §12.1) and
+// fails with ErrNoKeySets unless the pong announces KEY_SETS, so no S or X
+// is ever sent before that pong was read.
+func dialLoad(ctx context.Context, cfg *Config, addr string) (net.Conn, uint32, error) {
+	nc, maxInflight, err := dial(ctx, addr, cfg.Role, cfg.Token, cfg.DialTimeout)
+	if err != nil || cfg.SetSize <= 1 {
+		return nc, maxInflight, err
+	}
+	_ = nc.SetDeadline(time.Now().Add(cfg.DialTimeout))
+	f, err := askFeatures(nc)
+	_ = nc.SetDeadline(time.Time{})
+	if err == nil && !f.Has(wire.FeatureKeySets) {
+		err = ErrNoKeySets
+	}
+	if err != nil {
+		nc.Close()
+		return nil, 0, err
+	}
+	return nc, maxInflight, nil
+}
+
+// askFeatures sends the feature ping and reads its pong (the first response
+// on a connection that has sent nothing else, §12.1).
+func askFeatures(nc net.Conn) (wire.Features, error) {
+	const reqID = 1
+	if _, err := nc.Write(wire.AppendPingFeatures(nil, reqID)); err != nil {
+		return 0, err
+	}
+	var buf []byte
+	tmp := make([]byte, 512)
+	for {
+		n, err := nc.Read(tmp)
+		buf = append(buf, tmp[:n]...)
+		resp, used, perr := wire.ParseResponse(buf)
+		if perr != nil {
+			return 0, perr
+		}
+		if used > 0 {
+			if resp.Status != wire.StatusPong || resp.ReqID != reqID {
+				return 0, fmt.Errorf("bench: feature ping answered %c %s", resp.Status, resp.Code)
+			}
+			return resp.Features(), nil
+		}
+		if err != nil {
+			return 0, err
+		}
+	}
 }
 
 // queryStatus asks the server for admin `status` on a fresh connection.
@@ -116,7 +171,7 @@ func releaseKeys(ctx context.Context, cfg *Config, from int, tokens []uint64) er
 // releaseStranded releases held (key, token) pairs on addr, and fails
 // unless each was answered O or N.
 func releaseStranded(ctx context.Context, cfg *Config, addr string, held []stranded) error {
-	nc, _, err := dial(ctx, addr, cfg.Role, cfg.Token, cfg.DialTimeout)
+	nc, _, err := dialLoad(ctx, cfg, addr)
 	if err != nil {
 		return err
 	}
@@ -124,7 +179,7 @@ func releaseStranded(ctx context.Context, cfg *Config, addr string, held []stran
 	_ = nc.SetDeadline(time.Now().Add(cfg.DialTimeout))
 	var bad error
 	err = window(nc, len(held), func(b []byte, i int) []byte {
-		return appendReq(b, wire.OpRelease, uint32(i), &held[i].key, held[i].token)
+		return appendRelease(b, cfg.SetSize, uint32(i), &held[i].key, held[i].token)
 	}, func(r *wire.Response) {
 		if r.Status != wire.StatusReleased && r.Status != wire.StatusNotHolder && bad == nil {
 			bad = fmt.Errorf("bench: release on %s answered %c", addr, r.Status)

@@ -130,7 +130,7 @@ func newWorker(sh *shared, nc net.Conn, id int) *worker {
 		first:   uint64(id * p),
 		slots:   make([]slot, p),
 		rbuf:    make([]byte, max(64<<10, 2*p*(wire.HeaderLen+wire.MaxErrorPayload))),
-		wbuf:    make([]byte, 0, 2*p*(wire.HeaderLen+KeyLen)),
+		wbuf:    make([]byte, 0, 2*p*(wire.HeaderLen+sh.cfg.SetSize*(1+KeyLen))),
 		batch:   make([]uint32, 0, 2*p),
 		rng:     splitmix(sh.cfg.Seed + uint64(id)*0x9E3779B97F4A7C15 + 1),
 		hist:    newWorkerHist(sh.cfg.Conns),
@@ -176,6 +176,44 @@ func putHotKey(k *[KeyLen]byte, idx uint64) {
 func appendReq(b []byte, op wire.Op, reqID uint32, key *[KeyLen]byte, arg uint64) []byte {
 	b = wire.AppendRequestHeader(b, op, KeyLen, 0, reqID, arg)
 	return append(b, key[:]...)
+}
+
+// setMark is the byte of a generated key that tells the members of a key
+// set apart: member 0 is the slot's key itself ("bench:…"), member j ≥ 1 the
+// same key with ':' replaced by 'a'+j-1 ("bencha…"), so the members are
+// distinct and no two slots' sets share a key.
+const setMark = 5
+
+// appendSetReq appends an S or X frame (protocol.md §12.2) for the n-key set
+// whose member 0 is key: the same bytes as wire.AppendAcquireSet and
+// wire.AppendReleaseSet (TestSetFrames), without building a []string.
+func appendSetReq(b []byte, op wire.Op, reqID uint32, key *[KeyLen]byte, n int, arg uint64) []byte {
+	b = wire.AppendRequestHeader(b, op, uint8(n), uint16(n*(1+KeyLen)), reqID, arg)
+	for j := 0; j < n; j++ {
+		b = append(b, KeyLen)
+		at := len(b)
+		b = append(b, key[:]...)
+		if j > 0 {
+			b[at+setMark] = 'a' + byte(j-1)
+		}
+	}
+	return b
+}
+
+// appendAcquire appends slot key's acquire: A, or S for a set.
+func appendAcquire(b []byte, setSize int, reqID uint32, key *[KeyLen]byte, arg uint64) []byte {
+	if setSize > 1 {
+		return appendSetReq(b, wire.OpAcquireSet, reqID, key, setSize, arg)
+	}
+	return appendReq(b, wire.OpAcquire, reqID, key, arg)
+}
+
+// appendRelease appends the release of key (or of its set) with token: R or X.
+func appendRelease(b []byte, setSize int, reqID uint32, key *[KeyLen]byte, token uint64) []byte {
+	if setSize > 1 {
+		return appendSetReq(b, wire.OpReleaseSet, reqID, key, setSize, token)
+	}
+	return appendReq(b, wire.OpRelease, reqID, key, token)
 }
 
 // nextKey picks the key of slot i's next acquire; false when the slot has no
@@ -234,7 +272,7 @@ func (w *worker) sendAcquire(i int) {
 	}
 	s.state = slotAcquire
 	s.cancelled = false
-	w.wbuf = appendReq(w.wbuf, wire.OpAcquire, uint32(i), &s.key, w.sh.leaseArg)
+	w.wbuf = appendAcquire(w.wbuf, w.sh.cfg.SetSize, uint32(i), &s.key, w.sh.leaseArg)
 	w.batch = append(w.batch, uint32(i))
 	w.inflight++
 }
@@ -242,7 +280,7 @@ func (w *worker) sendAcquire(i int) {
 func (w *worker) sendRelease(i int) {
 	s := &w.slots[i]
 	s.state = slotRelease
-	w.wbuf = appendReq(w.wbuf, wire.OpRelease, uint32(i), &s.key, s.token)
+	w.wbuf = appendRelease(w.wbuf, w.sh.cfg.SetSize, uint32(i), &s.key, s.token)
 	w.batch = append(w.batch, uint32(i))
 	w.inflight++
 }

@@ -48,11 +48,15 @@ server's shapes, see scripts/bench-floor.sh). Ends with ops/s, outcomes by
 status, HDR latency quantiles (send → answer), the server's peak RSS
 (--server-pid: VmHWM) and, for one hot key with --wait, handoffs/s and the
 FIFO check (max wait vs queue length × mean hold time).
+With --set-size N (2..16, mode pairs) every acquire is one key set of N
+distinct keys (S, protocol.md §12.2) and every release one X; the server
+must announce KEY_SETS (§12.1).
 
 Examples:
   ticketing bench --conns 8 --pipeline 64 --keys 10000 --duration 10s
   ticketing bench --conns 64 --pipeline 1
   ticketing bench --conns 100 --pipeline 1 --hot-keys 1 --wait 30s
+  ticketing bench --set-size 4 --conns 8 --pipeline 16
   ticketing bench --mode fill --keys 1000000 --conns 4 --pipeline 256 --server-pid $(pidof ticketing)`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -78,6 +82,7 @@ Examples:
 	durationFlag(cmd, "wait", "", "0s", "wait of every acquire (0 = try once)")
 	durationFlag(cmd, "hold", "", "0s", "hold each granted lock this long before releasing it")
 	f.String("mode", string(def.Mode), "pairs, try or fill")
+	f.Int("set-size", def.SetSize, "keys per acquire and release (pairs): 1 = A/R, 2..16 = key sets S/X (protocol 1.1)")
 	f.Bool("keep", false, "fill: leave the keys held at the end")
 	f.StringP("output", "o", "text", "output format: text or json")
 	f.Int("server-pid", 0, "server process id: report its peak RSS (VmHWM) and RSS from /proc")
@@ -124,6 +129,7 @@ func runBench(fac *Factory, cmd *cobra.Command) error {
 	cfg.Hold = st.duration("hold")
 	cfg.Mode = bench.Mode(st.oneOf("mode", string(bench.ModePairs), string(bench.ModeTry), string(bench.ModeFill)))
 	cfg.Keep = st.bool("keep")
+	cfg.SetSize = st.int("set-size")
 	cfg.ServerPID = st.int("server-pid")
 	cfg.ServerStats = st.bool("server-stats")
 	cfg.Label = st.str("label")

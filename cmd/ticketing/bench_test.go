@@ -128,6 +128,38 @@ func TestBenchSmoke(t *testing.T) {
 	})
 }
 
+// --set-size 2 (issue 30): every acquire is one S of two keys and every
+// release one X (protocol.md §12.2); all are granted and released, and no
+// key is left held or queued on (the server's status after the run).
+func TestBenchSets(t *testing.T) {
+	addr := startBenchServer(t)
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{"free", []string{"--conns", "2", "--pipeline", "4", "--keys", "100", "--ops", "200"}},
+		{"queued", []string{"--conns", "2", "--pipeline", "2", "--hot-keys", "2", "--wait", "30s", "--ops", "200"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, js := runBenchCLI(t, append([]string{"--addr", addr, "--set-size", "2"}, tc.args...)...)
+			if r.SetSize != 2 || !strings.Contains(js, `"set_size": 2`) {
+				t.Fatalf("set size %d in the report:\n%s", r.SetSize, js)
+			}
+			if r.Ops < 200 || r.Errors != 0 || r.Outcomes["G"] == 0 {
+				t.Fatalf("ops %d errors %d outcomes %v", r.Ops, r.Errors, r.Outcomes)
+			}
+			// every grant released; an acquire still queued at the stop is
+			// cancelled (T), never left waiting
+			if r.Outcomes["G"] != r.Releases || r.Outcomes["O"] != r.Releases || r.Acquires != r.Outcomes["G"]+r.Outcomes["T"] {
+				t.Fatalf("outcomes %v (acquires %d releases %d)", r.Outcomes, r.Acquires, r.Releases)
+			}
+			if r.Server == nil || r.Server.KeysAfter != 0 {
+				t.Fatalf("server counters after the run %+v", r.Server)
+			}
+		})
+	}
+}
+
 func TestBenchText(t *testing.T) {
 	addr := startBenchServer(t)
 	clearEnv(t)
@@ -151,6 +183,9 @@ func TestBenchUsageErrors(t *testing.T) {
 		{"--contention", "2"},
 		{"--output", "yaml"},
 		{"--mode", "try", "--hot-keys", "1"},
+		{"--set-size", "0"},
+		{"--set-size", "17"},
+		{"--mode", "fill", "--set-size", "2"},
 	} {
 		var out, errOut bytes.Buffer
 		if code := Main(append([]string{"bench", "--addr", "127.0.0.1:1"}, args...), strings.NewReader(""), &out, &errOut); code != ExitUsage {
