@@ -1,15 +1,18 @@
 // Package server is the Ticketing lock server, a single node or a cluster
-// member (server/cluster; the two behind the backend seam, backend.go): the listener, the
-// protocol.md §1 handshake (HMAC challenge-response, optional TLS), the
-// pipelined connection loop, admin queries, metrics and graceful shutdown.
-// The lock rules live in server/locktable; the bytes in client/wire.
+// member (server/cluster; the two are backends behind one seam, backend.go):
+// the listener, the protocol.md §1 handshake (HMAC challenge-response,
+// optional TLS), the pipelined connection loop, admin queries, metrics and
+// graceful shutdown. The lock rules live in server/locktable; the bytes in
+// client/wire.
 //
-// Concurrency. On a single node, keys are sharded over Config.Shards lock tables, each behind
-// its own mutex with its own timer goroutine. Each connection has a reader
+// Concurrency. On a single node, keys are sharded over Config.Shards lock
+// tables, each behind its own mutex with its own timer goroutine (a cluster
+// member has the raft FSM's one table). Each connection has a reader
 // goroutine, which decodes a batch of requests, applies them and flushes the
 // responses in one write, and a writer goroutine that flushes answers other
-// goroutines deliver to it (a handoff, a wait timeout). Lock order:
-// shard.mu → conn.mu → (nothing). Server.connsMu is never held with either.
+// goroutines deliver to it (a handoff, a wait timeout, a changing admin
+// command's answer). Lock order: shard.mu → conn.mu → (nothing).
+// Server.connsMu is never held with either.
 package server
 
 import (
