@@ -67,6 +67,11 @@ type ClusterView struct {
 	// Nodes are the members sorted by id, then any given address that is
 	// not a member.
 	Nodes []NodeView
+	// LeaderAdvertiseErr, when set, says why the leader's advertised
+	// client address (the one followers name in M answers) does not reach
+	// the leader: ClusterHealth dials it and checks that the node answering
+	// there is the leader's process (issue #29 item 4).
+	LeaderAdvertiseErr string
 }
 
 // errNoClientAddr is a member's Err when no client address is known for it.

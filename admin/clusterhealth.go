@@ -91,7 +91,36 @@ func ClusterHealth(ctx context.Context, seeds []HealthResult, cfg ClusterHealthC
 	if err != nil {
 		return ClusterHealthResult{}, err
 	}
+	if l := v.Leader(); l != nil {
+		v.LeaderAdvertiseErr = checkAdvertised(ctx, l, perNode, opts)
+	}
 	return EvaluateCluster(v, cfg), nil
+}
+
+// checkAdvertised dials the leader's advertised client address (the
+// member's client address, which followers' M answers name) and checks
+// that the leader's own process answers there: the same node id and
+// incarnation. The leader's status may have been read at another address
+// (the one given in --addr), so a wrong --advertise would pass unseen
+// otherwise. "" when it reaches the leader.
+func checkAdvertised(ctx context.Context, l *NodeView, perNode time.Duration, opts []client.Option) string {
+	addr := l.ClientAddr
+	if addr == "" {
+		addr = l.Status.ClientAddr
+	}
+	if addr == "" {
+		return ""
+	}
+	p := probeAddr(ctx, addr, false, perNode, opts)
+	switch {
+	case p.err != nil:
+		return errLine(p.err)
+	case p.status.NodeID != l.Status.NodeID:
+		return fmt.Sprintf("node %q answers there", p.status.NodeID)
+	case p.status.Incarnation != l.Status.Incarnation:
+		return fmt.Sprintf("another process of %s answers there (incarnation %d, the leader's is %d)", p.status.NodeID, p.status.Incarnation, l.Status.Incarnation)
+	}
+	return ""
 }
 
 // EvaluateCluster judges a cluster view (see ClusterHealthResult.Healthy).
@@ -104,6 +133,13 @@ func EvaluateCluster(v *ClusterView, cfg ClusterHealthConfig) ClusterHealthResul
 	leader := v.Leader()
 	if leader == nil {
 		r.Problems = append(r.Problems, "no leader: no node answers as the cluster's leader")
+	} else if v.LeaderAdvertiseErr != "" {
+		addr := leader.ClientAddr
+		if addr == "" {
+			addr = leader.Status.ClientAddr
+		}
+		r.Problems = append(r.Problems, fmt.Sprintf("leader %s is not reachable at its advertised client address %s: %s (followers send clients there: fix its --advertise)",
+			leader.ID, addr, v.LeaderAdvertiseErr))
 	}
 	var clock *wire.ClockStatus
 	if leader != nil {

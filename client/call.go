@@ -39,9 +39,11 @@ type call struct {
 	// Request, set by the sender.
 	op     wire.Op
 	key    string
-	arg    uint64 // the request arg: A wire.AcquireArg; R the token; C wire.CancelArg
-	body   []byte // Q
-	counts bool   // an acquire that may queue: holds one of max_inflight while outstanding
+	arg    uint64        // the request arg: A wire.AcquireArg; R the token; C wire.CancelArg
+	body   []byte        // Q
+	counts bool          // an acquire that may queue: holds one of max_inflight while outstanding
+	keys   []string      // S, X: the key set (protocol.md §12.2)
+	need   wire.Features // features the connection must announce (§12.1); else the call fails ErrUnsupported
 
 	// Set by conn.enqueue.
 	cn    *conn
@@ -96,12 +98,12 @@ func fits(op wire.Op, st wire.Status) bool {
 		return true
 	}
 	switch op {
-	case wire.OpAcquire:
+	case wire.OpAcquire, wire.OpAcquireSet:
 		switch st {
 		case wire.StatusGranted, wire.StatusTimeout, wire.StatusBusy, wire.StatusMoved, wire.StatusUnknown:
 			return true
 		}
-	case wire.OpRelease, wire.OpCancel:
+	case wire.OpRelease, wire.OpCancel, wire.OpReleaseSet:
 		switch st {
 		case wire.StatusReleased, wire.StatusNotHolder, wire.StatusMoved, wire.StatusUnknown:
 			return true

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -175,23 +176,62 @@ func (cl *Client) waitFirst(ctx context.Context) error {
 	}
 }
 
-// firstState reports whether any connection is up, or else the auth error
-// when every connection has failed and the last error is an auth error.
+// firstState reports whether any connection is up, or else the
+// configuration error (auth, TLS) when every connection's last attempt
+// failed with one.
 func (cl *Client) firstState() (bool, error) {
+	var cfg error
 	all := true
 	for _, cn := range cl.pool.Load().conns {
 		cn.mu.Lock()
-		up, failed := cn.state == stateUp, cn.failures > 0
+		up, ce := cn.state == stateUp, cn.cfgErr
 		cn.mu.Unlock()
 		if up {
 			return true, nil
 		}
-		all = all && failed
+		if ce == nil {
+			all = false
+		} else {
+			cfg = ce
+		}
 	}
-	if err := cl.getLastErr(); all && errors.Is(err, ErrAuth) {
-		return false, err
+	if !all || cfg == nil {
+		return false, nil
 	}
-	return false, nil
+	if errors.Is(cfg, ErrAuth) {
+		return false, cfg
+	}
+	return false, fmt.Errorf("%w: %w", ErrConnect, cfg) // TLS: no connection can be made
+}
+
+// configErr is the configuration error (auth, TLS) when no connection is up
+// and every connection's last attempt failed with one (R4, R5), else nil.
+func (cl *Client) configErr() error {
+	_, err := cl.firstState()
+	return err
+}
+
+// firstConnecting reports whether a connection is making its first attempt.
+func (cl *Client) firstConnecting() bool {
+	for _, cn := range cl.pool.Load().conns {
+		if cn.connecting() {
+			return true
+		}
+	}
+	return false
+}
+
+// addrs is the client's addresses, for errors that no one server answered.
+func (cl *Client) addrs() string {
+	eps := cl.pool.Load().eps
+	if len(eps) == 1 {
+		return eps[0].addr
+	}
+	s := make([]string, len(eps))
+	for i, ep := range eps {
+		s[i] = ep.addr
+	}
+	return strings.Join(s, ", ")
 }
 
 func (cl *Client) setLastErr(err error) {
@@ -252,6 +292,8 @@ func (cl *Client) tryEnqueue(c *call) enqResult {
 				return enqOK
 			case enqFull:
 				res = enqFull
+			case enqUnsupported:
+				return enqUnsupported // the leader's server lacks the feature (§12.1)
 			}
 		}
 		// The leader is up but full, or still connecting for the first time:
@@ -262,13 +304,19 @@ func (cl *Client) tryEnqueue(c *call) enqResult {
 	}
 	conns := cl.pool.Load().conns
 	n := len(conns)
+	unsupported := false
 	for i := range n {
 		switch conns[(r+i)%n].enqueue(c) {
 		case enqOK:
 			return enqOK
 		case enqFull:
 			res = enqFull
+		case enqUnsupported:
+			unsupported = true
 		}
+	}
+	if unsupported && res == enqDown {
+		return enqUnsupported
 	}
 	return res
 }
@@ -291,16 +339,20 @@ func (cl *Client) send(ctx context.Context, c *call, giveUp, slotGiveUp time.Tim
 	if cl.closed.Load() {
 		return ErrClosed
 	}
-	if cl.tryEnqueue(c) == enqOK {
+	switch cl.tryEnqueue(c) {
+	case enqOK:
 		if h := cl.cfg.afterEnqueue; h != nil {
 			h(c)
 		}
 		return nil
+	case enqUnsupported:
+		return ErrUnsupported
 	}
 	return cl.sendSlow(ctx, c, giveUp, slotGiveUp)
 }
 
 func (cl *Client) sendSlow(ctx context.Context, c *call, giveUp, slotGiveUp time.Time) error {
+	grace := time.Now().Add(firstConnectGrace)
 	var timer *time.Timer
 	defer func() {
 		if timer != nil {
@@ -309,7 +361,7 @@ func (cl *Client) sendSlow(ctx context.Context, c *call, giveUp, slotGiveUp time
 	}()
 	for {
 		ch := cl.notify.subscribe()
-		if c.op == wire.OpAcquire && c.counts {
+		if (c.op == wire.OpAcquire || c.op == wire.OpAcquireSet) && c.counts {
 			// The time spent waiting for a connection or a slot comes out of
 			// the wait the request carries: wait bounds the whole call
 			// (slotGiveUp is the end of the acquire's wait budget).
@@ -326,6 +378,10 @@ func (cl *Client) sendSlow(ctx context.Context, c *call, giveUp, slotGiveUp time
 			}
 			return nil
 		}
+		if r == enqUnsupported {
+			cl.notify.unsubscribe()
+			return ErrUnsupported
+		}
 		if cl.closed.Load() {
 			cl.notify.unsubscribe()
 			return ErrClosed
@@ -333,6 +389,16 @@ func (cl *Client) sendSlow(ctx context.Context, c *call, giveUp, slotGiveUp time
 		limit := giveUp
 		if r == enqFull {
 			limit = slotGiveUp
+		} else {
+			if err := cl.configErr(); err != nil {
+				// Every connection failed auth or TLS: retrying will not
+				// help, fail at once (R4, R5).
+				cl.notify.unsubscribe()
+				return err
+			}
+			if limit.Before(grace) && cl.firstConnecting() {
+				limit = grace // a connection is being opened for the first time
+			}
 		}
 		d := time.Until(limit)
 		if d <= 0 {
@@ -426,6 +492,9 @@ func (cl *Client) complete(c *call) {
 			// The caller gave up, but the grant won the race (protocol.md §5
 			// "Cancel"): release that known token ourselves.
 			cl.compensate(c.key, c.value)
+		}
+		if c.op == wire.OpAcquireSet && c.fail == failNone && c.status == wire.StatusGranted {
+			cl.compensateSet(c.keys, c.value) // the same for a key set (§12.2)
 		}
 		putCall(c)
 		cl.abandoned.Add(-1) // after compensate queued its release (Drain)

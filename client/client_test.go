@@ -496,7 +496,8 @@ func TestOutageThenTransparentSuccess(t *testing.T) {
 	waitUp(t, cl, 2)
 	fs.stop()
 	eventually(t, "connections down", func() bool { return upCount(cl) == 0 })
-	ch := goAcquire(cl, context.Background(), "k", time.Second, 0)
+	// A wait that outlasts the outage (R3); wait 0 would fail ErrConnect at once (R1).
+	ch := goAcquire(cl, context.Background(), "k", time.Second, 5*time.Second)
 	time.Sleep(200 * time.Millisecond)
 	fs2 := newFake(t, fakeOpts{addr: addr, handler: newFakeLocks().handle})
 	_ = fs2

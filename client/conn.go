@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"runtime"
@@ -49,9 +50,10 @@ const (
 type enqResult uint8
 
 const (
-	enqOK   enqResult = iota
-	enqDown           // not connected (or its write buffer is over its bound)
-	enqFull           // connected, but all of max_inflight is in use
+	enqOK          enqResult = iota
+	enqDown                  // not connected (or its write buffer is over its bound)
+	enqFull                  // connected, but all of max_inflight is in use
+	enqUnsupported           // connected, but its server does not announce a feature the call needs
 )
 
 const readBufSize = 64 << 10
@@ -68,9 +70,11 @@ type conn struct {
 	state       connState
 	nc          net.Conn // the live connection, nil when down
 	everUp      bool
-	failures    int // failed attempts since the last successful handshake
-	maxInflight int // from WELCOME
-	inflight    int // outstanding calls with counts
+	failures    int           // failed attempts since the last successful handshake
+	cfgErr      error         // the last attempt failed for a configuration reason (auth, TLS); nil once up
+	maxInflight int           // from WELCOME
+	features    wire.Features // from the feature pong (protocol.md §12.1), per connection
+	inflight    int           // outstanding calls with counts
 	pending     map[uint32]*call
 	nextID      uint32
 	wbuf        []byte
@@ -159,12 +163,29 @@ func (cn *conn) handshake(ctx context.Context, raw net.Conn) (net.Conn, wire.Wel
 	if cn.tls != nil {
 		tc := tls.Client(raw, cn.tls)
 		if err := tc.HandshakeContext(ctx); err != nil {
-			return nil, wire.Welcome{}, fmt.Errorf("TLS handshake: %w", err)
+			var rh tls.RecordHeaderError
+			if errors.As(err, &rh) {
+				return nil, wire.Welcome{}, &configError{fmt.Errorf("%w: the server does not speak TLS (its first bytes are not a TLS record; is it a plaintext listener?): %w", ErrTLS, err)}
+			}
+			var ve *tls.CertificateVerificationError
+			if errors.As(err, &ve) {
+				return nil, wire.Welcome{}, &configError{fmt.Errorf("%w: handshake: %w", ErrTLS, err)}
+			}
+			return nil, wire.Welcome{}, fmt.Errorf("%w: handshake: %w", ErrTLS, err)
 		}
 		nc = tc
 	}
-	h, w, err := wire.ClientHandshake(nc, cl.role, cl.token)
+	var first *firstBytes
+	hs := io.ReadWriter(nc)
+	if cn.tls == nil {
+		first = &firstBytes{Conn: nc}
+		hs = first
+	}
+	h, w, err := wire.ClientHandshake(hs, cl.role, cl.token)
 	switch {
+	case errors.Is(err, wire.ErrBadMagic) && first != nil && first.n >= 2 && first.b[0] == byte(wire.StatusError) && wire.Code(first.b[1]) == wire.CodeTLSRequired,
+		errors.Is(err, wire.ErrRejected) && w.Code == wire.CodeTLSRequired:
+		return nil, w, &configError{fmt.Errorf("%w: the server requires TLS (REJECT TLS_REQUIRED; configure the client with TLS)", ErrTLS)}
 	case errors.Is(err, wire.ErrRejected):
 		rej := &RejectError{Code: w.Code}
 		if w.Code == wire.CodeAuthFailed && len(cl.token) == 0 && h.TokensConfigured() {
@@ -179,12 +200,54 @@ func (cn *conn) handshake(ctx context.Context, raw net.Conn) (net.Conn, wire.Wel
 	if w.MaxInflight == 0 {
 		w.MaxInflight = 1
 	}
+	f, err := cn.negotiate(nc)
+	if err != nil {
+		return nil, w, err
+	}
+	cn.mu.Lock()
+	cn.features = f
+	cn.mu.Unlock()
 	return nc, w, nil
+}
+
+// firstBytes remembers the first two bytes read from a plaintext
+// connection: a TLS listener's REJECT TLS_REQUIRED (protocol.md §12.4)
+// arrives where HELLO was expected and begins 'E', 12.
+type firstBytes struct {
+	net.Conn
+	b [2]byte
+	n int
+}
+
+func (f *firstBytes) Read(p []byte) (int, error) {
+	k, err := f.Conn.Read(p)
+	for i := 0; i < k && f.n < len(f.b); i++ {
+		f.b[f.n] = p[i]
+		f.n++
+	}
+	return k, err
+}
+
+// configError marks a connection failure that retrying will not cure (a
+// TLS mismatch or certificate failure): calls waiting for a connection
+// fail with it at once (R4, R5), like an authentication failure.
+type configError struct{ err error }
+
+func (e *configError) Error() string { return e.err.Error() }
+func (e *configError) Unwrap() error { return e.err }
+
+func isConfigErr(err error) bool {
+	var ce *configError
+	return errors.Is(err, ErrAuth) || errors.As(err, &ce)
 }
 
 // failed records a failed connection attempt.
 func (cn *conn) failed(err error) {
 	cn.mu.Lock()
+	cn.cfgErr = nil
+	if isConfigErr(err) {
+		cn.cfgErr = err
+	}
 	cn.failures++
 	n := cn.failures
 	cn.mu.Unlock()
@@ -193,7 +256,7 @@ func (cn *conn) failed(err error) {
 	if n == 1 {
 		lvl = slog.LevelWarn
 	}
-	if errors.Is(err, ErrAuth) {
+	if isConfigErr(err) {
 		lvl = slog.LevelError
 	}
 	cn.cl.log.Log(context.Background(), lvl, "ticketing: connect failed", "addr", cn.addr, "attempt", n, "err", err)
@@ -211,6 +274,7 @@ func (cn *conn) up(nc net.Conn, w wire.Welcome) bool {
 	cn.nc = nc
 	cn.everUp = true
 	cn.failures = 0
+	cn.cfgErr = nil
 	cn.maxInflight = int(min(w.MaxInflight, 1<<30))
 	cn.inflight = 0
 	cn.nextID = 0
@@ -285,6 +349,10 @@ func (cn *conn) enqueue(c *call) enqResult {
 		cn.mu.Unlock()
 		return enqDown
 	}
+	if c.need != 0 && !cn.features.Has(c.need) {
+		cn.mu.Unlock()
+		return enqUnsupported
+	}
 	if c.counts && cn.inflight >= cn.maxInflight {
 		cn.mu.Unlock()
 		return enqFull
@@ -326,6 +394,11 @@ func (cn *conn) enqueueLocked(c *call) {
 		cn.wbuf = wire.AppendPing(cn.wbuf, id)
 	case wire.OpQuery:
 		cn.wbuf = wire.AppendQuery(cn.wbuf, id, c.body)
+	case wire.OpAcquireSet:
+		c.sent = time.Now()
+		cn.wbuf = wire.AppendAcquireSet(cn.wbuf, id, c.keys, wire.ArgLeaseMS(c.arg), wire.ArgWaitMS(c.arg))
+	case wire.OpReleaseSet:
+		cn.wbuf = wire.AppendReleaseSet(cn.wbuf, id, c.keys, c.arg)
 	}
 }
 
@@ -355,10 +428,10 @@ func (cn *conn) abandon(c *call) bool {
 		return false
 	}
 	cn.disownLocked(c)
-	if c.op == wire.OpAcquire && c.counts {
+	if (c.op == wire.OpAcquire || c.op == wire.OpAcquireSet) && c.counts {
 		cc := getCall()
 		cc.op = wire.OpCancel
-		cc.key = c.key
+		cc.key = c.key // a set's first key (§12.2)
 		cc.arg = wire.CancelArg(c.reqID)
 		cn.cl.abandoned.Add(1)
 		cc.owner = ownerAbandoned

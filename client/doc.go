@@ -73,6 +73,16 @@
 //   - The server's max_inflight (queued acquires per connection) is
 //     respected: an acquire that could queue waits client-side for a free
 //     slot within its wait budget (ErrTimeout when the budget runs out).
+//   - The edge rules of architecture.md "Client library behaviour": an
+//     acquire's wait bounds the whole call, connecting included (no
+//     connection in time: ErrConnect, nothing tried); an acquire written and
+//     unanswered past its wait plus the answer allowance (WithAnswerAllowance,
+//     3 s) ends ErrIndeterminate and is withdrawn; an authentication or TLS
+//     failure of every connection fails waiting calls at once (ErrAuth,
+//     ErrTLS); a second Lock.Release is a no-op; a closed Client answers
+//     ErrClosed, also to a release; Lock.Ending(margin) signals the lease's
+//     end; MinRemaining refuses a grant with too little lease left
+//     (ErrInsufficientLease); errors name the key and the server address.
 //
 // Errors wrap the sentinels of this package (ErrTimeout, ErrBusy,
 // ErrIndeterminate, ErrNotHolder, ErrAuth, ErrConnect, ErrClosed …) and

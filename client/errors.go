@@ -49,8 +49,20 @@ var (
 	// (checked before anything is sent).
 	ErrInvalidArgument = errors.New("ticketing: invalid argument")
 
-	// ErrClosed: the Client was closed.
+	// ErrClosed: the Client was closed. Nothing was sent.
 	ErrClosed = errors.New("ticketing: client closed")
+
+	// ErrTLS: the TLS handshake failed (certificate verification), or TLS
+	// is configured on one side only: "the server requires TLS" (a
+	// plaintext client, protocol.md §12.4), "the server does not speak
+	// TLS" (a TLS client). A configuration error: calls waiting for a
+	// connection fail with it at once (edge rule R5).
+	ErrTLS = errors.New("ticketing: TLS")
+
+	// ErrInsufficientLease: the acquire was granted, but less of the lease
+	// was left than its MinRemaining (a long queue or a slow answer ate
+	// it); the client released the lock at once (edge rule R14).
+	ErrInsufficientLease = errors.New("ticketing: insufficient lease")
 )
 
 // BusyError is the reason of a B answer (protocol.md §3, §4): QUEUE_FULL,
@@ -102,23 +114,34 @@ func (e *RejectError) Is(target error) bool {
 }
 
 // OpError is what the operations return: the operation, the key (empty for
-// ping and admin) and the cause, one of the errors above or a context error.
+// ping and admin), the server address and the cause, one of the errors
+// above or a context error (edge rule R15: every error names the key and
+// the server).
 type OpError struct {
-	Op  string // "acquire", "release", "ping", "admin", "dial"
-	Key string
-	Err error
+	Op   string // "acquire", "release", "ping", "admin", "dial"
+	Key  string
+	Addr string // the server that answered, or the addresses tried ("a, b")
+	Err  error
 }
 
 func (e *OpError) Error() string {
-	if e.Key == "" {
-		return e.Op + ": " + e.Err.Error()
+	s := e.Op
+	if e.Key != "" {
+		s += " " + quote(e.Key)
 	}
-	return e.Op + " " + quote(e.Key) + ": " + e.Err.Error()
+	if e.Addr != "" {
+		s += " at " + e.Addr
+	}
+	return s + ": " + e.Err.Error()
 }
 
 func (e *OpError) Unwrap() error { return e.Err }
 
 func opErr(op, key string, err error) error { return &OpError{Op: op, Key: key, Err: err} }
+
+func opErrAt(op, key, addr string, err error) error {
+	return &OpError{Op: op, Key: key, Addr: addr, Err: err}
+}
 
 // quote is a cheap %q for keys (valid UTF-8 without control characters).
 func quote(s string) string { return `"` + s + `"` }

@@ -42,6 +42,7 @@ type fakeOpts struct {
 	badProof    bool // sign the WELCOME with a wrong key (an impostor)
 	addr        string
 	handler     func(fakeReq)
+	features    wire.Features // announced in the feature pong; 0 (a 1.0 server) by default
 }
 
 type fakeReq struct {
@@ -173,6 +174,12 @@ func (fc *fakeConn) serve() {
 			req.Body = append([]byte(nil), r.Body...)
 			req.Key = nil
 			buf = buf[m:]
+			if r.Op == wire.OpPing && r.Arg == wire.PingArgFeatures {
+				// the client's feature ping after the handshake (protocol.md
+				// §12.1): the fake is a 1.0 server, a plain pong (features 0)
+				fc.send(wire.AppendPongFeatures(nil, r.ReqID, s.opts.features, uint64(time.Now().UnixMicro())))
+				continue
+			}
 			if s.handler != nil {
 				s.handler(req)
 			} else {

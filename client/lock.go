@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 )
@@ -12,6 +13,7 @@ import (
 type Lock struct {
 	cl       *Client
 	key      string
+	keys     []string // a key set (AcquireSet); nil for one key
 	token    uint64
 	deadline time.Time
 
@@ -20,6 +22,7 @@ type Lock struct {
 	timer    *time.Timer
 	released bool
 	closed   bool // done is closed
+	settled  bool // a Release got a definite answer (O or N): later ones do nothing (R6)
 }
 
 // Key is the locked key.
@@ -71,15 +74,63 @@ func (l *Lock) closeLocked() {
 	}
 }
 
+// Ending returns a channel closed margin before Deadline, or when Release
+// is called, whichever comes first (edge rule R12): the signal to stop
+// work that must end while the lock is held. It never panics, also after
+// Release (the channel is then closed already). margin ≤ 0 is Done.
+func (l *Lock) Ending(margin time.Duration) <-chan struct{} {
+	if margin <= 0 {
+		return l.Done()
+	}
+	ch := make(chan struct{})
+	done := l.Done()
+	go func() {
+		t := time.NewTimer(time.Until(l.deadline.Add(-margin)))
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-done:
+		}
+		close(ch)
+	}()
+	return ch
+}
+
+// Released reports whether Release was called on this lock.
+func (l *Lock) Released() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.released
+}
+
 // Release releases the lock (Client.Release with its key and token). From
 // the moment it is called the lock counts as given up (Done is closed), even
 // when it returns an error: ErrNotHolder when the lease had already ended,
 // ErrIndeterminate when no confirmation came back within 5 s (the lease ends
-// it then). Releasing again is allowed and retries the release.
+// it then), ErrClosed when the client was closed (nothing was sent).
+//
+// Releasing a Lock again after a Release that got the server's answer (nil
+// or ErrNotHolder) is a no-op returning nil (edge rule R6; Released says it
+// was); after an ErrIndeterminate or ErrClosed one it tries again.
 func (l *Lock) Release(ctx context.Context) error {
 	l.mu.Lock()
 	l.released = true
 	l.closeLocked()
+	if l.settled {
+		l.mu.Unlock()
+		return nil
+	}
 	l.mu.Unlock()
-	return l.cl.Release(ctx, l.key, l.token)
+	var err error
+	if l.keys != nil {
+		err = l.cl.ReleaseSet(ctx, l.keys, l.token)
+	} else {
+		err = l.cl.Release(ctx, l.key, l.token)
+	}
+	if err == nil || errors.Is(err, ErrNotHolder) {
+		l.mu.Lock()
+		l.settled = true
+		l.mu.Unlock()
+	}
+	return err
 }

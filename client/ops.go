@@ -46,6 +46,22 @@ func checkLockArgs(key string, lease, wait time.Duration) (leaseMS, waitMS uint3
 	return leaseMS, waitMS, nil
 }
 
+// AcquireOption modifies one Acquire call.
+type AcquireOption func(*acquireOpts)
+
+type acquireOpts struct {
+	minRemaining time.Duration
+}
+
+// MinRemaining is the minimum working time (edge rule R14): when less than
+// d of the lease is left after the grant (Lock.Deadline minus now; a long
+// queue or a slow answer ate it), Acquire releases the lock at once and
+// fails with ErrInsufficientLease, so no caller starts work it cannot
+// finish. d > lease always fails.
+func MinRemaining(d time.Duration) AcquireOption {
+	return func(o *acquireOpts) { o.minRemaining = d }
+}
+
 // Acquire waits up to wait for the lock on key and returns it with a lease
 // of lease. Both are rounded up to whole milliseconds; lease must be at
 // least 1 ms, wait 0 means try once (see TryAcquire). The server's
@@ -64,39 +80,55 @@ func checkLockArgs(key string, lease, wait time.Duration) (leaseMS, waitMS uint3
 // remaining wait, which the retry carries. An acquire that finds every
 // connection's max_inflight in use (WELCOME, protocol.md §3.3) waits for a
 // free slot client-side, within wait; wait 0 acquires never need one.
-func (cl *Client) Acquire(ctx context.Context, key string, lease, wait time.Duration) (*Lock, error) {
+//
+// The wait bounds the whole call, connecting included (edge rule R1): with
+// no connection up when it is used up, Acquire fails ErrConnect (nothing
+// was tried). An acquire written and not answered within its remaining
+// wait plus the answer allowance (WithAnswerAllowance, default 3 s) ends
+// ErrIndeterminate and is withdrawn with a cancel (R2). See MinRemaining
+// for the minimum working time (R14).
+func (cl *Client) Acquire(ctx context.Context, key string, lease, wait time.Duration, opts ...AcquireOption) (*Lock, error) {
 	leaseMS, waitMS, err := checkLockArgs(key, lease, wait)
 	if err != nil {
 		return nil, opErr("acquire", key, err)
 	}
+	var ao acquireOpts
+	for _, o := range opts {
+		o(&ao)
+	}
 	start := time.Now()
 	budgetEnd := start.Add(time.Duration(waitMS) * time.Millisecond)
-	connGiveUp := start.Add(cl.cfg.dialTimeout)
-	if budgetEnd.After(connGiveUp) {
-		connGiveUp = budgetEnd
-	}
 	var rd redirects
 	for {
 		if err := ctx.Err(); err != nil {
 			return nil, opErr("acquire", key, err)
 		}
-		l, moved, err := cl.acquireOnce(ctx, key, leaseMS, waitMS, connGiveUp, budgetEnd)
+		l, moved, addr, err := cl.acquireOnce(ctx, key, leaseMS, waitMS, budgetEnd, budgetEnd)
 		if err != nil {
-			return nil, opErr("acquire", key, err)
+			if addr == "" {
+				addr = cl.addrs()
+			}
+			return nil, opErrAt("acquire", key, addr, err)
 		}
 		if l != nil {
+			if ao.minRemaining > 0 {
+				if rem := time.Until(l.deadline); rem < ao.minRemaining {
+					cl.rel.submit(&relJob{st: relState{key: key, token: l.token, deadline: time.Now().Add(cl.cfg.releaseWindow)}})
+					return nil, opErrAt("acquire", key, addr, fmt.Errorf("%w: %v of the lease left after the grant, below the minimum %v; released", ErrInsufficientLease, rem.Round(time.Millisecond), ao.minRemaining))
+				}
+			}
 			return l, nil
 		}
 		if moved != nil {
 			if err := rd.follow(ctx, cl, *moved, waitMS, budgetEnd); err != nil {
-				return nil, opErr("acquire", key, err)
+				return nil, opErrAt("acquire", key, addr, err)
 			}
 		}
 		// Retry with the remaining wait (protocol.md §7: "within its remaining wait budget").
 		if waitMS > 0 {
 			rem := time.Until(budgetEnd)
 			if rem < time.Millisecond {
-				return nil, opErr("acquire", key, ErrTimeout)
+				return nil, opErrAt("acquire", key, addr, ErrTimeout)
 			}
 			waitMS = uint32(rem / time.Millisecond)
 		}
@@ -105,8 +137,9 @@ func (cl *Client) Acquire(ctx context.Context, key string, lease, wait time.Dura
 
 // acquireOnce sends one acquire and waits for its answer: the lock, or the
 // error to return, or (both nil) a retry: moved names the leader of an M
-// answer; nil moved means the request was never written.
-func (cl *Client) acquireOnce(ctx context.Context, key string, leaseMS, waitMS uint32, connGiveUp, budgetEnd time.Time) (l *Lock, moved *string, err error) {
+// answer; nil moved means the request was never written. addr is the
+// server the request went to ("" when it was not sent).
+func (cl *Client) acquireOnce(ctx context.Context, key string, leaseMS, waitMS uint32, connGiveUp, budgetEnd time.Time) (l *Lock, moved *string, addr string, err error) {
 	c := getCall()
 	c.op = wire.OpAcquire
 	c.key = key
@@ -117,33 +150,43 @@ func (cl *Client) acquireOnce(ctx context.Context, key string, leaseMS, waitMS u
 		if err == errNoSlot {
 			err = ErrTimeout
 		}
-		return nil, nil, err
+		return nil, nil, "", err
 	}
+	addr = c.cn.addr
+	// R2: the answer is due within the wait the request carries plus the
+	// allowance, counted from its write (c.sent: just before it was queued).
+	due := time.Duration(wire.ArgWaitMS(c.arg))*time.Millisecond + cl.cfg.answerAllowance
 	select {
 	case <-c.done:
 	case <-ctx.Done():
 		if c.cn.abandon(c) {
-			return nil, nil, ctx.Err()
+			return nil, nil, addr, ctx.Err()
 		}
 		<-c.done // answered meanwhile
 		if c.fail == failNone && c.status == wire.StatusGranted {
 			cl.compensate(key, c.value)
 		}
 		putCall(c)
-		return nil, nil, ctx.Err()
+		return nil, nil, addr, ctx.Err()
+	case <-c.after(time.Until(c.sent.Add(due))):
+		if c.cn.abandon(c) { // withdrawn with C; a late grant is released by the reader
+			return nil, nil, addr, fmt.Errorf("%w: no answer within %v of the request's write (its wait %v + the answer allowance %v); withdrawn",
+				ErrIndeterminate, due, time.Duration(wire.ArgWaitMS(c.arg))*time.Millisecond, cl.cfg.answerAllowance)
+		}
+		<-c.done
 	}
 	defer putCall(c)
 	if c.fail != failNone {
 		if c.fail == failLost {
 			if errors.Is(c.failErr, ErrClosed) {
-				return nil, nil, both(ErrIndeterminate, ErrClosed)
+				return nil, nil, addr, both(ErrIndeterminate, ErrClosed)
 			}
-			return nil, nil, fmt.Errorf("%w: connection lost after the request was written: %w", ErrIndeterminate, c.failErr)
+			return nil, nil, addr, fmt.Errorf("%w: connection lost after the request was written: %w", ErrIndeterminate, c.failErr)
 		}
 		if cl.closed.Load() {
-			return nil, nil, ErrClosed
+			return nil, nil, addr, ErrClosed
 		}
-		return nil, nil, nil // never written: retry, on another connection if need be
+		return nil, nil, addr, nil // never written: retry, on another connection if need be
 	}
 	switch c.status {
 	case wire.StatusGranted:
@@ -152,20 +195,20 @@ func (cl *Client) acquireOnce(ctx context.Context, key string, leaseMS, waitMS u
 			key:      key,
 			token:    c.value,
 			deadline: c.sent.Add(wire.QueuedDuration(c.queued) + time.Duration(leaseMS)*time.Millisecond),
-		}, nil, nil
+		}, nil, addr, nil
 	case wire.StatusTimeout:
-		return nil, nil, ErrTimeout
+		return nil, nil, addr, ErrTimeout
 	case wire.StatusBusy:
-		return nil, nil, &BusyError{Code: c.code}
+		return nil, nil, addr, &BusyError{Code: c.code}
 	case wire.StatusUnknown:
-		return nil, nil, fmt.Errorf("%w: the cluster could not confirm the commit", ErrIndeterminate)
+		return nil, nil, addr, fmt.Errorf("%w: the cluster could not confirm the commit", ErrIndeterminate)
 	case wire.StatusError:
-		return nil, nil, &ProtocolError{Code: c.code, Msg: string(c.payload)}
+		return nil, nil, addr, &ProtocolError{Code: c.code, Msg: string(c.payload)}
 	case wire.StatusMoved:
-		addr := string(c.payload)
-		return nil, &addr, nil
+		m := string(c.payload)
+		return nil, &m, addr, nil
 	}
-	return nil, nil, nil // (no other status reaches a call)
+	return nil, nil, addr, nil // (no other status reaches a call)
 }
 
 // redirects counts an acquire's consecutive M answers.

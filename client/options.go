@@ -28,9 +28,21 @@ func WithAdminToken(token string) Option {
 func WithTLS(cfg *tls.Config) Option { return func(c *config) { c.tls = cfg } }
 
 // WithDialTimeout bounds one connection attempt (TCP, TLS and the protocol
-// handshake), how long Dial waits for the first connection, and how long an
-// operation waits for a connection when none is up. Default 5 s.
+// handshake), how long Dial waits for the first connection, and how long a
+// release, ping or admin query waits for a connection when none is up.
+// Default 5 s. An acquire waits for a connection within its own wait only
+// (edge rule R1): with no connection up when the wait is used up, it fails
+// ErrConnect (nothing was tried).
 func WithDialTimeout(d time.Duration) Option { return func(c *config) { c.dialTimeout = d } }
+
+// WithAnswerAllowance sets how long past its wait an acquire that was
+// written may stay unanswered before it ends ErrIndeterminate and is
+// withdrawn with a cancel (edge rule R2, architecture.md "Client library
+// behaviour"): the call returns at the latest wait + allowance after its
+// frame was queued for writing, also when the server has stopped without
+// closing the connection. Default 3 s (long enough for a cluster commit
+// under load); values ≤ 0 keep the default.
+func WithAnswerAllowance(d time.Duration) Option { return func(c *config) { c.answerAllowance = d } }
 
 // WithLogger sets the logger for connection events (connects, losses,
 // rejections) and background releases. Default: discard.
@@ -40,8 +52,14 @@ func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l }
 // "Client library behaviour").
 const (
 	defaultDialTimeout = 5 * time.Second
-	backoffBase        = 100 * time.Millisecond // first reconnect step
-	backoffCap         = 3200 * time.Millisecond
+	// defaultAnswerAllowance: R2, between 2 and 5 s in every client.
+	defaultAnswerAllowance = 3 * time.Second
+	// firstConnectGrace: an acquire whose wait is used up while a connection
+	// is being opened for the first time (Dial's second connection, a
+	// leader learned from M) waits up to this long for it (R1).
+	firstConnectGrace = time.Second
+	backoffBase       = 100 * time.Millisecond // first reconnect step
+	backoffCap        = 3200 * time.Millisecond
 	// After maxMoves consecutive M answers (an election under way), and
 	// between the tries of a release, the client backs off on a shorter
 	// schedule than for reconnects: 25 ms doubling to 200 ms, jittered. An
@@ -67,6 +85,10 @@ type config struct {
 	tls         *tls.Config
 	dialTimeout time.Duration
 	logger      *slog.Logger
+	label       *string // WithLabel: the whole label (protocol.md §12.3)
+	appName     string  // WithAppName: prefixed to the default label
+	// answerAllowance: R2 (WithAnswerAllowance).
+	answerAllowance time.Duration
 
 	// For tests (unexported options in options_test.go).
 	backoffBase   time.Duration
@@ -90,6 +112,9 @@ func newConfig(opts []Option) config {
 	}
 	if c.dialTimeout <= 0 {
 		c.dialTimeout = defaultDialTimeout
+	}
+	if c.answerAllowance <= 0 {
+		c.answerAllowance = defaultAnswerAllowance
 	}
 	if c.logger == nil {
 		c.logger = slog.New(slog.DiscardHandler)

@@ -80,8 +80,13 @@ func TestRealAcquireRelease(t *testing.T) {
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := l.Release(ctx); !errors.Is(err, ErrNotHolder) {
-		t.Fatalf("second release: %v, want ErrNotHolder", err)
+	// R6: releasing the Lock again is a no-op; Client.Release of the token
+	// (a lock not held) answers not-holder.
+	if err := l.Release(ctx); err != nil || !l.Released() {
+		t.Fatalf("second release: %v (released %v), want nil", err, l.Released())
+	}
+	if err := cl.Release(ctx, "real/k", l.Token()); !errors.Is(err, ErrNotHolder) {
+		t.Fatalf("release of the released token: %v, want ErrNotHolder", err)
 	}
 	l2, err := cl.TryAcquire(ctx, "real/k", time.Minute)
 	if err != nil {

@@ -25,6 +25,7 @@ import (
 // relState interprets the answers to one release's attempts.
 type relState struct {
 	key      string
+	keys     []string // a key set (X, protocol.md §12.2); nil for one key
 	token    uint64
 	deadline time.Time
 	maybe    bool // an earlier attempt may have been executed
@@ -96,45 +97,87 @@ func (s *relState) giveUp(cause error) error {
 // have reached the server are repeated meanwhile, and when ctx ends first
 // they go on in the background until those 5 s are up.
 func (cl *Client) Release(ctx context.Context, key string, token uint64) error {
+	_, err := cl.release(ctx, key, token)
+	return err
+}
+
+// release is Release; sent reports whether any attempt was written.
+func (cl *Client) release(ctx context.Context, key string, token uint64) (sent bool, _ error) {
 	if !validKey(key) {
-		return opErr("release", key, fmt.Errorf("%w: key must be 1..250 bytes of UTF-8 without control characters", ErrInvalidArgument))
+		return false, opErr("release", key, fmt.Errorf("%w: key must be 1..250 bytes of UTF-8 without control characters", ErrInvalidArgument))
 	}
-	s := relState{key: key, token: token, deadline: time.Now().Add(cl.cfg.releaseWindow)}
+	if token == 0 {
+		return false, opErr("release", key, fmt.Errorf("%w: token must be 1..2^64-1 (0 is never granted)", ErrInvalidArgument))
+	}
+	if cl.closed.Load() {
+		return false, opErrAt("release", key, cl.addrs(), ErrClosed) // nothing was sent (R7)
+	}
+	return cl.releaseWith(ctx, relState{key: key, token: token, deadline: time.Now().Add(cl.cfg.releaseWindow)})
+}
+
+// fill makes c the release attempt of s: R, or X for a key set.
+func (s *relState) fill(c *call) {
+	c.op = wire.OpRelease
+	c.key = s.key
+	c.arg = s.token
+	if s.keys != nil {
+		c.op = wire.OpReleaseSet
+		c.keys = s.keys
+		c.need = wire.FeatureKeySets
+	}
+}
+
+// releaseWith makes the attempts of s (Release, ReleaseSet); sent reports
+// whether any attempt was written.
+func (cl *Client) releaseWith(ctx context.Context, s relState) (sent bool, _ error) {
+	key := s.key
 	var cause error
+	addr := ""
+	fail := func(err error) (bool, error) {
+		if addr == "" {
+			addr = cl.addrs()
+		}
+		return sent, opErrAt("release", key, addr, err)
+	}
 	for {
 		if err := ctx.Err(); err != nil {
 			cl.rel.submit(&relJob{st: s})
-			return opErr("release", key, both(ErrIndeterminate, err))
+			return fail(both(ErrIndeterminate, err))
 		}
 		if time.Until(s.deadline) <= 0 {
-			return opErr("release", key, s.giveUp(cause))
+			return fail(s.giveUp(cause))
 		}
 		c := getCall()
-		c.op = wire.OpRelease
-		c.key = key
-		c.arg = token
+		s.fill(c)
 		if err := cl.send(ctx, c, s.deadline, s.deadline); err != nil {
 			putCall(c)
 			switch {
+			case errors.Is(err, ErrUnsupported): // nothing sent: a 1.0 server holds no key set
+				return fail(err)
 			case errors.Is(err, ErrClosed):
-				return opErr("release", key, both(ErrIndeterminate, ErrClosed))
+				if !sent {
+					return fail(ErrClosed)
+				}
+				return fail(both(ErrIndeterminate, ErrClosed))
 			case ctx.Err() != nil:
 				cl.rel.submit(&relJob{st: s})
-				return opErr("release", key, both(ErrIndeterminate, err))
+				return fail(both(ErrIndeterminate, err))
 			}
-			return opErr("release", key, s.giveUp(err))
+			return fail(s.giveUp(err))
 		}
+		sent = true
+		addr = c.cn.addr
 		select {
 		case <-c.done:
 		case <-ctx.Done():
 			if cl.rel.adopt(c, &relJob{st: s}) {
-				return opErr("release", key, both(ErrIndeterminate, ctx.Err()))
+				return fail(both(ErrIndeterminate, ctx.Err()))
 			}
 			<-c.done // answered meanwhile
 		case <-c.after(time.Until(s.deadline)):
 			// The window is over and this attempt is unanswered: never wait longer.
 			if c.cn.drop(c) {
-				return opErr("release", key, s.giveUp(cause))
+				return fail(s.giveUp(cause))
 			}
 			<-c.done
 		}
@@ -145,19 +188,19 @@ func (cl *Client) Release(ctx context.Context, key string, token uint64) error {
 		putCall(c)
 		if final {
 			if err != nil {
-				return opErr("release", key, err)
+				return fail(err)
 			}
-			return nil
+			return true, nil
 		}
 		known := cl.leader.Load()
 		// Retry; the last try happens shortly before the window ends, and
 		// at once when the client learns a new leader meanwhile.
 		if err := cl.sleepRedirect(ctx, min(wait, time.Until(s.deadline)-10*time.Millisecond), known, &s.woken); err != nil {
 			if errors.Is(err, ErrClosed) {
-				return opErr("release", key, both(ErrIndeterminate, ErrClosed))
+				return fail(both(ErrIndeterminate, ErrClosed))
 			}
 			cl.rel.submit(&relJob{st: s})
-			return opErr("release", key, both(ErrIndeterminate, err))
+			return fail(both(ErrIndeterminate, err))
 		}
 	}
 }
@@ -326,9 +369,7 @@ func (r *releaser) run() {
 			}
 			if j.call == nil && !now.Before(j.next) {
 				c := getCall()
-				c.op = wire.OpRelease
-				c.key = j.st.key
-				c.arg = j.st.token
+				j.st.fill(c)
 				c.owner = ownerReleaser
 				c.job = j
 				j.call = c // before enqueue: the answer may come at once

@@ -14,9 +14,11 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/ticketing/ticketing/client/wire"
 	"github.com/ticketing/ticketing/server"
 )
 
@@ -71,12 +73,71 @@ func TestRealTLS(t *testing.T) {
 	if err := l.Release(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	// Plaintext to a TLS server: no connection.
-	if _, err := Dial(context.Background(), []string{srv.Addr()}, WithToken("tls-token"), WithDialTimeout(500*time.Millisecond)); !errors.Is(err, ErrConnect) {
-		t.Errorf("plaintext: %v, want ErrConnect", err)
+	// Plaintext to a TLS server: the server's REJECT TLS_REQUIRED (protocol.md
+	// §12.4) says so, long before the dial timeout.
+	start := time.Now()
+	if _, err := Dial(context.Background(), []string{srv.Addr()}, WithToken("tls-token"), WithDialTimeout(20*time.Second)); !errors.Is(err, ErrTLS) ||
+		!strings.Contains(err.Error(), "the server requires TLS") {
+		t.Errorf("plaintext: %v, want ErrTLS (the server requires TLS)", err)
+	}
+	if d := time.Since(start); d > 15*time.Second {
+		t.Errorf("plaintext: failed after %v, not at once", d)
+	}
+	// TLS to a plaintext server: "does not speak TLS".
+	plain := startServer(t, nil)
+	if _, err := Dial(context.Background(), []string{plain.Addr()}, WithTLS(&tls.Config{RootCAs: pool}), WithDialTimeout(20*time.Second)); !errors.Is(err, ErrTLS) ||
+		!strings.Contains(err.Error(), "does not speak TLS") {
+		t.Errorf("TLS to plaintext: %v, want ErrTLS (the server does not speak TLS)", err)
 	}
 	// An untrusted certificate: no connection either.
-	if _, err := Dial(context.Background(), []string{srv.Addr()}, WithTLS(&tls.Config{}), WithToken("tls-token"), WithDialTimeout(500*time.Millisecond)); !errors.Is(err, ErrConnect) {
-		t.Errorf("untrusted: %v, want ErrConnect", err)
+	if _, err := Dial(context.Background(), []string{srv.Addr()}, WithTLS(&tls.Config{}), WithToken("tls-token"), WithDialTimeout(500*time.Millisecond)); !errors.Is(err, ErrConnect) || !errors.Is(err, ErrTLS) {
+		t.Errorf("untrusted: %v, want ErrConnect and ErrTLS", err)
+	}
+}
+
+// R5 (architecture.md "Client library behaviour"): a TLS mismatch is named
+// and fails at once, not after the 10 s dial timeout: a plaintext client
+// reading a TLS listener's REJECT TLS_REQUIRED (protocol.md §12.4), and a
+// TLS client whose server speaks plaintext first.
+func TestTLSMismatchNamedAtOnce(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		greet []byte
+		tls   bool
+		want  string
+	}{
+		{"plaintext to TLS", wire.AppendReject(nil, wire.CodeTLSRequired), false, "requires TLS"},
+		{"TLS to plaintext", wire.AppendHello(nil, &wire.Hello{}), true, "does not speak TLS"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			go func() {
+				for {
+					nc, err := ln.Accept()
+					if err != nil {
+						return
+					}
+					nc.Write(c.greet)
+					time.Sleep(100 * time.Millisecond)
+					nc.Close()
+				}
+			}()
+			opts := []Option{WithDialTimeout(10 * time.Second)}
+			if c.tls {
+				opts = append(opts, WithTLS(&tls.Config{InsecureSkipVerify: true}))
+			}
+			start := time.Now()
+			_, err = Dial(context.Background(), []string{ln.Addr().String()}, opts...)
+			if !errors.Is(err, ErrTLS) || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("Dial: %v, want ErrTLS saying %q", err, c.want)
+			}
+			if el := time.Since(start); el > 3*time.Second {
+				t.Fatalf("failed after %v of a 10 s dial timeout: want at once", el)
+			}
+		})
 	}
 }

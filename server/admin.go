@@ -180,9 +180,15 @@ func (s *Server) Status() wire.StatusReply {
 	if s.node != nil {
 		s.clusterStatus(&st)
 	}
+	rec, until := s.grace.recovering(s.nanotime())
+	if rec {
+		st.RecoveringUntilMS = until.UnixMilli()
+	}
 	switch {
 	case st.Draining:
 		st.CanGrant, st.Reason = false, "draining (shutting down)"
+	case rec:
+		st.CanGrant, st.Reason = false, "RECOVERING after an unclean stop: acquires answered busy until "+until.UTC().Format(time.RFC3339)+" (the end of every lease granted before the stop)"
 	case st.Keys >= st.MaxKeys:
 		st.CanGrant, st.Reason = false, "at max_keys"
 	case s.live.Load() >= int64(s.cfg.MaxConnections):
@@ -215,7 +221,10 @@ func (s *Server) Locks(prefix string, limit int) wire.LocksReply {
 				QueueDepth: li.QueueDepth, OldestWaiterAgeMS: li.OldestWaiterAgeMS,
 				Set: li.Set,
 			}
-			label, addr := s.connLabel(li.HolderConn)
+			label, addr := "", ""
+			if li.Token != 0 {
+				label, addr = s.connLabel(li.HolderConn)
+			}
 			e.Holder = &wire.ConnInfo{Label: label, Addr: addr}
 			for _, w := range li.Waiters {
 				label, addr := s.connLabel(w.Conn)

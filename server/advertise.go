@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/subtle"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -58,6 +59,8 @@ func (h *helloNonces) issued(n *[wire.NonceLen]byte) bool {
 	return found == 1
 }
 
+var errForeignServer = errors.New("another ticketing server answers there (its HELLO nonce is not one this node issued)")
+
 // noteHello is called by the handshake with the nonce it sends.
 func (s *Server) noteHello(n *[wire.NonceLen]byte) { s.hellos.note(n) }
 
@@ -85,13 +88,15 @@ func (s *Server) checkAdvertise(addr string) {
 			s.advertiseErr.Store("")
 			s.log.Info("advertised client address reaches this node", "advertise", addr)
 			return
-		case time.Now().After(deadline) && !reported:
+		case (time.Now().After(deadline) || errors.Is(err, errForeignServer)) && !reported:
+			// A foreign server's HELLO is definite at once; a refused or
+			// silent address may be a proxy or route still coming up.
 			// Reported once; re-checked every advertiseRecheck (a proxy or
 			// route that comes up later clears it).
 			reported = true
 			msg := fmt.Sprintf("advertised client address %s does not reach this node: %v", addr, err)
+			s.log.Error(msg + " (fix --advertise: followers name it to clients)") // before status says it
 			s.advertiseErr.Store(msg)
-			s.log.Error(msg + " (fix --advertise: followers name it to clients)")
 		}
 		wait := 200 * time.Millisecond
 		if reported {
@@ -141,7 +146,7 @@ func (s *Server) probeAdvertise(addr string) error {
 		return fmt.Errorf("not a ticketing server: %w", err)
 	}
 	if !s.hellos.issued(&h.Nonce) {
-		return fmt.Errorf("another ticketing server answers there (its HELLO nonce is not one this node issued)")
+		return errForeignServer
 	}
 	return nil
 }

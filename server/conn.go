@@ -446,6 +446,10 @@ func (c *conn) handle(now int64, req *wire.Request) {
 	switch req.Op {
 	case wire.OpAcquire:
 		if c.lockOpChecks(req) && c.leaseWaitChecks(req) {
+			if g := c.s.grace; g != nil && g.refuse(now, req.LeaseMS()) {
+				c.busy(req.ReqID, wire.CodeRecovering) // restart grace (grace.go)
+				return
+			}
 			c.s.lock.acquire(c, now, req)
 		}
 	case wire.OpRelease:
@@ -504,6 +508,10 @@ func (c *conn) handleSet(now int64, req *wire.Request) {
 		return
 	}
 	if c.leaseWaitChecks(req) {
+		if g := c.s.grace; g != nil && g.refuse(now, req.LeaseMS()) {
+			c.busy(req.ReqID, wire.CodeRecovering) // restart grace (grace.go)
+			return
+		}
 		c.s.lock.acquireSet(c, now, req, &c.ks)
 	}
 }

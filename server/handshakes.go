@@ -67,8 +67,7 @@ func hostOf(nc net.Conn) string {
 // once fewer than MaxHandshakes connections are in the handshake, closing
 // the oldest when it has been there for HandshakeEvictAge, and false when
 // the server closes meanwhile.
-func (s *Server) hsWaitRoom() bool {
-	h := &s.hs
+func (s *Server) hsWaitRoom(h *handshakes) bool {
 	for {
 		h.mu.Lock()
 		if h.l.Len() < s.cfg.MaxHandshakes {
@@ -102,7 +101,7 @@ func (s *Server) hsWaitRoom() bool {
 // hsAdmit records an accepted connection as in the handshake (parked until
 // hsSlot gives it a slot).
 func (s *Server) hsAdmit(c *conn) {
-	h := &s.hs
+	h := s.hsOf(c)
 	c.hsAddr = hostOf(c.raw)
 	c.hsWake = make(chan struct{}, 1)
 	h.mu.Lock()
@@ -125,7 +124,7 @@ func (s *Server) hsAdmit(c *conn) {
 // It returns false when c was evicted, its handshake time ran out or the
 // server closed; the caller closes c then.
 func (s *Server) hsSlot(c *conn) bool {
-	h := &s.hs
+	h := s.hsOf(c)
 	var timeout <-chan time.Time
 	for {
 		h.mu.Lock()
@@ -134,7 +133,7 @@ func (s *Server) hsSlot(c *conn) bool {
 			return false
 		}
 		a := h.perAddr[c.hsAddr]
-		s.hsPromoteLocked(a)
+		s.hsPromoteLocked(h, a)
 		if c.hsActive {
 			h.mu.Unlock()
 			return true
@@ -175,13 +174,13 @@ func (s *Server) hsSlot(c *conn) bool {
 
 // hsPromoteLocked gives free slots of address a to its queue's first
 // connections, and wakes the (new) first so it watches the oldest holder.
-func (s *Server) hsPromoteLocked(a *addrSlots) {
+func (s *Server) hsPromoteLocked(h *handshakes, a *addrSlots) {
 	promoted := false
 	for a.parked.Len() > 0 && a.active.Len() < s.cfg.MaxHandshakesPerAddr {
 		p := a.parked.Remove(a.parked.Front()).(*conn)
 		p.hsActive = true
 		p.hsAt = s.nanotime()
-		s.hs.l.MoveToBack(p.hsElem)
+		h.l.MoveToBack(p.hsElem)
 		p.hsAddrElem = a.active.PushBack(p)
 		wake(p.hsWake)
 		promoted = true
@@ -209,7 +208,7 @@ func (s *Server) hsRemoveLocked(c *conn) {
 	if c.hsElem == nil {
 		return
 	}
-	h := &s.hs
+	h := s.hsOf(c)
 	h.l.Remove(c.hsElem)
 	c.hsElem = nil
 	a := h.perAddr[c.hsAddr]
@@ -223,7 +222,7 @@ func (s *Server) hsRemoveLocked(c *conn) {
 		}
 	}
 	c.hsAddrElem = nil
-	s.hsPromoteLocked(a)
+	s.hsPromoteLocked(h, a)
 	if a.active.Len() == 0 && a.parked.Len() == 0 {
 		delete(h.perAddr, c.hsAddr)
 	}
@@ -235,12 +234,22 @@ func (s *Server) hsRemoveLocked(c *conn) {
 
 // hsDone: c's handshake ended (accepted or not).
 func (s *Server) hsDone(c *conn) {
-	s.hs.mu.Lock()
+	h := s.hsOf(c)
+	h.mu.Lock()
 	s.hsRemoveLocked(c)
-	s.hs.mu.Unlock()
+	h.mu.Unlock()
 }
 
-// handshaking returns how many connections are in the handshake.
+// hsOf is the handshake table of c's listener: the cluster peer port has
+// its own, so a flood of client connections never delays a peer's.
+func (s *Server) hsOf(c *conn) *handshakes {
+	if c.peerPort {
+		return &s.peerHS
+	}
+	return &s.hs
+}
+
+// handshaking returns how many client connections are in the handshake.
 func (s *Server) handshaking() int {
 	s.hs.mu.Lock()
 	defer s.hs.mu.Unlock()

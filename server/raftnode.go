@@ -219,7 +219,7 @@ func (s *Server) peerTLSClient() (*tls.Config, error) {
 func (s *Server) servePeers(ln net.Listener) {
 	defer s.wg.Done()
 	for {
-		if !s.hsWaitRoom() {
+		if !s.hsWaitRoom(&s.peerHS) {
 			return
 		}
 		nc, err := ln.Accept()

@@ -47,6 +47,7 @@ type Server struct {
 	start  time.Time // monotonic base of the table clock
 	now    func() time.Time
 	lock   backend // the sharded tables, or the raft node
+	grace  *grace  // restart grace (single node with a data dir), else nil
 	tlsCfg atomic.Pointer[tls.Config]
 	certs  *certStore
 
@@ -56,7 +57,8 @@ type Server struct {
 	connsMu  sync.RWMutex
 	conns    map[uint64]*conn
 	nextConn atomic.Uint64
-	hs       handshakes   // connections in the handshake (their own cap)
+	hs       handshakes   // client connections in the handshake (their own cap)
+	peerHS   handshakes   // the cluster peer port's, capped alike
 	live     atomic.Int64 // past the handshake (slot taken before WELCOME)
 
 	handshakeEvictions atomic.Uint64 // handshaking connections closed to admit newer ones
@@ -105,6 +107,13 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	s.setListener(ln)
 	for _, w := range s.cfg.insecureWarnings() {
 		s.log.Warn(w)
+	}
+	switch rec, until := s.grace.recovering(s.nanotime()); {
+	case rec:
+		s.log.Warn("restart grace: the last stop was unclean; acquires are answered busy RECOVERING until every lease granted before it has ended",
+			"until", until.UTC().Format(time.RFC3339Nano))
+	case cfg.Cluster == nil && cfg.DataDir == "":
+		s.log.Warn("no data dir: held locks are forgotten on a restart (a restarted node grants them again at once); set --data-dir for a restart grace")
 	}
 	if cfg.Cluster != nil {
 		if err := s.startCluster(ctx); err != nil {
@@ -179,6 +188,13 @@ func New(cfg Config) (*Server, error) {
 		tokens = pt
 	}
 	s.lock = newTables(s, cfg.Shards, limits, tokens)
+	if cfg.DataDir != "" {
+		g, err := openGrace(s)
+		if err != nil {
+			return nil, err
+		}
+		s.grace = g // its writer starts with Serve
+	}
 	return s, nil
 }
 
@@ -220,6 +236,7 @@ func (s *Server) MetricsAddr() string {
 // ErrServerClosed then.
 func (s *Server) Serve(ln net.Listener) error {
 	s.setListener(ln)
+	s.grace.start()
 	select {
 	case <-s.closed:
 		ln.Close()
@@ -229,7 +246,7 @@ func (s *Server) Serve(ln net.Listener) error {
 	s.lock.run()
 	var delay time.Duration
 	for {
-		if !s.hsWaitRoom() { // back-pressure at the handshake cap: the backlog holds the rest
+		if !s.hsWaitRoom(&s.hs) { // back-pressure at the handshake cap: the backlog holds the rest
 			ln.Close()
 			return ErrServerClosed
 		}
@@ -363,6 +380,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		_ = s.metrics.Shutdown(ctx)
 	}
 	s.lock.stop(ctx)
+	s.closeGrace()
 	done := make(chan struct{})
 	go func() { sw.Wait(); s.wg.Wait(); close(done) }()
 	select {

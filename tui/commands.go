@@ -5,6 +5,8 @@ import (
 	"time"
 
 	tea "charm.land/bubbletea/v2"
+
+	"github.com/ticketing/ticketing/client/wire"
 )
 
 // Every piece of I/O of the dashboard is one of these commands; Update and
@@ -30,6 +32,11 @@ func pollCmd(ctx context.Context, src Source, addr string, at time.Time, prefix 
 		msg.status, msg.err = src.Status(ctx, addr)
 		if msg.err == nil {
 			msg.locks, msg.err = src.Locks(ctx, addr, prefix, limit)
+		}
+		if ms, ok := src.(MemberSource); ok && msg.err == nil && msg.status.Role == wire.NodeLeader {
+			if members, err := ms.Members(ctx, addr); err == nil {
+				msg.members, msg.hasMembers = members, true
+			}
 		}
 		return msg
 	}

@@ -24,8 +24,9 @@ type fakeSource struct {
 	status    map[string]wire.StatusReply
 	locks     map[string][]wire.LockEntry
 	down      map[string]error
-	ignorePfx bool     // answer every key whatever the prefix
-	calls     []string // "status ADDR", "locks ADDR PREFIX LIMIT"
+	ignorePfx bool                     // answer every key whatever the prefix
+	members   map[string][]wire.Member // the members query per address (none: an error, as an old server)
+	calls     []string                 // "status ADDR", "locks ADDR PREFIX LIMIT"
 }
 
 func newFakeSource() *fakeSource {
@@ -71,6 +72,27 @@ func (f *fakeSource) Locks(_ context.Context, addr, prefix string, limit int) (w
 	}
 	r.Locks = out
 	return r, nil
+}
+
+// Members implements MemberSource.
+func (f *fakeSource) Members(_ context.Context, addr string) ([]wire.Member, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, "members "+addr)
+	ms, ok := f.members[addr]
+	if !ok {
+		return nil, errors.New("members: not answered")
+	}
+	return ms, nil
+}
+
+func (f *fakeSource) setMembers(addr string, ms ...wire.Member) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.members == nil {
+		f.members = map[string][]wire.Member{}
+	}
+	f.members[addr] = ms
 }
 
 func (f *fakeSource) set(addr string, st wire.StatusReply, locks ...wire.LockEntry) {

@@ -19,4 +19,8 @@ type pollMsg struct {
 	status wire.StatusReply
 	locks  wire.LocksReply
 	err    error
+	// members is the leader's membership (a cluster leader, through a
+	// MemberSource); hasMembers says it was asked and answered.
+	members    []wire.Member
+	hasMembers bool
 }

@@ -185,6 +185,8 @@ type node struct {
 	inflight  bool      // a poll is running
 	since     time.Time // when reachable last changed
 	err       string    // the last error, when unreachable
+	authFail  bool      // the last error was an authentication failure
+	notMember bool      // reachable, but not in the leader's membership
 
 	status    wire.StatusReply // the last good status
 	hasStatus bool
@@ -303,7 +305,14 @@ func (m *Model) node(addr string) *node {
 
 // logEvent appends to the event log, dropping the oldest beyond maxEvents.
 func (m *Model) logEvent(at time.Time, addr string, kind eventKind, format string, a ...any) {
-	m.events = append(m.events, event{at: at, node: addr, kind: kind, text: fmt.Sprintf(format, a...)})
+	// In time order: polls answer out of order (a slow node's answer to
+	// an earlier tick arrives after a fast node's to a later one).
+	ev := event{at: at, node: addr, kind: kind, text: fmt.Sprintf(format, a...)}
+	i := len(m.events)
+	for i > 0 && m.events[i-1].at.After(at) {
+		i--
+	}
+	m.events = slices.Insert(m.events, i, ev)
 	if len(m.events) > maxEvents {
 		m.events = append(m.events[:0], m.events[len(m.events)-maxEvents:]...)
 	}

@@ -14,3 +14,10 @@ type Source interface {
 	Status(ctx context.Context, addr string) (wire.StatusReply, error)
 	Locks(ctx context.Context, addr, prefix string, limit int) (wire.LocksReply, error)
 }
+
+// MemberSource is a Source that also answers the admin `members` query:
+// the dashboard then follows the cluster's membership as `health` does
+// (issue #28 item 10), asking the leader each poll.
+type MemberSource interface {
+	Members(ctx context.Context, addr string) ([]wire.Member, error)
+}

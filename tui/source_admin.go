@@ -77,6 +77,15 @@ func (s *AdminSource) Locks(ctx context.Context, addr, prefix string, limit int)
 	return admin.Locks(ctx, c, prefix, limit)
 }
 
+// Members implements MemberSource.
+func (s *AdminSource) Members(ctx context.Context, addr string) ([]wire.Member, error) {
+	c, err := s.client(ctx, addr)
+	if err != nil {
+		return nil, err
+	}
+	return admin.Members(ctx, c)
+}
+
 // Close closes every connection; later calls fail.
 func (s *AdminSource) Close() error {
 	s.mu.Lock()

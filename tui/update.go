@@ -1,13 +1,16 @@
 package tui
 
 import (
+	"errors"
 	"math"
+	"strings"
 	"time"
 	"unicode"
 
 	"charm.land/bubbles/v2/key"
 	tea "charm.land/bubbletea/v2"
 
+	"github.com/ticketing/ticketing/client"
 	"github.com/ticketing/ticketing/client/wire"
 )
 
@@ -79,12 +82,21 @@ func (m *Model) onPoll(msg pollMsg) {
 	}
 	at := msg.at
 	if msg.err != nil {
-		if !n.polled || n.reachable {
-			m.logEvent(at, n.addr, evDown, "unreachable: %s", escapeText(msg.err.Error()))
+		auth := errors.Is(msg.err, client.ErrAuth)
+		if !n.polled || n.reachable || auth != n.authFail {
+			if auth {
+				m.logEvent(at, n.addr, evDown, "authentication failed (the admin token?): %s", escapeText(downReason(msg.err.Error())))
+			} else {
+				m.logEvent(at, n.addr, evDown, "unreachable: %s", escapeText(downReason(msg.err.Error())))
+			}
 			n.since = at
 		}
-		n.polled, n.reachable, n.err = true, false, msg.err.Error()
+		n.polled, n.reachable, n.err, n.authFail = true, false, downReason(msg.err.Error()), auth
 		return
+	}
+	n.authFail = false
+	if msg.hasMembers {
+		defer m.followMembers(at, msg.members)
 	}
 
 	st := msg.status
@@ -261,4 +273,63 @@ func (m *Model) clampOffset() {
 	rs, _, _ := m.rows()
 	m.offset = min(m.offset, max(len(rs)-m.layout().keyRows, 0))
 	m.offset = max(m.offset, 0)
+}
+
+// downReason is an error without the wrappers that say only "could not
+// connect" (the row names the address): "dial: cannot connect: no
+// connection to any server: dial tcp 10.0.0.5:7470: connect: connection
+// refused" is "connect: connection refused", so that the reason, not
+// "dial…", fits an 80-column STATE cell.
+func downReason(s string) string {
+	for {
+		t := s
+		for _, p := range []string{"ticketing: ", "dial: ", "cannot connect: ", "no connection to any server: ", "admin: ", "connect: "} {
+			t = strings.TrimPrefix(t, p)
+		}
+		if strings.HasPrefix(t, "dial tcp ") || strings.HasPrefix(t, "dial udp ") {
+			if _, rest, ok := strings.Cut(t, ": "); ok {
+				t = rest
+			}
+		}
+		if t == s {
+			return s
+		}
+		s = t
+	}
+}
+
+// followMembers applies the leader's membership (issue #28 item 10): a
+// member not watched yet is added (and polled from the next tick on); a
+// watched address that no member has is dropped when it does not answer
+// (a replaced node), or shown as "not a member" when it does.
+func (m *Model) followMembers(at time.Time, members []wire.Member) {
+	in := map[string]bool{}
+	for _, mb := range members {
+		if mb.ClientAddr == "" {
+			continue
+		}
+		in[mb.ClientAddr] = true
+		if m.node(mb.ClientAddr) == nil {
+			m.nodes = append(m.nodes, &node{addr: mb.ClientAddr})
+			m.logEvent(at, mb.ClientAddr, evInfo, "member %s joined the view (%s, voter %v)", escape(mb.ID), escape(mb.Role), mb.Voter)
+		}
+	}
+	kept := m.nodes[:0]
+	for _, n := range m.nodes {
+		switch {
+		case in[n.addr]:
+			n.notMember = false
+		case n.polled && !n.reachable:
+			m.logEvent(at, n.addr, evInfo, "no longer a member of the cluster: dropped from the view")
+			continue
+		case n.reachable && !n.notMember:
+			n.notMember = true
+			m.logEvent(at, n.addr, evSpike, "not a member of the cluster (the leader's membership does not have it)")
+		}
+		kept = append(kept, n)
+	}
+	for i := len(kept); i < len(m.nodes); i++ {
+		m.nodes[i] = nil
+	}
+	m.nodes = kept
 }

@@ -2,6 +2,7 @@ package tui
 
 import (
 	"errors"
+	"fmt"
 	"image/color"
 	"math"
 	"slices"
@@ -11,6 +12,7 @@ import (
 
 	tea "charm.land/bubbletea/v2"
 
+	"github.com/ticketing/ticketing/client"
 	"github.com/ticketing/ticketing/client/wire"
 )
 
@@ -143,7 +145,7 @@ func TestUpdateNodeUnreachable(t *testing.T) {
 	h.tick(time.Second)
 	h.tick(time.Second) // still down: not logged again
 	h.tick(time.Second)
-	want = append(want, "unreachable: admin: dial 127.0.0.1:7470: connection refused")
+	want = append(want, "unreachable: dial 127.0.0.1:7470: connection refused") // downReason: without "admin: "
 	if got := h.eventTexts(); !slices.Equal(got, want) {
 		t.Fatalf("events = %q, want %q", got, want)
 	}
@@ -152,7 +154,7 @@ func TestUpdateNodeUnreachable(t *testing.T) {
 		t.Fatalf("node state reachable=%v polled=%v", n.reachable, n.polled)
 	}
 	view := h.view()
-	if !strings.Contains(view, "DOWN 2.0s: admin") {
+	if !strings.Contains(view, "DOWN 2.0s: dial 127.0.0.1") {
 		t.Errorf("view does not show the node down:\n%s", view)
 	}
 	if !strings.Contains(view, "2 nodes, 1 up") {
@@ -176,7 +178,7 @@ func TestUpdateNodeUnreachable(t *testing.T) {
 func TestUpdateNodeDownFromStart(t *testing.T) {
 	h := newHarness(t, []string{addr1}, nil)
 	h.start()
-	if got := h.eventTexts(); len(got) != 1 || !strings.HasPrefix(got[0], "unreachable: dial tcp") {
+	if got := h.eventTexts(); len(got) != 1 || !strings.HasPrefix(got[0], "unreachable: connection refused") {
 		t.Fatalf("events = %q", got)
 	}
 	if v := h.view(); !strings.Contains(v, "no reachable node yet") {
@@ -602,5 +604,91 @@ func TestViewBackground(t *testing.T) {
 	}
 	if !h.m.View().AltScreen {
 		t.Error("the view is not in the alternate screen")
+	}
+}
+
+// top follows the cluster's membership as health does (issue #28 item 10):
+// after n3 (10.0.0.3) was replaced by n4 (10.0.0.4), the dead address
+// leaves the view with an event and the new member is added and polled;
+// a watched address that answers but is not a member says so.
+func TestUpdateFollowsMembership(t *testing.T) {
+	const a1, a2, a3, a4 = "10.0.0.1:7470", "10.0.0.2:7470", "10.0.0.3:7470", "10.0.0.4:7470"
+	h := newHarness(t, []string{a1, a2, a3}, nil)
+	leader := status(time.Minute, wire.AdminCounters{})
+	leader.Role, leader.Term = wire.NodeLeader, 3
+	follower := leader
+	follower.Role, follower.NodeID = wire.NodeFollower, "n2"
+	h.src.set(a1, leader)
+	h.src.set(a2, follower)
+	h.src.setDown(a3, errors.New("dial: cannot connect: dial tcp 10.0.0.3:7470: connect: connection refused"))
+	h.src.setMembers(a1,
+		wire.Member{ID: "n1", ClientAddr: a1, Role: "leader", Voter: true},
+		wire.Member{ID: "n2", ClientAddr: a2, Role: "follower", Voter: true},
+		wire.Member{ID: "n4", ClientAddr: a4, Role: "follower", Voter: true})
+	n4 := follower
+	n4.NodeID = "n4"
+	h.src.set(a4, n4)
+	h.start()
+	h.tick(time.Second)
+	if h.m.node(a3) != nil {
+		t.Errorf("the replaced node %s is still shown", a3)
+	}
+	if n := h.m.node(a4); n == nil || !n.reachable {
+		t.Fatalf("the new member %s is not shown (or not polled): %+v", a4, n)
+	}
+	ev := strings.Join(h.eventTexts(), "\n")
+	for _, want := range []string{"member n4 joined the view", "no longer a member of the cluster"} {
+		if !strings.Contains(ev, want) {
+			t.Errorf("no event %q in:\n%s", want, ev)
+		}
+	}
+	if v := h.view(); strings.Contains(v, a3) && strings.Contains(v, "DOWN") && !strings.Contains(v, "no longer a member") {
+		t.Errorf("view shows %s DOWN:\n%s", a3, v)
+	}
+	// a2 leaves the membership but still answers: shown as not a member.
+	h.src.setMembers(a1,
+		wire.Member{ID: "n1", ClientAddr: a1, Role: "leader", Voter: true},
+		wire.Member{ID: "n4", ClientAddr: a4, Role: "follower", Voter: true})
+	h.tick(time.Second)
+	if n := h.m.node(a2); n == nil || !n.notMember {
+		t.Fatalf("%s: %+v, want shown as not a member", a2, n)
+	}
+	if v := h.view(); !strings.Contains(v, "not a member") {
+		t.Errorf("view does not say %s is not a member:\n%s", a2, v)
+	}
+}
+
+// An authentication failure is shown as such, not as DOWN; a DOWN reason
+// fits an 80-column screen instead of being cut to "dial…".
+func TestUpdateAuthFailureAndDownReason(t *testing.T) {
+	const a2 = "10.0.0.2:7470"
+	h := newHarness(t, []string{addr1, a2}, nil)
+	h.size(80, 24)
+	h.src.setDown(addr1, fmt.Errorf("admin: %w: wrong token", client.ErrAuth))
+	h.src.setDown(a2, errors.New("dial: cannot connect: no connection to any server: dial tcp 10.0.0.2:7470: connect: connection refused"))
+	h.start()
+	v := h.view()
+	if !strings.Contains(v, "AUTH FAILED") || !strings.Contains(strings.Join(h.eventTexts(), "\n"), "authentication failed") {
+		t.Errorf("the auth failure is not shown as such:\n%s\nevents %q", v, h.eventTexts())
+	}
+	var row string
+	for _, l := range strings.Split(v, "\n") {
+		if strings.HasPrefix(l, a2) {
+			row = l
+		}
+	}
+	if !strings.Contains(row, "DOWN") || !strings.Contains(row, "connection refused") {
+		t.Errorf("the DOWN row at 80 columns does not give the reason: %q", row)
+	}
+}
+
+// Events are kept in time order, whatever order the polls answer in.
+func TestUpdateEventsInTimeOrder(t *testing.T) {
+	h := newHarness(t, []string{addr1}, nil)
+	h.m.logEvent(t0.Add(2*time.Second), addr1, evInfo, "second")
+	h.m.logEvent(t0.Add(time.Second), addr1, evInfo, "first")
+	h.m.logEvent(t0.Add(3*time.Second), addr1, evInfo, "third")
+	if got := h.eventTexts(); !slices.Equal(got, []string{"first", "second", "third"}) {
+		t.Fatalf("events %q, want in time order", got)
 	}
 }

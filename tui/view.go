@@ -167,11 +167,18 @@ func (m *Model) viewNodes(w, rows int) []string {
 		case !n.polled:
 			state = m.st.faint.Render(cell("connecting…", sw, false))
 		case !n.reachable:
-			s := "DOWN"
+			// A node that does not answer has no figures: its state takes
+			// the whole row after the address, so that the reason (not
+			// "dial…") fits 80 columns (issue #28 item 10).
+			s, style := "DOWN", m.st.down
+			if n.authFail {
+				s, style = "AUTH FAILED", m.st.warn
+			}
 			if !m.now.IsZero() && !m.now.Before(n.since) {
 				s += " " + fmtDur(m.now.Sub(n.since))
 			}
-			state = m.st.down.Render(cell(s+": "+escapeText(n.err), sw, false))
+			out = append(out, cell(escape(n.addr), aw, false)+" "+style.Render(cell(s+": "+escapeText(n.err), max(w-aw-1, 0), false)))
+			continue
 		default:
 			st := n.status
 			role, uptime = escape(st.Role), fmtDur(time.Duration(st.UptimeMS)*time.Millisecond)
@@ -187,6 +194,9 @@ func (m *Model) viewNodes(w, rows int) []string {
 			}
 			if st.Leader != "" && st.Role != "leader" {
 				s += " · leader " + escape(st.Leader)
+			}
+			if n.notMember {
+				s += " · not a member of the cluster"
 			}
 			if cannotGrant(st) {
 				state = m.st.warn.Render(cell(s+" · cannot grant: "+escapeText(st.Reason), sw, false))

@@ -398,6 +398,10 @@ func (r *run) finish(ctx context.Context, acq *hdrhistogram.Histogram) {
 // redirected releases, on the leader the M answers named (else the one
 // found), the locks whose release met M or a lost connection, and says what
 // happened.
+// strandedRetry bounds how long redirected keeps looking for a leader to
+// release the stranded locks on.
+const strandedRetry = 15 * time.Second
+
 func (r *run) redirected(ctx context.Context) string {
 	var held []stranded
 	for _, w := range r.workers {
@@ -414,15 +418,21 @@ func (r *run) redirected(ctx context.Context) string {
 	if len(held) == 0 {
 		return msg
 	}
-	// Release them on the leader: the one M named, else the one found
-	// (an election may still be running: retry for a while).
-	deadline := time.Now().Add(r.cfg.DialTimeout)
+	// Release them on the leader: the one M named, else the one found. An
+	// election may still be running (a follower may still name the dead
+	// leader until its election timeout, longer on a loaded machine): retry
+	// for as long as it is worth it, up to the lease (after it the locks free
+	// themselves) and at most strandedRetry.
+	deadline := time.Now().Add(min(max(r.cfg.DialTimeout, strandedRetry), r.cfg.Lease))
+	var last error
 	for addr := r.movedTo; ; {
 		if addr == "" && r.cfg.FindLeader != nil {
-			addr, _ = r.cfg.FindLeader(ctx)
+			addr, last = r.cfg.FindLeader(ctx)
 		}
-		if addr != "" && releaseStranded(ctx, r.cfg, addr, held) == nil {
-			return msg + fmt.Sprintf("; %d locks whose release was redirected or lost were released on %s", len(held), addr)
+		if addr != "" {
+			if last = releaseStranded(ctx, r.cfg, addr, held); last == nil {
+				return msg + fmt.Sprintf("; %d locks whose release was redirected or lost were released on %s", len(held), addr)
+			}
 		}
 		if r.cfg.FindLeader == nil || time.Now().After(deadline) || ctx.Err() != nil {
 			break
@@ -430,7 +440,11 @@ func (r *run) redirected(ctx context.Context) string {
 		addr = ""
 		time.Sleep(200 * time.Millisecond)
 	}
-	return msg + fmt.Sprintf("; %d locks whose release was redirected or lost stay held until their lease (%v) runs out", len(held), r.cfg.Lease)
+	why := ""
+	if last != nil {
+		why = fmt.Sprintf(" (last try: %v)", last)
+	}
+	return msg + fmt.Sprintf("; %d locks whose release was redirected or lost stay held until their lease (%v) runs out%s", len(held), r.cfg.Lease, why)
 }
 
 type cpuSample struct{ self, server float64 }

@@ -27,7 +27,8 @@ func Scenarios() []Scenario {
 		{Name: "bad_input", Run: scBadInput},
 		{Name: "tls_verify", Modes: []string{"tls"}, Run: scTLS},
 	}
-	return append(s, faultScenarios()...)
+	s = append(s, faultScenarios()...)
+	return append(s, edgeScenarios()...)
 }
 
 // ScenarioNames lists the names in order.
@@ -91,11 +92,18 @@ func scWait0(t *T) {
 	d.MustRelease(k, g2.Token)
 }
 
-// waitDepth waits until key has depth acquires queued.
-func waitDepth(t *T, key string, depth int, within time.Duration) {
+// waitDepth waits until key has depth acquires queued; a watched command
+// answering meanwhile fails the scenario at once (with its answer).
+func waitDepth(t *T, key string, depth int, within time.Duration, watch ...*Pending) {
 	end := time.Now().Add(within)
 	last := -1
 	for time.Now().Before(end) {
+		for _, p := range watch {
+			if p.Answered() {
+				t.NoUnsupported(p, *p.res)
+				t.Fatalf("%s answered while waiting for queue depth %d of %q: %s", cmdString(p.Cmd), depth, key, p.res)
+			}
+		}
 		n, err := t.Env.QueueDepth(key)
 		if err == nil {
 			last = n

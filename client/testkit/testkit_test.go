@@ -74,18 +74,24 @@ func (w logWriter) Write(b []byte) (int, error) {
 }
 
 // TestGoDriverMatrix: the Go driver passes every scenario on a single node,
-// a 3-node cluster and mutual TLS.
+// a 3-node cluster and mutual TLS (but for the cells known-failures.txt
+// lists for issue 30 while its Go API is not on main).
 func TestGoDriverMatrix(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts servers and a cluster")
 	}
 	bin, drv := build(t)
+	kf, err := testkit.LoadKnownFailures(filepath.Join("..", "..", testkit.KnownFailuresFile))
+	if err != nil {
+		t.Fatal(err)
+	}
 	out := testkit.Run(testkit.Config{
 		Bin:   bin,
 		Langs: []testkit.Lang{{Name: "go", Driver: drv}},
 		Modes: testkit.AllModes,
 		Dir:   t.TempDir(),
 		Log:   logWriter{t},
+		Known: kf,
 	})
 	var sb strings.Builder
 	testkit.WriteTable(&sb, out, false)
@@ -97,6 +103,9 @@ func TestGoDriverMatrix(t *testing.T) {
 		}
 		if o.Status == testkit.Pass {
 			n++
+		}
+		if o.Status == testkit.XPass {
+			t.Logf("XPASS %s/%s: remove its line from known-failures.txt", o.Mode, o.Scenario)
 		}
 	}
 	// Every scenario ran in at least one mode.
@@ -123,27 +132,38 @@ var breaks = []struct {
 	kills []string
 }{
 	{"resend-after-drop", "single", []string{"drop_reply_indeterminate", "garbage", "proxy_drop_reply", "proxy_cut_after_write"}},
-	{"ignore-moved", "single", []string{"moved_followed", "moved_hop_limit"}},
+	{"ignore-moved", "single", []string{"moved_followed", "moved_hop_limit", "release_moved_followed"}},
 	{"release-without-O", "single", []string{"release_retry_bounded"}},
 	{"ignore-queued", "single", []string{"deadline_after_queue"}},
 	{"deadline-from-receive", "single", []string{"deadline_from_send_time"}},
-	{"no-cancel", "single", []string{"cancel_queued", "cancel_race_compensated", "wire_bytes"}},
+	{"no-cancel", "single", []string{"cancel_queued", "cancel_race_compensated", "wire_bytes", "r11_cancel_with_lock"}},
 	{"retry-busy", "single", []string{"busy_not_retried"}},
 	{"fast-reconnect", "single", []string{"backoff_schedule"}},
 	{"single-conn", "single", []string{"two_connections"}},
 	{"token-float", "single", []string{"tokens_above_2_53"}},
 	{"with-lock-leak", "single", []string{"with_lock_fail"}},
 	{"with-lock-never-release", "single", []string{"with_lock_normal", "with_lock_fail"}},
-	{"report-first-token", "single", []string{"fifo_cross_language", "release_by_other_language"}},
-	{"no-close", "single", []string{"close_pending"}},
-	{"auth-as-connect", "single", []string{"handshake_token", "auth_impostor"}},
-	{"no-validate", "single", []string{"bad_input"}},
+	{"report-first-token", "single", []string{"fifo_cross_language", "release_by_other_language", "set_fifo_cross_language", "set_expiry_cancel"}},
+	{"no-close", "single", []string{"close_pending", "r7_closed_client"}},
+	{"auth-as-connect", "single", []string{"handshake_token", "auth_impostor", "r4_wrong_token_fast"}},
+	{"no-validate", "single", []string{"bad_input", "r8_bad_input_unsent"}},
 	{"wait0-as-wait", "single", []string{"wait0_try_once"}},
 	{"lease-x10", "single", []string{"lease_expiry_handoff"}},
-	{"wait-plus-3s", "single", []string{"wait_bounds_connecting", "busy_not_retried"}},
+	{"wait-plus-3s", "single", []string{"wait_bounds_connecting", "busy_not_retried", "r1_wait_bounds_connect"}},
 	{"serialize", "single", []string{"inflight_100"}},
 	{"release-wrong-token", "single", []string{"release_by_other_language"}},
 	{"tls-insecure", "tls", []string{"tls_verify"}},
+	{"tls-as-connect", "tls", []string{"tls_verify", "r5_tls_mismatch"}},
+	{"no-jitter", "single", []string{"r16_reconnect_jitter"}},
+	{"no-answer-allowance", "single", []string{"r2_silent_server"}},
+	{"no-wait", "single", []string{"r3_short_outage", "r1_wait_bounds_connect"}},
+	{"release-lease-twice", "single", []string{"r6_release_twice"}},
+	{"exit-keeps-scopes", "single", []string{"r10_scope_ends_at_exit"}},
+	{"ending-at-deadline", "single", []string{"r12_lease_ending"}},
+	{"try-raises", "single", []string{"r13_try_acquire"}},
+	{"ignore-min-remaining", "single", []string{"r14_min_remaining"}},
+	{"terse-errors", "single", []string{"r15_errors_say_where", "r8_bad_input_unsent"}},
+	{"no-label", "single", []string{"label_visible"}},
 	{"flip-flags", "single", []string{"wire_bytes"}},
 	{"drop-releases", "single", []string{"cancel_race_compensated"}},
 	{"info-wrong-lang", "single", []string{"info"}},

@@ -70,6 +70,10 @@ type StatusReply struct {
 	// (draining, at max_keys, at max_connections, no quorum, clock unhealthy).
 	CanGrant bool   `json:"can_grant"`
 	Reason   string `json:"reason,omitempty"` // why CanGrant is false
+	// RecoveringUntilMS is set while a single node with a data dir is in
+	// its restart grace after an unclean stop (acquires answered B
+	// RECOVERING): the end of the grace, Unix ms. Absent otherwise.
+	RecoveringUntilMS int64 `json:"recovering_until_ms,omitempty"`
 
 	// Cluster extensions (issue #7); absent on a single node.
 	LeaderID      string       `json:"leader_id,omitempty"`

@@ -151,6 +151,7 @@ const (
 	CodeClockUnhealthy Code = 3
 	CodeShuttingDown   Code = 4
 	CodeNoQuorum       Code = 5
+	CodeRecovering     Code = 6
 	CodeBadHandshake   Code = 10
 	CodeAuthFailed     Code = 11
 	CodeBadOp          Code = 20
@@ -167,7 +168,7 @@ const (
 var codeNames = [...]string{
 	CodeNone: "NONE", CodeQueueFull: "QUEUE_FULL", CodeOverloaded: "OVERLOADED",
 	CodeClockUnhealthy: "CLOCK_UNHEALTHY", CodeShuttingDown: "SHUTTING_DOWN",
-	CodeNoQuorum: "NO_QUORUM", CodeBadHandshake: "BAD_HANDSHAKE", CodeAuthFailed: "AUTH_FAILED",
+	CodeNoQuorum: "NO_QUORUM", CodeRecovering: "RECOVERING", CodeBadHandshake: "BAD_HANDSHAKE", CodeAuthFailed: "AUTH_FAILED",
 	CodeBadOp: "BAD_OP", CodeBadKey: "BAD_KEY", CodeBadLease: "BAD_LEASE", CodeBadWait: "BAD_WAIT",
 	CodeBadFlags: "BAD_FLAGS", CodeDuplicateReqID: "DUPLICATE_REQ_ID", CodeBadAdmin: "BAD_ADMIN",
 	CodeNotPermitted: "NOT_PERMITTED", CodeInternal: "INTERNAL",

@@ -207,7 +207,7 @@ func TestCodeString(t *testing.T) {
 		{20, "BAD_OP"}, {21, "BAD_KEY"}, {22, "BAD_LEASE"}, {23, "BAD_WAIT"}, {24, "BAD_FLAGS"},
 		{25, "DUPLICATE_REQ_ID"}, {26, "BAD_ADMIN"}, {27, "NOT_PERMITTED"}, {28, "INTERNAL"},
 		{12, "TLS_REQUIRED"}, {29, "BAD_KEYSET"}, {30, "BAD_LABEL"},
-		{6, "CODE_6"}, {9, "CODE_9"}, {13, "CODE_13"}, {19, "CODE_19"}, {31, "CODE_31"},
+		{6, "RECOVERING"}, {7, "CODE_7"}, {9, "CODE_9"}, {13, "CODE_13"}, {19, "CODE_19"}, {31, "CODE_31"},
 		{100, "CODE_100"}, {255, "CODE_255"},
 	}
 	for _, tt := range tests {
@@ -223,8 +223,9 @@ func TestCodeString(t *testing.T) {
 		wire.CodeBadFlags: 24, wire.CodeDuplicateReqID: 25, wire.CodeBadAdmin: 26,
 		wire.CodeNotPermitted: 27, wire.CodeInternal: 28,
 		wire.CodeTLSRequired: 12, wire.CodeBadKeySet: 29, wire.CodeBadLabel: 30,
+		wire.CodeRecovering: 6,
 	}
-	if len(consts) != 20 {
+	if len(consts) != 21 {
 		t.Fatalf("code constants collide: %d distinct", len(consts))
 	}
 	for c, n := range consts {

@@ -145,6 +145,7 @@ func TestDeployRefusesNodeCounts(t *testing.T) {
 		{"--nodes", "a,b,c", "--data-dir", "rel"}, // relative path
 		{"--nodes", "a,b,c", "--tls-dir", "/x y"}, // unsafe in an env file
 		{"--nodes", "a,b,c", "--in-memory", "--data-dir", "/d"},
+		{"--nodes", "a", "--in-memory"}, // a single node always has a data dir (#28 item 3)
 		{"--nodes", "a,b,c", "--format", "systemd", "--data-dir", "/srv/t"},
 		{"--add", "d"}, // --add without --out
 	} {
@@ -839,4 +840,64 @@ func depLoadPair(certPath, keyPath string) (*depPair, error) {
 		return nil, err
 	}
 	return &depPair{cert: c}, nil
+}
+
+// A --nodes re-run over an existing deployment keeps its node count (issue
+// #28 item 6: 3 → 5 wrote bootstrap env files for n4 and n5, which then
+// showed as removed); --add and --remove change membership.
+func TestDeployRerunKeepsNodeCount(t *testing.T) {
+	clearEnv(t)
+	dir := t.TempDir()
+	if code, _, errOut := depRun(t, "deploy", "--nodes", "10.0.0.1,10.0.0.2,10.0.0.3", "--out", dir); code != 0 {
+		t.Fatalf("first deploy: exit %d: %s", code, errOut)
+	}
+	code, _, errOut := depRun(t, "deploy", "--nodes", "10.0.0.1,10.0.0.2,10.0.0.3,10.0.0.4,10.0.0.5", "--out", dir)
+	if code != ExitUsage || !strings.Contains(errOut, "has 3 node(s), not 5") || !strings.Contains(errOut, "--add") {
+		t.Fatalf("re-run with 5 nodes: exit %d %q, want 2 pointing to --add", code, errOut)
+	}
+	for _, f := range []string{"n4.env", "n5.env"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err == nil {
+			t.Errorf("the refused re-run wrote %s", f)
+		}
+	}
+	// The same count (token rotation, say) is a re-run as before.
+	if code, _, errOut := depRun(t, "deploy", "--nodes", "10.0.0.1,10.0.0.2,10.0.0.3", "--out", dir, "--force"); code != 0 {
+		t.Fatalf("re-run with 3 nodes: exit %d: %s", code, errOut)
+	}
+}
+
+// --tls-key-type picks the key type of every generated certificate (issue
+// #28 item 7: the C# client on Mono cannot use ECDSA); ecdsa is the
+// default, and a node added later gets the deployment's type.
+func TestDeployTLSKeyType(t *testing.T) {
+	clearEnv(t)
+	for _, tc := range []struct {
+		args []string
+		want x509.PublicKeyAlgorithm
+	}{{nil, x509.ECDSA}, {[]string{"--tls-key-type", "rsa"}, x509.RSA}, {[]string{"--tls-key-type", "ecdsa"}, x509.ECDSA}} {
+		dir := t.TempDir()
+		args := append([]string{"deploy", "--nodes", "10.0.0.1,10.0.0.2,10.0.0.3", "--out", dir, "--tls-dir", "/etc/ticketing/tls"}, tc.args...)
+		if code, _, errOut := depRun(t, args...); code != 0 {
+			t.Fatalf("%v: exit %d: %s", tc.args, code, errOut)
+		}
+		if code, _, errOut := depRun(t, "deploy", "--out", dir, "--add", "10.0.0.4"); code != 0 {
+			t.Fatalf("%v --add: exit %d: %s", tc.args, code, errOut)
+		}
+		for _, name := range []string{"ca", "n1", "n4", "client"} {
+			kp, err := tls.LoadX509KeyPair(filepath.Join(dir, "tls", name+".crt"), filepath.Join(dir, "tls", name+".key"))
+			if err != nil {
+				t.Fatalf("%v: %s: %v", tc.args, name, err)
+			}
+			c, err := x509.ParseCertificate(kp.Certificate[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.PublicKeyAlgorithm != tc.want {
+				t.Errorf("%v: %s.crt has a %v key, want %v", tc.args, name, c.PublicKeyAlgorithm, tc.want)
+			}
+		}
+	}
+	if code, _, errOut := depRun(t, "deploy", "--nodes", "a,b,c", "--tls-key-type", "dsa"); code != ExitUsage || !strings.Contains(errOut, "ecdsa or rsa") {
+		t.Fatalf("--tls-key-type dsa: exit %d %q", code, errOut)
+	}
 }

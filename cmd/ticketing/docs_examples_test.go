@@ -19,6 +19,7 @@ type docExample struct {
 	sh    string   // the snippet, after the substitutions
 	env   []string // KEY=VALUE lines of a crontab
 	guard bool     // guards a critical section: when the lock is held, nothing past it may run
+	bare  bool     // runs without the test's TICKETING_* and with cron's PATH (crontabs, systemd units)
 	code  int      // exit code when held (guard examples)
 }
 
@@ -30,9 +31,14 @@ type docExample struct {
 // become stubs that log, the token file a real one, the cluster addresses
 // the test server, and waits 1 s.
 func TestE2EDocShellExamples(t *testing.T) {
-	e := newE2E(t, func(c *server.Config) { c.ClientToken = "doc-client-token" })
-	tokFile := e.path("token")
+	// A distinct admin token: an admin query (health) with only the client
+	// token fails, as on a real deployment.
+	e := newE2E(t, func(c *server.Config) { c.ClientToken, c.AdminToken = "doc-client-token", "doc-admin-token" })
+	tokFile, adminTokFile := e.path("token"), e.path("admin.token")
 	if err := os.WriteFile(tokFile, []byte("doc-client-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(adminTokFile, []byte("doc-admin-token\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	stubs := e.path("stubs")
@@ -45,7 +51,12 @@ func TestE2EDocShellExamples(t *testing.T) {
 		}
 	}
 	addr := strings.TrimPrefix(e.env[0], "TICKETING_ADDR=")
+	binDir := filepath.Dir(e.bin)
 	subst := strings.NewReplacer(
+		// The install location of docs/operations.md §1 is the test binary's.
+		"PATH=/usr/local/bin:", "PATH="+binDir+":"+stubs+":",
+		"/usr/local/bin/ticketing", e.bin,
+		"/etc/ticketing/admin.token", adminTokFile,
 		"/usr/local/bin/nightly-report", filepath.Join(stubs, "nightly-report"),
 		"/usr/local/bin/backup.sh", filepath.Join(stubs, "backup.sh"),
 		"./migrate-db", filepath.Join(stubs, "migrate-db"),
@@ -61,6 +72,10 @@ func TestE2EDocShellExamples(t *testing.T) {
 	var exs []docExample
 	for _, doc := range []string{"../../README.md", "../../docs/cli.md"} {
 		exs = append(exs, docExamples(t, doc, subst)...)
+	}
+	docs, _ := filepath.Glob("../../docs/*.md")
+	for _, doc := range append(docs, "../../README.md") {
+		exs = append(exs, runnableBlocks(t, doc, subst)...)
 	}
 	for _, cmd := range []string{"acquire", "run"} {
 		p := e.expect(0, cmd, "--help")
@@ -118,6 +133,11 @@ func TestE2EDocShellExamples(t *testing.T) {
 			c := exec.Command("sh", "-c", script)
 			c.Dir = e.dir
 			c.Env = append([]string{"PATH=" + path, "STUBLOG=" + log, "TICKETING_TOKEN_FILE=" + tokFile, "TICKETING_ADDR=" + addr, "TICKETING_WAIT=1s", "HOME=" + e.dir}, ex.env...)
+			if ex.bare {
+				// cron's environment: PATH=/usr/bin:/bin and the crontab's
+				// lines; a systemd unit's: nothing of the test's.
+				c.Env = append([]string{"PATH=/usr/bin:/bin", "STUBLOG=" + log, "HOME=" + e.dir}, ex.env...)
+			}
 			out, err := c.CombinedOutput()
 			code := 0
 			if ee, ok := err.(*exec.ExitError); ok {
@@ -170,17 +190,35 @@ func docExamples(t *testing.T, path string, subst *strings.Replacer) []docExampl
 					if len(f) < 7 {
 						t.Fatalf("%s: crontab line %q", path, l)
 					}
-					exs = append(exs, docExample{where: path + ": " + l, sh: subst.Replace(strings.Join(f[6:], " ")), env: env, guard: true})
+					exs = append(exs, docExample{where: path + ": " + l, sh: subst.Replace(strings.Join(f[6:], " ")), env: env, guard: true, bare: true})
 				}
 			}
 		case strings.Contains(body, "ticketing acquire") || strings.Contains(body, "ticketing run") || strings.Contains(body, "ticketing health"):
 			if strings.Contains(body, "serve &") {
 				continue // the quick start: starts its own server
 			}
+			unit := strings.Contains(body, "ExecStartPre=")
 			body = strings.ReplaceAll(body, "ExecStartPre=", "")
 			exs = append(exs, docExample{where: path + ": " + strings.SplitN(strings.TrimSpace(body), "\n", 2)[0] + " …", sh: subst.Replace(body),
-				guard: !strings.Contains(body, "ticketing health"), code: 3})
+				guard: !strings.Contains(body, "ticketing health"), code: 3, bare: unit})
 		}
+	}
+	return exs
+}
+
+// runnableBlocks are the ```sh blocks of a Markdown file marked runnable
+// (issue #28 item 8): a line "<!-- runnable -->" right before the fence.
+// Each must exit 0 against the test's server (TICKETING_ADDR and
+// TICKETING_TOKEN_FILE set), after the substitutions.
+func runnableBlocks(t *testing.T, path string, subst *strings.Replacer) []docExample {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var exs []docExample
+	for _, m := range regexp.MustCompile("(?ms)^<!-- runnable -->\n```sh\n(.*?)^```").FindAllStringSubmatch(string(b), -1) {
+		exs = append(exs, docExample{where: path + " (runnable): " + strings.SplitN(strings.TrimSpace(m[1]), "\n", 2)[0] + " …", sh: subst.Replace(m[1])})
 	}
 	return exs
 }

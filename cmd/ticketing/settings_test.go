@@ -41,7 +41,7 @@ var freeSettings = map[string]bool{
 var badString = map[string]string{
 	"output": "yaml", "addr": "nohost", "listen": "nohost", "peer-listen": "nohost",
 	"peer-advertise": "nohost", "advertise": "nohost", "metrics-listen": "nohost",
-	"log-level": "loud", "role": "root", "mode": "spin", "format": "k8s", "peers": "n1",
+	"log-level": "loud", "role": "root", "mode": "spin", "format": "k8s", "peers": "n1", "tls-key-type": "dsa",
 }
 
 // Commands whose settings are flags only (no TICKETING_* variable, no

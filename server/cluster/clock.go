@@ -43,13 +43,14 @@ type clockHealth struct {
 	samples map[string]ClockSample
 	healthy bool
 	reason  string
-	started time.Time     // when start was called
-	verdict chan struct{} // closed at the first verdict: healthy, or a skew measured beyond the bound
-	kick    chan struct{} // capacity 1: sample again now (AddNode)
+	started time.Time       // when start was called
+	verdict chan struct{}   // closed at the first verdict: healthy, or a skew measured beyond the bound
+	kick    chan struct{}   // capacity 1: sample again now (AddNode)
+	down    map[string]bool // on mu: peers whose last sample failed
 }
 
 func newClockHealth(n *Node) *clockHealth {
-	return &clockHealth{n: n, samples: map[string]ClockSample{}, reason: "not sampled yet", kick: make(chan struct{}, 1)}
+	return &clockHealth{n: n, samples: map[string]ClockSample{}, reason: "not sampled yet", kick: make(chan struct{}, 1), down: map[string]bool{}}
 }
 
 // waitSample asks for a round now and waits until id has a successful
@@ -211,6 +212,16 @@ func (c *clockHealth) round(ctx context.Context, clients map[string]*peerClient)
 	for range len(clients) {
 		s := <-results
 		c.mu.Lock()
+		// A peer back after failed samples, or restarted, may be catching
+		// up: the leader beats its clock for a while (ClockBeat).
+		if old, ok := c.samples[s.ID]; s.Err == "" && (c.down[s.ID] || ok && old.Incarn != 0 && s.Incarn != 0 && old.Incarn != s.Incarn) {
+			c.n.beatUntil.Store(c.n.now().UnixNano() + int64(beatWindow))
+		}
+		if s.Err != "" {
+			c.down[s.ID] = true
+		} else {
+			delete(c.down, s.ID)
+		}
 		if s.Err != "" {
 			if old, ok := c.samples[s.ID]; ok {
 				old.Err = s.Err

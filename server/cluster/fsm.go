@@ -140,6 +140,14 @@ func (f *FSM) InheritShift(wallNow int64) int64 {
 	return f.base - (f.mono() - wallNow)
 }
 
+// LastBatchTime is the time stamped on the last applied batch (ns, the
+// leader's wall clock when that leader stamped it); 0 before any.
+func (f *FSM) LastBatchTime() int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.lastTime
+}
+
 func (f *FSM) apply(now int64, c *Command) {
 	owner := locktable.Owner{Conn: c.Conn, ReqID: c.ReqID}
 	switch c.Op {

@@ -37,7 +37,7 @@ type entry struct {
 	grant  int64           // held: grant instant (ns); free: idle list links (idlePrev, idleNext)
 	lease  int64           // lease deadline (ns), armed while held
 	holder uint32          // held: 1 + the holder's connection's place in Table.conns; free: 0
-	hpos   uint32          // 1 + position of the lease in Table.leases; 0 = not armed
+	hpos   uint32          // 1 + position of the lease in Table.timers; 0 = not armed
 	key    [inlineKey]byte // the key, zero-padded; key[0] == 0: the key is in Table.long
 }
 
@@ -108,7 +108,7 @@ func find[K string | []byte](t *Table, h uint64, key K) uint32 {
 	for j := home(h, n); ; {
 		s := t.slots[j]
 		if s == 0 {
-			return noEntry
+			break
 		}
 		if t.tags[j] == tg && keyEq(t, s-1, key) {
 			return s - 1
@@ -117,14 +117,54 @@ func find[K string | []byte](t *Table, h uint64, key K) uint32 {
 			j = 0
 		}
 	}
+	if t.old == nil {
+		return noEntry
+	}
+	return findOld(t, h, key)
 }
 
-// slotOf returns the index slot that holds entry i (which must be indexed).
-func (t *Table) slotOf(i uint32, h uint64) int {
-	n := len(t.slots)
+// The index grows (and shrinks) incrementally (issue #29 item 6): a resize
+// allocates the new slot arrays and keeps the old ones, and every later
+// insert or removal migrates the next ixStep old slots (in slot order) into
+// the new arrays, so no single operation rehashes more than ixStep entries.
+// While a migration runs, an entry is in the new arrays (it was inserted
+// since, or its old slot lies below the migration cursor t.mig), in the old
+// arrays (old slot at or above the cursor), or both (old slot below the
+// cursor: the old arrays are never rewritten by the migration, so every old
+// probe chain stays intact). Lookups try the new arrays first, then the old.
+// Nothing is inserted into the old arrays; a removal marks its old slot with
+// a tombstone (no backward shift there: it could carry an unmigrated entry
+// below the cursor). A growth by 3/2 from load 0.8 with ixStep ≥ 4 migrates
+// the whole old index before the new one reaches load 0.8.
+
+const tomb = ^uint32(0) // an old slot whose entry was removed during a migration
+
+func findOld[K string | []byte](t *Table, h uint64, key K) uint32 {
+	n := len(t.old)
+	tg := tag(h)
 	for j := home(h, n); ; {
-		if t.slots[j] == i+1 {
+		s := t.old[j]
+		if s == 0 {
+			return noEntry
+		}
+		if s != tomb && t.oldTags[j] == tg && keyEq(t, s-1, key) {
+			return s - 1
+		}
+		if j++; j == n {
+			j = 0
+		}
+	}
+}
+
+// slotIn returns the slot of slots that holds entry i (hash h), or -1.
+func slotIn(slots []uint32, i uint32, h uint64) int {
+	n := len(slots)
+	for j := home(h, n); ; {
+		switch slots[j] {
+		case i + 1:
 			return j
+		case 0:
+			return -1
 		}
 		if j++; j == n {
 			j = 0
@@ -142,22 +182,59 @@ func (t *Table) place(i uint32, h uint64) {
 	}
 	t.slots[j] = i + 1
 	t.tags[j] = tag(h)
+	t.placed++
 }
 
-// resize rebuilds the index with size slots from the entries.
+// resize starts moving the index to size slots: the current arrays become
+// the old ones, migrated step by step (migrate). A migration still running
+// is finished first.
 func (t *Table) resize(size int) {
-	t.slots = make([]uint32, size)
-	t.tags = make([]uint8, size)
-	for i := range t.n {
-		t.place(i, t.hashOf(i))
+	if t.old != nil {
+		t.migrate(len(t.old))
 	}
+	if t.ixN == 0 || len(t.slots) == 0 {
+		t.slots, t.tags = make([]uint32, size), make([]uint8, size)
+		return
+	}
+	t.old, t.oldTags = t.slots, t.tags
+	t.slots, t.tags = make([]uint32, size), make([]uint8, size)
+	t.mig = 0
+}
+
+// migrate moves the next k old slots' entries into the new arrays, and drops
+// the old arrays once every slot has been migrated.
+func (t *Table) migrate(k int) {
+	end := min(t.mig+k, len(t.old))
+	for ; t.mig < end; t.mig++ {
+		if s := t.old[t.mig]; s != 0 && s != tomb {
+			t.place(s-1, t.hashOf(s-1))
+		}
+	}
+	if t.mig == len(t.old) {
+		t.old, t.oldTags, t.mig = nil, nil, 0
+	}
+}
+
+func (t *Table) ixSizes() (minSize, step int) {
+	minSize, step = t.ixMin, t.ixStep
+	if minSize == 0 {
+		minSize = 16
+	}
+	if step == 0 {
+		step = 32
+	}
+	return minSize, step
 }
 
 // newEntry adds key as a new free entry (not yet in the idle list) and
 // returns its number. The key must not be in the table.
 func (t *Table) newEntry(key []byte) uint32 {
+	minSize, step := t.ixSizes()
+	if t.old != nil {
+		t.migrate(step)
+	}
 	if (t.ixN+1)*5 > len(t.slots)*4 { // load ≤ 0.8
-		t.resize(max(16, len(t.slots)*3/2))
+		t.resize(max(minSize, len(t.slots)*3/2))
 	}
 	i := t.n
 	if int(i>>pageBits) == len(t.pages) {
@@ -178,13 +255,19 @@ func (t *Table) newEntry(key []byte) uint32 {
 	return i
 }
 
-// removeEntry deletes free entry i (already out of the idle list): the last
-// entry moves into its place, trailing pages and an oversized index are
-// released.
-func (t *Table) removeEntry(i uint32) {
-	// backward-shift deletion of i's slot
+// unindex removes entry i (hash h) from the index: backward-shift deletion
+// in the new arrays, a tombstone in the old ones.
+func (t *Table) unindex(i uint32, h uint64) {
+	if t.old != nil {
+		if j := slotIn(t.old, i, h); j >= 0 {
+			t.old[j] = tomb
+		}
+	}
 	n := len(t.slots)
-	hole := t.slotOf(i, t.hashOf(i))
+	hole := slotIn(t.slots, i, h)
+	if hole < 0 {
+		return // only in the old arrays
+	}
 	for j := hole + 1; ; j++ {
 		if j == n {
 			j = 0
@@ -201,6 +284,29 @@ func (t *Table) removeEntry(i uint32) {
 		}
 	}
 	t.slots[hole], t.tags[hole] = 0, 0
+}
+
+// renumber points entry from's index slots (hash h) at to.
+func (t *Table) renumber(from, to uint32, h uint64) {
+	if j := slotIn(t.slots, from, h); j >= 0 {
+		t.slots[j] = to + 1
+	}
+	if t.old != nil {
+		if j := slotIn(t.old, from, h); j >= 0 {
+			t.old[j] = to + 1
+		}
+	}
+}
+
+// removeEntry deletes free entry i (already out of the idle list): the last
+// entry moves into its place, trailing pages and an oversized index are
+// released.
+func (t *Table) removeEntry(i uint32) {
+	minSize, step := t.ixSizes()
+	if t.old != nil {
+		t.migrate(step)
+	}
+	t.unindex(i, t.hashOf(i))
 	t.ixN--
 	if t.ent(i).long() {
 		delete(t.long, i)
@@ -216,15 +322,15 @@ func (t *Table) removeEntry(i uint32) {
 		t.pages[p-1] = nil
 		t.pages = t.pages[:p-1]
 	}
-	if n > 64 && t.ixN*5 < n { // load < 0.2: shrink to 0.5
-		t.resize(max(16, t.ixN*2))
+	if n := len(t.slots); t.old == nil && n > 4*minSize && t.ixN*5 < n { // load < 0.2: shrink to 0.5
+		t.resize(max(minSize, t.ixN*2))
 	}
 }
 
 // moveEntry moves entry from into the free place to, fixing every reference.
 func (t *Table) moveEntry(from, to uint32) {
 	e := t.ent(from)
-	t.slots[t.slotOf(from, t.hashOf(from))] = to + 1
+	t.renumber(from, to, t.hashOf(from))
 	if e.long() {
 		t.long[to] = t.long[from]
 		delete(t.long, from)
@@ -232,7 +338,7 @@ func (t *Table) moveEntry(from, to uint32) {
 	*t.ent(to) = *e
 	d := t.ent(to)
 	if d.hpos != 0 {
-		t.leases[d.hpos-1] = to
+		t.timers[d.hpos-1] = to
 	}
 	if d.token == 0 { // idle: its neighbours now point at to
 		t.idleRelink(idlePrev(d), idleNext(d), to, to)

@@ -24,12 +24,13 @@ type WaiterInfo struct {
 	Set      []string // the waiting key set's keys (S order); nil for a single key
 }
 
-// Locks calls fn for every held key whose name starts with prefix, in no
+// Locks calls fn for every held key whose name starts with prefix, and every
+// key blocked for a waiting key set (Token 0, HolderConn 0), in no
 // particular order (callers sort). It stops when fn returns false.
 func (t *Table) Locks(now int64, prefix string, fn func(LockInfo) bool) {
 	for i := range t.n {
 		e := t.ent(i)
-		if e.token == 0 || e.token == blockedTok {
+		if e.token == 0 {
 			continue
 		}
 		if !e.long() {
@@ -39,12 +40,19 @@ func (t *Table) Locks(now int64, prefix string, fn func(LockInfo) bool) {
 		} else if !strings.HasPrefix(t.long[i], prefix) {
 			continue
 		}
-		li := LockInfo{Key: t.keyString(i), Token: e.token, HolderConn: t.holderConn(e)}
-		if hs := t.sets[e.token]; hs != nil {
-			li.Set = hs.keys
-		}
-		if r := e.lease - now; r > 0 {
-			li.LeaseRemainingMS = r / 1e6
+		var li LockInfo
+		if e.token == blockedTok {
+			// nobody holds it, but a waiting key set heads its queue: listed
+			// with token 0 (protocol.md §12.3)
+			li = LockInfo{Key: t.keyString(i)}
+		} else {
+			li = LockInfo{Key: t.keyString(i), Token: e.token, HolderConn: t.holderConn(e)}
+			if hs := t.sets[e.token]; hs != nil {
+				li.Set = hs.keys
+			}
+			if r := e.lease - now; r > 0 {
+				li.LeaseRemainingMS = r / 1e6
+			}
 		}
 		if q := t.queueOf(i); q != nil {
 			li.QueueDepth = int(q.depth)

@@ -99,7 +99,7 @@ func (t *Table) CheckInvariants() error {
 				return fmt.Errorf("key %q holds the token of a set without it", k)
 			}
 			tokens[e.token] = k
-			if e.hpos == 0 || int(e.hpos) > len(t.leases) || t.leases[e.hpos-1] != i {
+			if e.hpos == 0 || int(e.hpos) > len(t.timers) || t.timers[e.hpos-1] != i {
 				return fmt.Errorf("key %q: held without its lease armed", k)
 			}
 		}
@@ -211,29 +211,29 @@ func (t *Table) CheckInvariants() error {
 		return fmt.Errorf("%d key entries, %d held + %d blocked + %d idle", t.n, held, blocked, t.idle.n)
 	}
 	// the index: every slot names an entry with its hash byte, reachable
-	// from its home slot without crossing an empty slot
-	used := 0
-	for j, s := range t.slots {
-		if s == 0 {
-			continue
+	// from its home slot without crossing an empty slot; during a migration
+	// (incremental resize) every entry is in the new arrays, in the old ones
+	// at or above the cursor, or in both below it, and is found by its key
+	used, err := checkSlots(t, t.slots, t.tags, 0)
+	if err != nil {
+		return err
+	}
+	oldLive := 0
+	if t.old != nil {
+		if t.mig < 0 || t.mig >= len(t.old) {
+			return fmt.Errorf("index: migration cursor %d of %d old slots", t.mig, len(t.old))
 		}
-		used++
-		i := s - 1
-		if i >= t.n {
-			return fmt.Errorf("index slot %d names entry %d of %d", j, i, t.n)
-		}
-		h := t.hashOf(i)
-		if t.tags[j] != tag(h) {
-			return fmt.Errorf("index slot %d: bad hash byte", j)
-		}
-		for p := home(h, len(t.slots)); p != j; p = (p + 1) % len(t.slots) {
-			if t.slots[p] == 0 {
-				return fmt.Errorf("index slot %d: empty slot %d between it and its home", j, p)
-			}
+		if oldLive, err = checkSlots(t, t.old, t.oldTags, t.mig); err != nil {
+			return fmt.Errorf("old %w", err)
 		}
 	}
-	if used != int(t.n) || t.ixN != used || (used > 0 && used*5 > len(t.slots)*4) {
-		return fmt.Errorf("index: %d slots used of %d, %d entries, ixN %d", used, len(t.slots), t.n, t.ixN)
+	if used+oldLive != int(t.n) || t.ixN != int(t.n) || (used > 0 && used*5 > len(t.slots)*4) {
+		return fmt.Errorf("index: %d slots used of %d (+%d unmigrated), %d entries, ixN %d", used, len(t.slots), oldLive, t.n, t.ixN)
+	}
+	for i := range t.n {
+		if got := t.findString(t.keyString(i)); got != i {
+			return fmt.Errorf("index: entry %d found as %d", i, got)
+		}
 	}
 	// per-connection lists
 	byConn := 0
@@ -254,32 +254,32 @@ func (t *Table) CheckInvariants() error {
 	if byConn != len(t.waiters) {
 		return fmt.Errorf("per-connection lists hold %d waiters, owner index %d", byConn, len(t.waiters))
 	}
-	// timer heaps
-	if len(t.leases) != held {
-		return fmt.Errorf("%d leases armed, %d held keys", len(t.leases), held)
+	// the timer heap: every held key's lease and every queued waiter's wait
+	leases, waits := 0, 0
+	for p, x := range t.timers {
+		if x&waitBit == 0 {
+			leases++
+			if x >= t.n || t.ent(x).hpos != uint32(p)+1 {
+				return fmt.Errorf("timer heap %d: entry %d has hpos %d", p, x, t.ent(min(x, t.n-1)).hpos)
+			}
+		} else {
+			waits++
+			n := x &^ waitBit
+			if int(n) >= len(t.waitRefs) || t.waitRefs[n] == nil {
+				return fmt.Errorf("timer heap %d: wait %d not armed", p, n)
+			}
+			wt := t.waitRefs[n]
+			if wt.pos != uint32(p)+1 || wt.num != n || wt.w == nil || &wt.w.wait != wt || wt.seq == 0 {
+				return fmt.Errorf("timer heap %d: wait %d has pos %d, num %d", p, n, wt.pos, wt.num)
+			}
+		}
+		if p > 0 && t.lessTimer(p, (p-1)/2) {
+			return fmt.Errorf("timer heap order broken at %d", p)
+		}
 	}
-	for p, i := range t.leases {
-		if i >= t.n || t.ent(i).hpos != uint32(p)+1 {
-			return fmt.Errorf("lease heap %d: entry %d has hpos %d", p, i, t.ent(min(i, t.n-1)).hpos)
-		}
-		if p > 0 && t.lessLease(p, (p-1)/2) {
-			return fmt.Errorf("lease heap order broken at %d", p)
-		}
-	}
-	h := t.waits.items
-	if len(h) != waiters {
-		return fmt.Errorf("%d waits armed, want %d", len(h), waiters)
-	}
-	for i, x := range h {
-		if x.idx != i {
-			return fmt.Errorf("timer %d has idx %d", i, x.idx)
-		}
-		if x.w == nil || &x.w.wait != x {
-			return fmt.Errorf("timer %d is not a wait", i)
-		}
-		if i > 0 && t.waits.less(i, (i-1)/2) {
-			return fmt.Errorf("wait heap order broken at %d", i)
-		}
+	if leases != held || waits != waiters || len(t.waitRefs)-len(t.freeWaitNums) != waiters {
+		return fmt.Errorf("%d leases armed for %d held keys, %d waits (%d wait numbers) for %d waiters",
+			leases, held, waits, len(t.waitRefs)-len(t.freeWaitNums), waiters)
 	}
 	if t.nFreeQueues > t.limits.IdleCache || t.nFreeWaiters > t.limits.IdleCache {
 		return fmt.Errorf("free lists hold %d queues, %d waiters > %d", t.nFreeQueues, t.nFreeWaiters, t.limits.IdleCache)
@@ -289,5 +289,33 @@ func (t *Table) CheckInvariants() error {
 
 // armed reports whether x is in the wait heap.
 func (t *Table) armed(x *timer) bool {
-	return x.idx >= 0 && x.idx < len(t.waits.items) && t.waits.items[x.idx] == x
+	return x.pos > 0 && int(x.pos) <= len(t.timers) && t.timers[x.pos-1] == waitBit|x.num && t.waitRefs[x.num] == x
+}
+
+// checkSlots checks one slot array of the index and returns how many of its
+// slots at or above from name an entry (tombstones are not counted).
+func checkSlots(t *Table, slots []uint32, tags []uint8, from int) (int, error) {
+	used := 0
+	for j, s := range slots {
+		if s == 0 || s == tomb {
+			continue
+		}
+		if j >= from {
+			used++
+		}
+		i := s - 1
+		if i >= t.n {
+			return 0, fmt.Errorf("index slot %d names entry %d of %d", j, i, t.n)
+		}
+		h := t.hashOf(i)
+		if tags[j] != tag(h) {
+			return 0, fmt.Errorf("index slot %d: bad hash byte", j)
+		}
+		for p := home(h, len(slots)); p != j; p = (p + 1) % len(slots) {
+			if slots[p] == 0 {
+				return 0, fmt.Errorf("index slot %d: empty slot %d between it and its home", j, p)
+			}
+		}
+	}
+	return used, nil
 }

@@ -808,47 +808,51 @@ func TestDuplicateOwner(t *testing.T) {
 	f.acq(t0, A, "b", 100, 500, effQ(A)) // answered: the req_id may be reused
 }
 
-// A small randomized exercise of the timer heap on its own.
+// A small randomized exercise of the timer heap on its own: wait timers
+// armed and disarmed in random order pop in (deadline, arm order), and wait
+// numbers are reused.
 func TestTimerHeap(t *testing.T) {
-	var h timerHeap
+	tb := New(Limits{}, NewCounter(first), &SharedCounts{}, &nopSink{})
 	var live []*timer
 	seed := uint64(12345)
 	rnd := func(n int) int {
 		seed = seed*6364136223846793005 + 1442695040888963407
 		return int((seed >> 33) % uint64(n))
 	}
-	seq := uint64(0)
 	for range 5000 {
 		switch {
 		case len(live) == 0 || rnd(3) > 0:
-			seq++
-			x := &timer{at: int64(rnd(50)), seq: seq}
-			h.push(x)
-			live = append(live, x)
+			w := &waiter{}
+			w.wait = timer{at: int64(rnd(50)), w: w}
+			tb.arm(&w.wait)
+			live = append(live, &w.wait)
 		default:
 			i := rnd(len(live))
-			h.remove(live[i])
-			h.remove(live[i]) // removing twice is a no-op
+			tb.disarm(live[i])
+			tb.disarm(live[i]) // disarming twice is a no-op
 			live = slices.Delete(live, i, i+1)
 		}
-		for i, x := range h.items {
-			if x.idx != i || (i > 0 && h.less(i, (i-1)/2)) {
+		for p, x := range tb.timers {
+			if wt := tb.waitRefs[x&^waitBit]; wt.pos != uint32(p)+1 || (p > 0 && tb.lessTimer(p, (p-1)/2)) {
 				t.Fatal("heap broken")
 			}
 		}
 	}
+	if len(tb.waitRefs) > 2*len(live)+64 {
+		t.Fatalf("%d wait numbers for %d armed timers", len(tb.waitRefs), len(live))
+	}
 	var got []*timer
-	for len(h.items) > 0 {
-		x := h.items[0]
+	for len(tb.timers) > 0 {
+		x := tb.waitRefs[tb.timers[0]&^waitBit]
 		got = append(got, x)
-		h.remove(x)
+		tb.disarm(x)
 	}
 	if !slices.IsSortedFunc(got, func(a, b *timer) int {
 		if a.at != b.at {
 			return int(a.at - b.at)
 		}
 		return cmpU64(a.seq, b.seq)
-	}) || len(got) != len(live) {
+	}) || len(got) != len(live) || len(tb.waitRefs) != 0 {
 		t.Fatal("heap does not pop in (deadline, arm order)")
 	}
 }

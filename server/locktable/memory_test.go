@@ -150,9 +150,9 @@ func TestCompactTableShrinks(t *testing.T) {
 		}
 	}
 	f.check()
-	if f.tb.n != 8 || len(f.tb.pages) > 2 || len(f.tb.slots) > 64 || cap(f.tb.leases) > 2048 || len(f.tb.long) > 8 || len(f.tb.queues) != 0 {
-		t.Fatalf("after freeing: %d entries, %d pages, %d index slots, lease heap cap %d, %d long keys, %d queues",
-			f.tb.n, len(f.tb.pages), len(f.tb.slots), cap(f.tb.leases), len(f.tb.long), len(f.tb.queues))
+	if f.tb.n != 8 || len(f.tb.pages) > 2 || len(f.tb.slots) > 64 || cap(f.tb.timers) > 2048 || len(f.tb.long) > 8 || len(f.tb.queues) != 0 {
+		t.Fatalf("after freeing: %d entries, %d pages, %d index slots, timer heap cap %d, %d long keys, %d queues",
+			f.tb.n, len(f.tb.pages), len(f.tb.slots), cap(f.tb.timers), len(f.tb.long), len(f.tb.queues))
 	}
 	for i := range n { // every key still works
 		f.acq(t0, own(3, 1), string(keys[i]), 100, 0, Effect{Owner: own(3, 1), Status: wire.StatusGranted, Token: f.tok.Last() + 1})

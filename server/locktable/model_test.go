@@ -370,6 +370,18 @@ func newHarness(f failer, lim Limits, shards int) *harness {
 	return h
 }
 
+// drawIndex shrinks the tables' index so that the model's few keys grow it
+// through incremental resizes (issue #29 item 6), migrating as few as one old
+// slot per operation (a migration then also finishes early when the new
+// arrays fill).
+func (h *harness) drawIndex(c chooser) {
+	ixMin := []int{0, 2, 3, 2}[c.intn(4, "ixMin")]
+	step := []int{0, 1, 4, 2}[c.intn(4, "ixStep")]
+	for _, tb := range h.tabs {
+		tb.ixMin, tb.ixStep = ixMin, step
+	}
+}
+
 func (h *harness) shardOf(key string) int { return slices.Index(modelKeys, key) % h.shards }
 
 func (h *harness) fatalf(format string, args ...any) {
@@ -821,6 +833,7 @@ func TestModel(t *testing.T) {
 		c := rapidChooser{rt}
 		lim, shards := drawLimits(c)
 		h := newHarness(rt, lim, shards)
+		h.drawIndex(c)
 		m := map[string]func(*rapid.T){"": func(*rapid.T) { h.check() }}
 		for _, a := range actions {
 			m[a.name] = func(rt *rapid.T) { a.fn(h, rapidChooser{rt}) }
@@ -862,6 +875,7 @@ func FuzzTable(f *testing.F) {
 		c := &byteChooser{b: data}
 		lim, shards := drawLimits(c)
 		h := newHarness(t, lim, shards)
+		h.drawIndex(c)
 		for len(c.b) > 0 {
 			a := actions[c.intn(len(actions), "action")]
 			a.fn(h, c)

@@ -222,35 +222,32 @@ type Due struct {
 // (only the leader's clock decides, and the decision is replicated). The
 // order is unspecified; fn returning false stops early.
 func (t *Table) Due(now int64, fn func(Due) bool) {
-	if t.dueLeases(0, now, fn) {
-		t.dueWaits(0, now, fn)
-	}
+	t.due(0, now, fn)
 }
 
-func (t *Table) dueLeases(p int, now int64, fn func(Due) bool) bool {
-	if p >= len(t.leases) {
+func (t *Table) due(p int, now int64, fn func(Due) bool) bool {
+	if p >= len(t.timers) {
 		return true
 	}
-	i := t.leases[p]
-	e := t.ent(i)
-	if e.lease > now {
-		return true
+	x := t.timers[p]
+	if x&waitBit == 0 {
+		e := t.ent(x)
+		if e.lease > now {
+			return true
+		}
+		if !fn(Due{Kind: DueLease, Key: t.keyString(x), Token: e.token, At: e.lease, Grant: e.grant}) {
+			return false
+		}
+	} else {
+		wt := t.waitRefs[x&^waitBit]
+		if wt.at > now {
+			return true
+		}
+		if !fn(Due{Kind: DueWait, Key: t.keyString(wt.w.q.e), Owner: wt.w.owner, At: wt.at}) {
+			return false
+		}
 	}
-	if !fn(Due{Kind: DueLease, Key: t.keyString(i), Token: e.token, At: e.lease, Grant: e.grant}) {
-		return false
-	}
-	return t.dueLeases(2*p+1, now, fn) && t.dueLeases(2*p+2, now, fn)
-}
-
-func (t *Table) dueWaits(p int, now int64, fn func(Due) bool) bool {
-	if p >= len(t.waits.items) || t.waits.items[p].at > now {
-		return true
-	}
-	x := t.waits.items[p]
-	if !fn(Due{Kind: DueWait, Key: t.keyString(x.w.q.e), Owner: x.w.owner, At: x.at}) {
-		return false
-	}
-	return t.dueWaits(2*p+1, now, fn) && t.dueWaits(2*p+2, now, fn)
+	return t.due(2*p+1, now, fn) && t.due(2*p+2, now, fn)
 }
 
 // ShiftLeases moves every lease deadline by delta ns (a new cluster leader
@@ -258,11 +255,15 @@ func (t *Table) dueWaits(p int, now int64, fn func(Due) bool) bool {
 // clock; protocol.md §7, docs/architecture.md). It never shortens a lease
 // when delta ≥ 0.
 func (t *Table) ShiftLeases(delta int64) {
-	// A uniform shift keeps the lease heap in order; leases and waits are
-	// in separate heaps, so nothing needs rebuilding.
-	for _, i := range t.leases {
-		t.ent(i).lease += delta
+	if delta == 0 {
+		return
 	}
+	for _, x := range t.timers {
+		if x&waitBit == 0 {
+			t.ent(x).lease += delta
+		}
+	}
+	t.reheap() // waits did not move: leases and waits are in one heap
 }
 
 // WaitingConns returns the connections that have acquires queued in this

@@ -113,32 +113,39 @@ func (c *Counters) Add(o Counters) {
 // Table is one lock table (or one shard of it).
 type Table struct {
 	// the keys (entries.go)
-	pages  []*[pageSize]entry
-	n      uint32            // entries in use, numbered 0..n-1
-	long   map[uint32]string // keys that are not inline, by entry
-	seed   maphash.Seed
-	slots  []uint32 // index: 1 + entry number; 0 = empty
-	tags   []uint8  // index: a hash byte per slot
-	ixN    int      // entries in the index (== n)
-	leases []uint32 // heap of the held entries by lease deadline
-	idle   idleList // free entries kept for reuse, oldest first
+	pages   []*[pageSize]entry
+	n       uint32            // entries in use, numbered 0..n-1
+	long    map[uint32]string // keys that are not inline, by entry
+	seed    maphash.Seed
+	slots   []uint32 // index: 1 + entry number; 0 = empty
+	tags    []uint8  // index: a hash byte per slot
+	ixN     int      // entries in the index (== n)
+	old     []uint32 // index being migrated into slots (incremental resize); nil when none
+	oldTags []uint8
+	mig     int      // next slot of old to migrate
+	ixMin   int      // smallest index size (0 = 16; tests lower it)
+	ixStep  int      // old slots migrated per insert or removal (0 = 32; tests lower it)
+	placed  uint64   // index placements so far (the incremental-resize test counts them)
+	timers  []uint32 // every armed lease and wait deadline, one heap (timers.go)
+	idle    idleList // free entries kept for reuse, oldest first
 
 	conns    []connRef         // holders' connections (refConn)
 	connIx   map[uint64]uint32 // reference of each connection in conns
 	freeRefs []uint32
 	lastRef  uint32
 
-	queues  map[uint32]*kqueue // queues of the keys that have waiters, by entry
-	waiters map[Owner]*waiter  // queued acquires by owner (cancel)
-	byConn  map[uint64]*waiter // head of each connection's list of queued acquires
-	waits   timerHeap          // wait deadlines
-	active  int                // keys in this table held or queued on
-	queued  int                // waiters in this table
-	limits  Limits
-	counts  Counts
-	tokens  TokenSource
-	sink    Sink
-	counter Counters
+	queues       map[uint32]*kqueue // queues of the keys that have waiters, by entry
+	waiters      map[Owner]*waiter  // queued acquires by owner (cancel)
+	byConn       map[uint64]*waiter // head of each connection's list of queued acquires
+	waitRefs     []*timer           // armed wait timers by wait number (timers.go)
+	freeWaitNums []uint32
+	active       int // keys in this table held or queued on
+	queued       int // waiters in this table
+	limits       Limits
+	counts       Counts
+	tokens       TokenSource
+	sink         Sink
+	counter      Counters
 
 	seq     uint64 // arm order of waits: ties between equal deadlines go FIFO
 	lastTok uint64 // token of the last lease armed (leases are ordered by token)
@@ -382,22 +389,15 @@ func (t *Table) DrainWaiters() int {
 // next returns the earliest armed timer by (deadline, arm order): a lease
 // (entry number, w nil) or a wait (w). ok is false when none is armed.
 func (t *Table) next() (at int64, lease uint32, w *waiter, ok bool) {
-	if len(t.leases) > 0 {
-		e := t.ent(t.leases[0])
-		if len(t.waits.items) == 0 {
-			return e.lease, t.leases[0], nil, true
-		}
-		x := t.waits.items[0]
-		if e.lease < x.at || (e.lease == x.at && e.token <= x.w.after) {
-			return e.lease, t.leases[0], nil, true
-		}
-		return x.at, noEntry, x.w, true
+	if len(t.timers) == 0 {
+		return 0, noEntry, nil, false
 	}
-	if len(t.waits.items) > 0 {
-		x := t.waits.items[0]
-		return x.at, noEntry, x.w, true
+	if x := t.timers[0]; x&waitBit == 0 {
+		return t.ent(x).lease, x, nil, true
+	} else {
+		wt := t.waitRefs[x&^waitBit]
+		return wt.at, noEntry, wt.w, true
 	}
-	return 0, noEntry, nil, false
 }
 
 // NextDeadline returns the earliest pending lease or wait deadline (ns), and
@@ -555,13 +555,6 @@ func addNs(now, d int64) int64 {
 	return math.MaxInt64
 }
 
-// arm pushes wait timer x on the wait heap with the next arm sequence number.
-func (t *Table) arm(x *timer) {
-	t.seq++
-	x.seq = t.seq
-	t.waits.push(x)
-}
-
 func cmpU64(a, b uint64) int {
 	switch {
 	case a < b:
@@ -587,7 +580,7 @@ func (t *Table) dropWaiter(w *waiter) {
 		w.cnext.cprev = w.cprev
 	}
 	delete(t.waiters, w.owner)
-	t.waits.remove(&w.wait)
+	t.disarm(&w.wait)
 	t.queued--
 	t.counts.AddWaiters(-1)
 	t.recycleWaiter(w)

@@ -7,15 +7,20 @@
 import { performance } from "node:perf_hooks";
 
 import {
+  AuthError,
   BusyError,
   CancelledError,
   ClosedError,
+  ConnectError,
   IndeterminateError,
+  InsufficientLeaseError,
   InvalidError,
   LockTimeoutError,
   NoLeaderError,
+  TicketingError,
+  TlsError,
 } from "./errors.js";
-import { newCall } from "./connection.js";
+import { newCall, type KeySet } from "./connection.js";
 import { Lease } from "./lease.js";
 import {
   describe,
@@ -23,18 +28,82 @@ import {
   keyBytes,
   keyLabel,
   splitHostPort,
+  tokenArg,
   type AcquireOptions,
   type ConnectOptions,
   type ReleaseOptions,
   type TestHooks,
 } from "./options.js";
 import { NoSlot, Pool } from "./pool.js";
-import { Releases } from "./release.js";
-import { Op, QUEUED_UNIT_MS, Status, codeName } from "./wire.js";
+import { Releases, setLabel } from "./release.js";
+import {
+  MAX_SET_KEYS,
+  MIN_SET_KEYS,
+  Op,
+  QUEUED_UNIT_MS,
+  Status,
+  codeName,
+  encodeKeySetBody,
+} from "./wire.js";
 
-export const VERSION = "0.1.0";
+export { VERSION } from "./version.js";
 
 const MAX_MOVES = 3;
+
+/** The checked keys of a set (R8, §12.2): 2–16 distinct valid keys. */
+function keySet(keys: readonly (string | Uint8Array)[]): KeySet {
+  if (
+    !Array.isArray(keys) ||
+    keys.length < MIN_SET_KEYS ||
+    keys.length > MAX_SET_KEYS
+  ) {
+    throw new InvalidError(
+      `keys must be an array of ${MIN_SET_KEYS}..${MAX_SET_KEYS} keys (got ${Array.isArray(keys) ? keys.length : typeof keys})`,
+    );
+  }
+  const kbs = keys.map((k) => keyBytes(k));
+  const seen = new Set<string>();
+  for (const k of kbs) {
+    const h = Buffer.from(k).toString("hex");
+    if (seen.has(h)) {
+      throw new InvalidError(
+        `keys: ${keyLabel(Buffer.from(k).toString("utf8"))} appears twice in the set`,
+      );
+    }
+    seen.add(h);
+  }
+  return { keys: kbs, body: encodeKeySetBody(kbs) };
+}
+
+/**
+ * e with the operation and key in front of its message (R15: every error
+ * names the key and the server; connection errors name the address).
+ */
+function located(
+  e: unknown,
+  what: string,
+  key: string | Uint8Array | undefined,
+): unknown {
+  if (!(e instanceof TicketingError) || e.message.startsWith(what)) return e;
+  const opts = { cause: e, protocolCode: e.protocolCode, key: key ?? e.key };
+  const msg = `${what}: ${e.message}`;
+  switch (e.code) {
+    case "AUTH":
+      return new AuthError(msg, opts);
+    case "TLS":
+      return new TlsError(msg, opts);
+    case "CONNECT":
+      return e instanceof NoLeaderError
+        ? new NoLeaderError(msg, opts)
+        : new ConnectError(msg, opts);
+    case "CLOSED":
+      return new ClosedError(msg, opts);
+    case "BUSY":
+      return new BusyError(msg, opts);
+    default:
+      return e;
+  }
+}
 
 // Set by Client's static block (it alone sees the private fields).
 let connectWith: (
@@ -117,146 +186,221 @@ export class Client {
 
   /**
    * Waits up to `waitMs` for the lock on `key` and resolves with a Lease of
-   * `leaseMs`. Rejects with LockTimeoutError (not acquired in time),
-   * BusyError (`B`: refused at once, never retried; `protocolCode` says
-   * why), IndeterminateError (written but no definite answer: the lock MAY
-   * have been granted — do not enter the critical section), CancelledError
-   * (the signal aborted: withdrawn, a grant that won the race is released),
-   * ConnectError, InvalidError (bad argument, or the server's `E`),
-   * ClosedError. Retried internally only when never written or answered
-   * `M`, within the remaining wait.
+   * `leaseMs`. `waitMs` bounds the whole call, connecting included (R1).
+   * Rejects with LockTimeoutError (not acquired in time), BusyError (`B`:
+   * refused at once, never retried; `protocolCode` says why),
+   * IndeterminateError (written but no definite answer — the connection
+   * was lost, or no answer within the wait plus `answerAllowanceMs` (R2) —
+   * the lock MAY have been granted: do not enter the critical section),
+   * CancelledError (the signal aborted: withdrawn, a grant that won the race
+   * is released), InsufficientLeaseError (`minRemainingMs` not left: released
+   * again), ConnectError (no connection within the wait: nothing was sent),
+   * AuthError/TlsError (the servers refuse the configuration), InvalidError
+   * (bad argument, or the server's `E`), ClosedError. Retried internally
+   * only when never written or answered `M`, within the remaining wait.
+   * Every message names the key and, once sent, the server (R15).
    */
   async acquire(
     key: string | Uint8Array,
     opts: AcquireOptions,
   ): Promise<Lease> {
     const kb = keyBytes(key);
+    return this.#acquire(key, keyLabel(key), kb, undefined, opts);
+  }
+
+  /**
+   * `acquire` that resolves with `null` when the lock was not acquired
+   * within the wait (instead of LockTimeoutError; R13). Every other outcome
+   * is acquire's.
+   */
+  async tryAcquire(
+    key: string | Uint8Array,
+    opts: AcquireOptions,
+  ): Promise<Lease | null> {
+    try {
+      return await this.acquire(key, opts);
+    } catch (e) {
+      if (e instanceof LockTimeoutError) return null;
+      throw e;
+    }
+  }
+
+  async #acquire(
+    key: string | Uint8Array | readonly (string | Uint8Array)[],
+    label: string,
+    kb: Uint8Array,
+    set: KeySet | undefined,
+    opts: AcquireOptions,
+  ): Promise<Lease> {
+    const pool = this.#pool;
+    const errKey = Array.isArray(key)
+      ? undefined
+      : (key as string | Uint8Array);
     if (typeof opts !== "object" || opts === null) {
       throw new InvalidError(
-        "acquire: options { leaseMs, waitMs } are required",
-        { key },
+        `acquire ${label}: options { leaseMs, waitMs } are required`,
+        { key: errKey },
       );
     }
-    const leaseMs = durationMs("leaseMs", opts.leaseMs, 1, key);
-    let waitMs = durationMs("waitMs", opts.waitMs ?? 0, 0, key);
+    const leaseMs = durationMs("leaseMs", opts.leaseMs, 1, kb);
+    let waitMs = durationMs("waitMs", opts.waitMs ?? 0, 0, kb);
+    const minRemaining =
+      opts.minRemainingMs === undefined
+        ? 0
+        : durationMs("minRemainingMs", opts.minRemainingMs, 0, kb);
     const signal = opts.signal;
-    const label = keyLabel(key);
+    let conn: { addr: string } | undefined;
+    // R15: the server, once a request was sent (built only for an error).
+    const where = (): string => (conn ? ` at ${conn.addr}` : "");
     const cancelled = (): CancelledError =>
-      new CancelledError(`acquire ${label}: cancelled`, {
+      new CancelledError(`acquire ${label}${where()}: cancelled`, {
         cause: signal?.reason,
-        key,
+        key: errKey,
       });
     if (signal?.aborted) throw cancelled();
-    if (this.#pool.closed) throw new ClosedError("client closed", { key });
+    if (pool.closed)
+      throw new ClosedError(`acquire ${label}: client closed`, {
+        key: errKey,
+      });
     const start = performance.now();
     const budgetEnd = start + waitMs;
-    const connGiveUp = Math.max(budgetEnd, start + this.#pool.connectTimeoutMs);
     let moves = 0;
     let rounds = 0;
     const woken = { v: false };
     for (;;) {
       if (signal?.aborted) throw cancelled();
-      const c = newCall(Op.Acquire, kb, key);
+      const c = newCall(set ? Op.AcquireSet : Op.Acquire, kb, errKey ?? kb);
+      c.set = set;
       c.leaseMs = leaseMs;
       c.waitMs = waitMs;
       c.counts = waitMs > 0;
       try {
-        await this.#pool.send(c, connGiveUp, budgetEnd, signal, true);
+        // R1: the wait bounds the connecting too (giveUp = the wait's end).
+        await pool.send(c, budgetEnd, budgetEnd, signal, true);
       } catch (e) {
         if (e instanceof NoSlot) {
           throw new LockTimeoutError(
             `acquire ${label}: no free max_inflight slot within the wait`,
-            { key },
+            { key: errKey },
           );
         }
         if (e instanceof CancelledError) throw cancelled();
-        throw e;
+        throw located(e, `acquire ${label}`, errKey);
       }
-      const w = await this.#pool.waitCall(c, signal);
+      conn = c.conn;
+      const w = await pool.waitCall(c, signal);
       if (w !== "done") {
         if (c.conn!.abandon(c)) throw cancelled();
         if (c.fail === "none" && c.status === Status.Granted) {
-          this.#releases.compensate(kb, key, c.value);
+          this.#releases.compensate(kb, errKey ?? kb, c.value, set);
         }
         throw cancelled();
       }
+      if (c.overdue && c.pending) {
+        // R2: written, and unanswered past its wait plus the allowance.
+        c.conn!.abandon(c);
+        throw new IndeterminateError(
+          `acquire ${label}${where()}: no answer within the wait (${c.waitMs} ms) plus the answer allowance (${pool.answerAllowanceMs} ms); withdrawn`,
+          { key: errKey },
+        );
+      }
       if (c.fail !== "none") {
         if (c.fail === "lost") {
-          if (this.#pool.closed) {
+          if (pool.closed) {
             throw new IndeterminateError(
-              `acquire ${label}: client closed after the request was written`,
-              {
-                cause: new ClosedError("client closed"),
-                key,
-              },
+              `acquire ${label}${where()}: client closed after the request was written`,
+              { cause: new ClosedError("client closed"), key: errKey },
             );
           }
           throw new IndeterminateError(
-            `acquire ${label}: connection lost after the request was written: ${describe(c.failErr)}`,
-            { cause: c.failErr, key },
+            `acquire ${label}${where()}: connection lost after the request was written: ${describe(c.failErr)}`,
+            { cause: c.failErr, key: errKey },
           );
         }
-        if (this.#pool.closed) throw new ClosedError("client closed", { key });
+        if (pool.closed)
+          throw new ClosedError(`acquire ${label}: client closed`, {
+            key: errKey,
+          });
         // Never written: retry, on another connection if need be.
       } else {
         switch (c.status) {
-          case Status.Granted:
-            return new Lease(
-              this,
+          case Status.Granted: {
+            const token = c.value;
+            const lease = new Lease(
+              set
+                ? (o) =>
+                    this.#releases.release(
+                      errKey ?? kb,
+                      kb,
+                      token,
+                      o,
+                      set,
+                      label,
+                    )
+                : (o) => this.release(key as string | Uint8Array, token, o),
               key,
               c.value,
               c.sent + c.queued * QUEUED_UNIT_MS + leaseMs,
             );
+            if (minRemaining > 0 && lease.remainingMs() < minRemaining) {
+              // R14: not enough of the lease left to start the work.
+              const left = Math.floor(lease.remainingMs());
+              try {
+                await lease.release();
+              } catch (e) {
+                pool.log.warn?.(
+                  "ticketing: release of an insufficient lease failed",
+                  { err: describe(e) },
+                );
+              }
+              throw new InsufficientLeaseError(
+                `acquire ${label}${where()}: ${left} ms of the lease left after the grant, below minRemainingMs ${minRemaining}; released`,
+                { key: errKey },
+              );
+            }
+            return lease;
+          }
           case Status.Timeout:
             throw new LockTimeoutError(
-              `acquire ${label}: timed out, not acquired`,
-              { key },
+              `acquire ${label}${where()}: timed out, not acquired`,
+              { key: errKey },
             );
           case Status.Busy:
             throw new BusyError(
-              `acquire ${label}: busy (${codeName(c.code)}), not acquired`,
-              {
-                protocolCode: c.code,
-                key,
-              },
+              `acquire ${label}${where()}: busy (${codeName(c.code)}), not acquired`,
+              { protocolCode: c.code, key: errKey },
             );
           case Status.Unknown:
             throw new IndeterminateError(
-              `acquire ${label}: the cluster could not confirm the commit`,
+              `acquire ${label}${where()}: the cluster could not confirm the commit`,
               {
                 protocolCode: c.code === 0 ? undefined : c.code,
-                key,
+                key: errKey,
               },
             );
           case Status.Error:
             throw new InvalidError(
-              `acquire ${label}: server error ${codeName(c.code)}${c.payload?.length ? ": " + c.payload.toString("utf8") : ""}`,
-              { protocolCode: c.code, key },
+              `acquire ${label}${where()}: refused: ${codeName(c.code)}${c.payload?.length ? ": " + c.payload.toString("utf8") : ""}`,
+              { protocolCode: c.code, key: errKey },
             );
           case Status.Moved: {
             const addr = c.payload?.toString("latin1") ?? "";
-            this.#pool.follow(addr);
+            pool.follow(addr);
             moves++;
             if (moves > MAX_MOVES) {
               rounds++;
-              const d = this.#pool.redirectDelay(rounds);
+              const d = pool.redirectDelay(rounds);
               if (waitMs === 0 || budgetEnd - performance.now() <= d) {
                 throw new NoLeaderError(
-                  `acquire ${label}: ${moves} consecutive redirects (last to ${JSON.stringify(addr)})`,
-                  { key },
+                  `acquire ${label}${where()}: ${moves} consecutive redirects (last to ${JSON.stringify(addr)})`,
+                  { key: errKey },
                 );
               }
               try {
-                await this.#pool.sleepRedirect(
-                  d,
-                  this.#pool.leader,
-                  woken,
-                  signal,
-                  true,
-                );
+                await pool.sleepRedirect(d, pool.leader, woken, signal, true);
               } catch (e) {
                 if (e instanceof CancelledError) throw cancelled();
-                throw e;
+                throw located(e, `acquire ${label}`, errKey);
               }
               moves = 0;
             }
@@ -269,7 +413,7 @@ export class Client {
         if (rem < 1)
           throw new LockTimeoutError(
             `acquire ${label}: timed out, not acquired`,
-            { key },
+            { key: errKey },
           );
         waitMs = Math.floor(rem);
       }
@@ -322,10 +466,46 @@ export class Client {
     opts?: ReleaseOptions,
   ): Promise<void> {
     const kb = keyBytes(key);
-    if (typeof token !== "bigint" || token < 0n || token >= 1n << 64n) {
-      throw new InvalidError("token must be a bigint in 0..2^64-1", { key });
-    }
+    tokenArg(token, key);
     return this.#releases.release(key, kb, token, opts);
+  }
+
+  /**
+   * Acquires every key of `keys` (2–16 distinct keys) at once, with one
+   * lease, one wait and one fencing token (protocol 1.1 key sets,
+   * protocol.md §12.2): granted when the set is at the head of every key's
+   * queue and all are free; no deadlock between sets. The Lease's `key` is
+   * the array; its release frees all keys. Outcomes as acquire's, plus
+   * UnsupportedError when the server does not announce KEY_SETS (nothing
+   * was sent).
+   */
+  async acquireSet(
+    keys: readonly (string | Uint8Array)[],
+    opts: AcquireOptions,
+  ): Promise<Lease> {
+    const set = keySet(keys);
+    return this.#acquire(keys, setLabel(set), set.keys[0]!, set, opts);
+  }
+
+  /**
+   * Releases the key set `keys` held with `token` (protocol.md §12.2 `X`):
+   * the keys must be exactly the set's (any order). Outcomes as release's.
+   */
+  async releaseSet(
+    keys: readonly (string | Uint8Array)[],
+    token: bigint,
+    opts?: ReleaseOptions,
+  ): Promise<void> {
+    const set = keySet(keys);
+    tokenArg(token, set.keys[0]!);
+    return this.#releases.release(
+      set.keys[0]!,
+      set.keys[0]!,
+      token,
+      opts,
+      set,
+      setLabel(set),
+    );
   }
 }
 
@@ -337,6 +517,8 @@ export const testing = {
   connect: (opts: ConnectOptions, hooks: TestHooks): Promise<Client> =>
     connectWith(opts, hooks),
   compensations: (c: Client): number => internals(c).releases.compensations,
+  backoffDelay: (c: Client, attempt: number): number =>
+    internals(c).pool.backoffDelay(attempt),
   conns: (
     c: Client,
   ): ReadonlyArray<{ addr: string; state: string; pending: number }> =>

@@ -10,6 +10,7 @@ export const Code = {
   NO_QUORUM: 5,
   BAD_HANDSHAKE: 10,
   AUTH_FAILED: 11,
+  TLS_REQUIRED: 12,
   BAD_OP: 20,
   BAD_KEY: 21,
   BAD_LEASE: 22,
@@ -19,6 +20,8 @@ export const Code = {
   BAD_ADMIN: 26,
   NOT_PERMITTED: 27,
   INTERNAL: 28,
+  BAD_KEYSET: 29,
+  BAD_LABEL: 30,
 } as const;
 
 const codeNames = new Map<number, string>(

@@ -32,6 +32,7 @@ import {
   Status,
   WELCOME_ACCEPTED,
   WELCOME_LEN,
+  WELCOME_REJECTED,
   WireError,
   clientProof,
   codeName,
@@ -41,18 +42,33 @@ import {
   encodeAuth,
   encodeCancel,
   encodeRelease,
+  encodeAcquireSet,
+  encodeReleaseSet,
+  encodeLabel,
+  encodePing,
+  Feature,
+  PING_FEATURES,
   proofEqual,
   serverProof,
   type Response,
 } from "./wire.js";
 
 const MAX_WRITE_BUFFER = 4 << 20;
+/** req_ids of the handshake's own requests (sent before any other request). */
+const FEATURE_PING_ID = 0xffffffff;
+const EMPTY = new Uint8Array(0);
+/** How often a connection with pending acquires looks for overdue ones (R2). */
+const SWEEP_MS = 100;
 
 /** What a connection needs from the pool that owns it. */
 export interface ConnHost {
   readonly closed: boolean;
   readonly token: Buffer;
+  /** The connection label (§12.3), already cut to 64 bytes; empty: none. */
+  readonly label: Buffer;
   readonly connectTimeoutMs: number;
+  /** R2: the allowance past an acquire's wait for its answer. */
+  readonly answerAllowanceMs: number;
   readonly log: Logger;
   readonly hooks: TestHooks | undefined;
   readonly notify: Notifier;
@@ -62,11 +78,26 @@ export interface ConnHost {
   complete(c: Call): void;
 }
 
-export type Owner = "caller" | "abandoned" | "releaser" | "dropped";
+export type Owner =
+  | "caller"
+  | "abandoned"
+  | "releaser"
+  | "dropped"
+  | "internal";
 export type Fail = "none" | "unsent" | "lost";
-export type EnqResult = "ok" | "down" | "full";
+/**
+ * What enqueue did: ok; down (not up); full (max_inflight); unsupported
+ * (the server lacks the feature); features (up, its feature pong not read yet).
+ */
+export type EnqResult = "ok" | "down" | "full" | "unsupported" | "features";
 
 /** One request in flight on a connection. */
+/** A key set (§12.2): its keys in the caller's order and the encoded body. */
+export interface KeySet {
+  keys: readonly Uint8Array[];
+  body: Buffer;
+}
+
 export interface Call {
   op: number;
   key: Uint8Array;
@@ -89,6 +120,12 @@ export interface Call {
   queued: number;
   value: bigint;
   payload: Buffer | undefined;
+  /** S/X (§12.2): the set's keys; undefined for single-key ops. */
+  set: KeySet | undefined;
+  /** R2: a written acquire unanswered by this time (performance.now()) is overdue. */
+  answerBy: number;
+  /** Set by the sweep when answerBy passed with no answer (the call stays pending). */
+  overdue: boolean;
   fail: Fail;
   failErr: unknown;
   onDone: (() => void) | undefined;
@@ -119,6 +156,9 @@ export function newCall(
     queued: 0,
     value: 0n,
     payload: undefined,
+    set: undefined,
+    answerBy: 0,
+    overdue: false,
     fail: "none",
     failErr: undefined,
     onDone: undefined,
@@ -130,6 +170,7 @@ export function fits(op: number, st: number): boolean {
   if (st === Status.Error) return true;
   switch (op) {
     case Op.Acquire:
+    case Op.AcquireSet:
       return (
         st === Status.Granted ||
         st === Status.Timeout ||
@@ -138,6 +179,7 @@ export function fits(op: number, st: number): boolean {
         st === Status.Unknown
       );
     case Op.Release:
+    case Op.ReleaseSet:
     case Op.Cancel:
       return (
         st === Status.Released ||
@@ -147,6 +189,8 @@ export function fits(op: number, st: number): boolean {
       );
     case Op.Ping:
       return st === Status.Pong;
+    case Op.Label:
+      return st === Status.Released || st === Status.Error;
     case Op.Query:
       return st === Status.Admin || st === Status.Moved;
   }
@@ -209,11 +253,33 @@ export function backoffStep(base: number, cap: number, n: number): number {
   return Math.min(d, cap);
 }
 
-/** Uniform in [step/2, step]. */
+/** Uniform in [step/2, step] (redirect back-off). */
 export function jitter(step: number): number {
   if (step <= 1) return step;
   const half = step / 2;
   return half + Math.random() * (step - half);
+}
+
+/**
+ * Uniform in [0, step]: "full jitter" of the reconnect delays
+ * (docs/architecture.md "Client library behaviour" R16), so clients that
+ * lost one server at the same instant spread over the whole step.
+ */
+export function fullJitter(step: number): number {
+  return Math.random() * step;
+}
+
+/** Whether a TLS handshake error means the peer did not answer with TLS records. */
+function notTls(code: string, message: string): boolean {
+  return (
+    code === "ERR_SSL_WRONG_VERSION_NUMBER" ||
+    code === "ERR_SSL_PACKET_LENGTH_TOO_LONG" ||
+    code === "ERR_SSL_UNKNOWN_PROTOCOL" ||
+    code === "ERR_SSL_RECORD_LAYER_FAILURE" ||
+    /wrong version number|packet length too long|unknown protocol|record layer failure/i.test(
+      message,
+    )
+  );
 }
 
 // ---------------------------------------------------------------------------
@@ -228,6 +294,12 @@ export class Conn {
   failures = 0;
   maxInflight = 1;
   inflight = 0;
+  /** The feature bits this connection's server announced (§12.1); 0 for 1.0. */
+  features = 0;
+  /** Whether the feature pong has been read on this connection. */
+  featuresKnown = false;
+  /** Pending calls of the connection's own (feature ping, label): they keep nothing alive. */
+  private internal = 0;
   readonly pending = new Map<number, Call>();
   private nextId = 0;
   private outFrames: Buffer[] = [];
@@ -238,6 +310,7 @@ export class Conn {
   private attempt = 0;
   private timer: NodeJS.Timeout | undefined;
   private dialing: net.Socket | undefined;
+  private sweeper: NodeJS.Timeout | undefined;
 
   constructor(
     readonly cl: ConnHost,
@@ -328,7 +401,15 @@ export class Conn {
           code.startsWith("ERR_SSL") ||
           code.startsWith("ERR_TLS") ||
           /CERT|SIGNATURE|SELF_SIGNED|ISSUER/.test(code));
-      if (tlsLike) {
+      if (tlsLike && notTls(code, e.message)) {
+        // §12.4: a plaintext server's HELLO ("TKTS") where a TLS record was expected.
+        fail(
+          new TlsError(
+            `TLS with ${this.addr}: the server does not speak TLS (${e.message}); connect without tls or to its TLS port`,
+            { cause: e },
+          ),
+        );
+      } else if (tlsLike) {
         fail(new TlsError(`TLS with ${this.addr}: ${e.message}`, { cause: e }));
       } else {
         fail(
@@ -349,10 +430,28 @@ export class Conn {
     let clientNonce: Buffer | undefined;
     let serverNonce: Buffer | undefined;
     let tokensConfigured = false;
+    let welcome: { maxInflight: number } | undefined;
     const onData = (chunk: Buffer): void => {
       if (settled) return;
       hbuf = hbuf.length === 0 ? chunk : Buffer.concat([hbuf, chunk]);
       try {
+        if (
+          clientNonce === undefined &&
+          this.tlsOpts === undefined &&
+          hbuf.length >= 2 &&
+          hbuf[0] === WELCOME_REJECTED &&
+          hbuf[1] === Code.TLS_REQUIRED
+        ) {
+          // §12.4: a TLS listener's plaintext REJECT TLS_REQUIRED where
+          // HELLO was expected: a configuration error, reported at once (R5).
+          fail(
+            new TlsError(
+              `${this.addr}: the server requires TLS (it answered REJECT TLS_REQUIRED to a plaintext connection); connect with tls`,
+              { protocolCode: Code.TLS_REQUIRED },
+            ),
+          );
+          return;
+        }
         if (clientNonce === undefined && hbuf.length >= HELLO_LEN) {
           const h = decodeHello(hbuf.subarray(0, HELLO_LEN));
           hbuf = hbuf.subarray(HELLO_LEN);
@@ -365,12 +464,21 @@ export class Conn {
             h.nonce,
             clientNonce,
           );
+          // §12.1: the feature ping right behind AUTH (a 1.0 server
+          // answers it as a plain pong: features 0).
           sock.write(
-            encodeAuth({ role: Role.Client, nonce: clientNonce, proof }),
+            Buffer.concat([
+              encodeAuth({ role: Role.Client, nonce: clientNonce, proof }),
+              encodePing(FEATURE_PING_ID, PING_FEATURES),
+            ]),
           );
           phase = "welcome";
         }
-        if (clientNonce !== undefined && hbuf.length >= WELCOME_LEN) {
+        if (
+          clientNonce !== undefined &&
+          welcome === undefined &&
+          hbuf.length >= WELCOME_LEN
+        ) {
           const w = decodeWelcome(hbuf.subarray(0, WELCOME_LEN));
           const rest = hbuf.subarray(WELCOME_LEN);
           if (w.status !== WELCOME_ACCEPTED) {
@@ -430,18 +538,21 @@ export class Conn {
               return;
             }
           }
-          settled = true;
-          clearTimeout(timer);
-          this.dialing = undefined;
-          sock.removeAllListeners("data");
-          sock.removeAllListeners("error");
-          sock.removeAllListeners("close");
-          if (cl.closed) {
-            sock.destroy();
-            return;
-          }
-          this.up(sock, w.maxInflight, rest);
+          welcome = w;
+          hbuf = rest;
         }
+        if (welcome === undefined) return;
+        settled = true;
+        clearTimeout(timer);
+        this.dialing = undefined;
+        sock.removeAllListeners("data");
+        sock.removeAllListeners("error");
+        sock.removeAllListeners("close");
+        if (cl.closed) {
+          sock.destroy();
+          return;
+        }
+        this.up(sock, welcome.maxInflight, hbuf);
       } catch (e) {
         fail(new ProtocolError(`${this.addr}: ${describe(e)}`, { cause: e }));
       }
@@ -479,6 +590,21 @@ export class Conn {
     this.outCalls = [];
     this.decoder = new ResponseDecoder();
     this.reffed = false;
+    this.features = 0;
+    this.featuresKnown = false;
+    this.internal = 0;
+    // §12.1: the feature ping was written right behind AUTH; its pong is
+    // matched by req_id like any answer (a server that never answers it is
+    // used as a 1.0 server: no S, X or L is ever sent on this connection).
+    const ping = newCall(Op.Ping, EMPTY, "");
+    ping.owner = "internal";
+    ping.reqId = FEATURE_PING_ID;
+    ping.conn = this;
+    ping.pending = true;
+    ping.written = true;
+    ping.onDone = () => this.gotFeatures(ping);
+    this.pending.set(FEATURE_PING_ID, ping);
+    this.internal++;
     sock.unref();
     sock.setNoDelay(true);
     sock.setKeepAlive(true, 15000);
@@ -496,6 +622,14 @@ export class Conn {
     sock.on("close", () =>
       this.kill(sock, new ConnectError(`connection to ${this.addr} closed`)),
     );
+    // The server's FIN: take the connection down at once, so that nothing
+    // more is written to it (calls not yet written are retried, not lost).
+    sock.on("end", () =>
+      this.kill(
+        sock,
+        new ConnectError(`connection to ${this.addr} closed by the server`),
+      ),
+    );
     this.cl.log.info?.("ticketing: connected", {
       addr: this.addr,
       max_inflight: maxInflight,
@@ -504,8 +638,33 @@ export class Conn {
     this.cl.notify.broadcast();
   }
 
+  /** The feature pong (§12.1): the bits, then the label (§12.3) if the server takes one. */
+  private gotFeatures(ping: Call): void {
+    this.internal--;
+    if (ping.fail !== "none") return;
+    this.features = ping.queued;
+    this.featuresKnown = true;
+    const label = this.cl.label;
+    if ((this.features & Feature.Labels) !== 0 && label.length > 0) {
+      const lc = newCall(Op.Label, label, "");
+      lc.owner = "internal";
+      lc.onDone = () => {
+        this.internal--;
+        if (lc.fail === "none" && lc.status === Status.Error) {
+          this.cl.log.warn?.(
+            "ticketing: the server refused the connection label",
+            { addr: this.addr, code: codeName(lc.code) },
+          );
+        }
+      };
+      this.internal++;
+      this.enqueueLocked(lc);
+    }
+    this.cl.notify.broadcast();
+  }
+
   private updateRef(): void {
-    const want = this.pending.size > 0;
+    const want = this.pending.size > this.internal;
     if (want !== this.reffed && this.sock) {
       this.reffed = want;
       if (want) this.sock.ref();
@@ -516,6 +675,12 @@ export class Conn {
   enqueue(c: Call): EnqResult {
     if (this.state !== "up" || this.sock!.writableLength > MAX_WRITE_BUFFER)
       return "down";
+    // §12.1: never an S or X before the feature pong, nor to a server that
+    // did not announce KEY_SETS.
+    if (c.set !== undefined) {
+      if (!this.featuresKnown) return "features";
+      if ((this.features & Feature.KeySets) === 0) return "unsupported";
+    }
     if (c.counts && this.inflight >= this.maxInflight) return "full";
     this.enqueueLocked(c);
     return "ok";
@@ -541,10 +706,30 @@ export class Conn {
     switch (c.op) {
       case Op.Acquire:
         c.sent = performance.now(); // t_send (§5): before the frame can be written
+        c.answerBy = c.sent + c.waitMs + this.cl.answerAllowanceMs;
         frame = encodeAcquire(id, c.key, c.leaseMs, c.waitMs);
+        if (this.sweeper === undefined) this.startSweeper();
+        break;
+      case Op.AcquireSet:
+        c.sent = performance.now();
+        c.answerBy = c.sent + c.waitMs + this.cl.answerAllowanceMs;
+        frame = encodeAcquireSet(
+          id,
+          c.set!.keys.length,
+          c.set!.body,
+          c.leaseMs,
+          c.waitMs,
+        );
+        if (this.sweeper === undefined) this.startSweeper();
         break;
       case Op.Release:
         frame = encodeRelease(id, c.key, c.token);
+        break;
+      case Op.ReleaseSet:
+        frame = encodeReleaseSet(id, c.set!.keys.length, c.set!.body, c.token);
+        break;
+      case Op.Label:
+        frame = encodeLabel(id, c.key);
         break;
       default:
         frame = encodeCancel(id, c.key, c.target);
@@ -563,12 +748,51 @@ export class Conn {
     this.flushScheduled = false;
     const sock = this.sock;
     if (this.state !== "up" || !sock || this.outFrames.length === 0) return;
+    if (sock.readableEnded || !sock.writable) {
+      // The server closed the connection (its FIN was read): nothing queued
+      // here reaches it, so these calls stay unwritten (retried elsewhere,
+      // never Indeterminate).
+      this.kill(
+        sock,
+        new ConnectError(`connection to ${this.addr} closed by the server`),
+      );
+      return;
+    }
     const frames = this.outFrames;
     const calls = this.outCalls;
     this.outFrames = [];
     this.outCalls = [];
     for (const c of calls) c.written = true;
     sock.write(frames.length === 1 ? frames[0]! : Buffer.concat(frames));
+  }
+
+  /**
+   * R2 (no call outlives a silent server): while acquires are pending, marks
+   * every one whose answer is overdue and wakes its caller, which withdraws
+   * it (abandon: C, and a late grant is compensated) and reports it
+   * Indeterminate. A timer per connection rather than per call keeps the
+   * request path free of timers.
+   */
+  private startSweeper(): void {
+    this.sweeper = setInterval(() => {
+      let acquires = 0;
+      const now = performance.now();
+      for (const c of this.pending.values()) {
+        if (c.op !== Op.Acquire && c.op !== Op.AcquireSet) continue;
+        acquires++;
+        if (!c.overdue && c.owner === "caller" && now > c.answerBy) {
+          c.overdue = true;
+          c.onDone?.();
+        }
+      }
+      if (acquires === 0) this.stopSweeper();
+    }, SWEEP_MS);
+    this.sweeper.unref();
+  }
+
+  private stopSweeper(): void {
+    if (this.sweeper !== undefined) clearInterval(this.sweeper);
+    this.sweeper = undefined;
   }
 
   /**
@@ -579,7 +803,8 @@ export class Conn {
   abandon(c: Call): boolean {
     if (!c.pending) return false;
     c.owner = "abandoned";
-    if (c.op === Op.Acquire && c.counts) {
+    if ((c.op === Op.Acquire || c.op === Op.AcquireSet) && c.counts) {
+      // §12.2: a set is withdrawn with C naming its first key (c.key).
       const cc = newCall(Op.Cancel, c.key, c.keyText);
       cc.target = c.reqId;
       cc.owner = "dropped";
@@ -663,8 +888,11 @@ export class Conn {
       c.failErr = cause;
     }
     this.inflight = 0;
+    this.features = 0;
+    this.featuresKnown = false;
     this.outFrames = [];
     this.outCalls = [];
+    this.stopSweeper();
     sock.destroy();
     const cl = this.cl;
     if (!(cause instanceof ClosedError)) {

@@ -12,7 +12,9 @@ export type ErrorCode =
   | "INVALID"
   | "PROTOCOL"
   | "CANCELLED"
-  | "CLOSED";
+  | "CLOSED"
+  | "INSUFFICIENT_LEASE"
+  | "UNSUPPORTED";
 
 export interface TicketingErrorOptions {
   cause?: unknown;
@@ -160,5 +162,25 @@ export class ClosedError extends TicketingError {
   constructor(message: string, options?: TicketingErrorOptions) {
     super("CLOSED", message, options);
     this.name = "ClosedError";
+  }
+}
+
+/**
+ * Acquired, but less of the lease was left after the grant than the
+ * acquire's `minRemainingMs` (a long queue ate it): the client released the
+ * lock before reporting this (issue 31 R14). Not acquired.
+ */
+export class InsufficientLeaseError extends TicketingError {
+  constructor(message: string, options?: TicketingErrorOptions) {
+    super("INSUFFICIENT_LEASE", message, options);
+    this.name = "InsufficientLeaseError";
+  }
+}
+
+/** The server does not announce the feature the call needs (protocol.md §12.1); nothing was sent. */
+export class UnsupportedError extends TicketingError {
+  constructor(message: string, options?: TicketingErrorOptions) {
+    super("UNSUPPORTED", message, options);
+    this.name = "UnsupportedError";
   }
 }

@@ -25,6 +25,7 @@ export {
   ClosedError,
   ConnectError,
   IndeterminateError,
+  InsufficientLeaseError,
   InvalidError,
   LockTimeoutError,
   NoLeaderError,
@@ -32,6 +33,7 @@ export {
   ProtocolError,
   TicketingError,
   TlsError,
+  UnsupportedError,
   type ErrorCode,
   type TicketingErrorOptions,
 } from "./errors.js";

@@ -1,10 +1,13 @@
 import { performance } from "node:perf_hooks";
 
-import type { Client } from "./client.js";
 import type { ReleaseOptions } from "./options.js";
 
 /** The shape of `JSON.stringify(lease)`. */
-export type LeaseJSON = ({ key: string } | { keyHex: string }) & {
+export type LeaseJSON = (
+  | { key: string }
+  | { keyHex: string }
+  | { keys: string[] }
+) & {
   /** The fencing token, decimal. */
   token: string;
   deadline: number;
@@ -17,8 +20,8 @@ export type LeaseJSON = ({ key: string } | { keyHex: string }) & {
  * Ownership is the token: any code (or process) holding it may release.
  */
 export class Lease implements AsyncDisposable {
-  /** The locked key, as given to acquire. */
-  readonly key: string | Uint8Array;
+  /** The locked key, as given to acquire (a key set's keys for acquireSet). */
+  readonly key: string | Uint8Array | readonly (string | Uint8Array)[];
   /**
    * The fencing token (u64, exact): strictly greater than every token issued
    * before it. Pass it to every resource the lock protects; the resource
@@ -33,7 +36,7 @@ export class Lease implements AsyncDisposable {
    */
   readonly deadline: number;
 
-  #client: Client;
+  #release: (opts?: ReleaseOptions) => Promise<void>;
   #released = false;
   #releasing: Promise<void> | undefined;
   #ac: AbortController | undefined;
@@ -41,13 +44,20 @@ export class Lease implements AsyncDisposable {
 
   /** @internal */
   constructor(
-    client: Client,
-    key: string | Uint8Array,
+    release: (opts?: ReleaseOptions) => Promise<void>,
+    key: string | Uint8Array | readonly (string | Uint8Array)[],
     token: bigint,
     deadline: number,
   ) {
-    this.#client = client;
-    this.key = typeof key === "string" ? key : Uint8Array.from(key);
+    this.#release = release;
+    this.key =
+      typeof key === "string"
+        ? key
+        : key instanceof Uint8Array
+          ? Uint8Array.from(key)
+          : Object.freeze(
+              key.map((k) => (typeof k === "string" ? k : Uint8Array.from(k))),
+            );
     this.token = token;
     this.deadline = deadline;
   }
@@ -128,20 +138,27 @@ export class Lease implements AsyncDisposable {
   }
 
   /**
-   * Releases the lock. Resolves only when the server confirmed it (`O`);
-   * a second call after that does nothing, a concurrent call shares the
-   * attempt, a call after a failure tries again. NotHolderError: the lease
-   * had already ended. IndeterminateError: not confirmed within 5 s.
+   * Releases the lock. Resolves only when the server confirmed it (`O`),
+   * with `true`. Releasing a lease object again is a no-op that resolves
+   * with `false` ("already released", issue 31 R6; a concurrent call shares
+   * the attempt and resolves `false` too); a call after a failure tries
+   * again. NotHolderError: the lease had already ended.
+   * IndeterminateError: not confirmed within 5 s. ClosedError: the client
+   * was closed before anything was sent.
    */
-  async release(opts?: ReleaseOptions): Promise<void> {
-    if (this.#released) return;
-    if (this.#releasing) return this.#releasing;
+  async release(opts?: ReleaseOptions): Promise<boolean> {
+    if (this.#released) return false;
+    if (this.#releasing) {
+      await this.#releasing;
+      return false;
+    }
     this.#lost("lease released");
-    const p = this.#client.release(this.key, this.token, opts);
+    const p = this.#release(opts);
     this.#releasing = p;
     try {
       await p;
       this.#released = true;
+      return true;
     } finally {
       this.#releasing = undefined;
     }
@@ -159,15 +176,20 @@ export class Lease implements AsyncDisposable {
    * token is not a secret (the client token never appears here).
    */
   toJSON(): LeaseJSON {
-    const k: { key: string } | { keyHex: string } =
-      typeof this.key === "string"
-        ? { key: this.key }
-        : { keyHex: Buffer.from(this.key).toString("hex") };
+    const one = (k: string | Uint8Array): string =>
+      typeof k === "string" ? k : Buffer.from(k).toString("hex");
+    const key = this.key;
+    const k: Record<string, unknown> =
+      typeof key === "string"
+        ? { key }
+        : key instanceof Uint8Array
+          ? { keyHex: one(key) }
+          : { keys: (key as readonly (string | Uint8Array)[]).map(one) };
     return {
       ...k,
       token: this.token.toString(),
       deadline: this.deadline,
       released: this.#released,
-    };
+    } as LeaseJSON;
   }
 }

@@ -32,6 +32,21 @@ export interface ConnectOptions {
    * waits for a connection when none is up. Default 5000.
    */
   connectTimeoutMs?: number | undefined;
+  /**
+   * How long past its wait an acquire that was written may stay unanswered
+   * before it ends with IndeterminateError and is withdrawn with `C`
+   * (issue 31 R2: no call outlives a silent server), counted from its
+   * write. Default 3000.
+   */
+  answerAllowanceMs?: number | undefined;
+  /**
+   * The connection label shown to operators in `locks` (protocol.md §12.3;
+   * servers of protocol 1.1). Default `<host>/<pid> js/<version>`, after
+   * `appName` when given; cut to 64 bytes.
+   */
+  label?: string | undefined;
+  /** An application name put before the default label. */
+  appName?: string | undefined;
   logger?: Logger | undefined;
 }
 
@@ -50,6 +65,12 @@ export interface AcquireOptions {
   waitMs?: number | undefined;
   /** Aborting withdraws the acquire (`C`); a grant that won the race is released. */
   signal?: AbortSignal | undefined;
+  /**
+   * The minimum working time (issue 31 R14): when less of the lease than
+   * this is left after the grant (a long queue ate it), the client releases
+   * the lock and rejects with InsufficientLeaseError. Default: no minimum.
+   */
+  minRemainingMs?: number | undefined;
 }
 
 export interface ReleaseOptions {
@@ -88,7 +109,7 @@ export function keyBytes(key: string | Uint8Array): Uint8Array {
   if (typeof key === "string") {
     if (!key.isWellFormed()) {
       throw new InvalidError(
-        "key is not well-formed Unicode (lone surrogate)",
+        "key must be 1..250 bytes of valid UTF-8: it holds a lone UTF-16 surrogate (not well-formed Unicode)",
         { key },
       );
     }
@@ -100,11 +121,22 @@ export function keyBytes(key: string | Uint8Array): Uint8Array {
   }
   if (!validKey(b)) {
     throw new InvalidError(
-      "key must be 1..250 bytes of UTF-8 without control characters",
+      `key must be 1..250 bytes of UTF-8 without control characters (got ${b.length} bytes)`,
       { key },
     );
   }
   return b;
+}
+
+/** A fencing token argument: a bigint in 1..2^64-1 (token 0 is never issued: R8). */
+export function tokenArg(token: unknown, key: string | Uint8Array): bigint {
+  if (typeof token !== "bigint" || token < 1n || token >= 1n << 64n) {
+    throw new InvalidError(
+      `token must be a bigint in 1..2^64-1 (got ${typeof token === "bigint" ? token.toString() : typeof token})`,
+      { key },
+    );
+  }
+  return token;
 }
 
 export function durationMs(

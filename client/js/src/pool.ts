@@ -3,6 +3,7 @@
 // max_inflight slot, following M to the leader, and handing finished calls
 // to their owners. Internal: the public Client (client.ts) wraps one.
 
+import { hostname } from "node:os";
 import * as tls from "node:tls";
 import { performance } from "node:perf_hooks";
 
@@ -13,11 +14,13 @@ import {
   ConnectError,
   TicketingError,
   TlsError,
+  UnsupportedError,
 } from "./errors.js";
 import {
   Conn,
   Notifier,
   backoffStep,
+  fullJitter,
   jitter,
   waitEvent,
   type Call,
@@ -32,7 +35,8 @@ import {
   type TestHooks,
 } from "./options.js";
 import type { Releases } from "./release.js";
-import { Op, Status } from "./wire.js";
+import { VERSION } from "./version.js";
+import { Op, Status, cutLabel } from "./wire.js";
 
 const DEFAULT_CONNECT_TIMEOUT_MS = 5000;
 const BACKOFF_BASE_MS = 100;
@@ -40,7 +44,18 @@ const BACKOFF_CAP_MS = 3200;
 const REDIRECT_BACKOFF_BASE_MS = 25;
 const REDIRECT_BACKOFF_CAP_MS = 200;
 const RELEASE_WINDOW_MS = 5000;
+/** R2's answer allowance (issue 31: one setting, default between 2 and 5 s). */
+export const DEFAULT_ANSWER_ALLOWANCE_MS = 3000;
 const MAX_EXTRA_ENDPOINTS = 32;
+
+/** Which outcome of enqueue a caller waits on when no connection took the call. */
+const RANK: Record<EnqResult, number> = {
+  ok: 4,
+  full: 3,
+  features: 2,
+  unsupported: 1,
+  down: 0,
+};
 
 export interface Endpoint {
   addr: string;
@@ -52,7 +67,9 @@ export class NoSlot extends Error {}
 
 export class Pool implements ConnHost {
   readonly token: Buffer;
+  readonly label: Buffer;
   readonly connectTimeoutMs: number;
+  readonly answerAllowanceMs: number;
   readonly log: Logger;
   readonly hooks: TestHooks | undefined;
   closed = false;
@@ -78,11 +95,20 @@ export class Pool implements ConnHost {
     hooks: TestHooks | undefined,
   ) {
     this.token = Buffer.from(opts.token ?? "", "utf8");
+    this.label = cutLabel(
+      opts.label ??
+        `${opts.appName ? opts.appName + " " : ""}${hostname()}/${process.pid} js/${VERSION}`,
+    );
     const t = opts.connectTimeoutMs;
     this.connectTimeoutMs =
       typeof t === "number" && t > 0
         ? Math.ceil(t)
         : DEFAULT_CONNECT_TIMEOUT_MS;
+    const aa = opts.answerAllowanceMs;
+    this.answerAllowanceMs =
+      typeof aa === "number" && aa >= 0
+        ? Math.ceil(aa)
+        : DEFAULT_ANSWER_ALLOWANCE_MS;
     this.log = opts.logger ?? {};
     this.hooks = hooks;
     this.backoffBase = hooks?.backoffBaseMs ?? BACKOFF_BASE_MS;
@@ -131,6 +157,15 @@ export class Pool implements ConnHost {
     }
   }
 
+  /** The AuthError/TlsError of the last failure when no connection is up. */
+  configErr(): TicketingError | undefined {
+    const last = this.lastErr;
+    if (!(last instanceof AuthError || last instanceof TlsError))
+      return undefined;
+    for (const cn of this.conns) if (cn.state === "up") return undefined;
+    return last;
+  }
+
   connectErr(): TicketingError {
     const last = this.lastErr;
     if (last instanceof AuthError || last instanceof TlsError) return last;
@@ -145,8 +180,9 @@ export class Pool implements ConnHost {
     );
   }
 
+  /** The delay before reconnect attempt n (R16: full jitter over the step). */
   backoffDelay(n: number): number {
-    return jitter(
+    return fullJitter(
       backoffStep(this.backoffBase, this.backoffCap, Math.max(1, n)),
     );
   }
@@ -183,7 +219,7 @@ export class Pool implements ConnHost {
       for (let i = 0; i < n; i++) {
         const x = ep.conns[(r + i) % n]!.enqueue(c);
         if (x === "ok") return x;
-        if (x === "full") res = "full";
+        if (RANK[x] > RANK[res]) res = x;
       }
       if (res === "full" || ep.conns.some((cn) => cn.connecting())) return res;
     }
@@ -192,7 +228,7 @@ export class Pool implements ConnHost {
     for (let i = 0; i < n; i++) {
       const x = conns[(r + i) % n]!.enqueue(c);
       if (x === "ok") return x;
-      if (x === "full") res = "full";
+      if (RANK[x] > RANK[res]) res = x;
     }
     return res;
   }
@@ -206,6 +242,7 @@ export class Pool implements ConnHost {
     ref: boolean,
   ): Promise<void> {
     let first = true;
+    let featuresBy: number | undefined;
     for (;;) {
       if (this.closed) throw new ClosedError("client closed");
       if (!first && c.op === Op.Acquire && c.counts) {
@@ -218,10 +255,37 @@ export class Pool implements ConnHost {
       first = false;
       const r = this.tryEnqueue(c);
       if (r === "ok") return;
-      const limit = r === "full" ? slotGiveUp : giveUp;
+      // R4/R5: no connection is up and the servers refused the credentials
+      // or the transport (a configuration error): fail at once, not after
+      // the wait.
+      if (r === "down") {
+        const cfg = this.configErr();
+        if (cfg !== undefined) throw cfg;
+      }
+      if (r === "unsupported") {
+        throw new UnsupportedError(
+          "key sets are not supported by this server (it does not announce KEY_SETS: protocol 1.1, §12.1); nothing was sent",
+        );
+      }
+      if (r === "features") {
+        // Up, the feature pong not read yet: wait for it for up to the
+        // connect timeout (a 1.0 server answers at once), even with wait 0.
+        featuresBy ??= performance.now() + this.connectTimeoutMs;
+      }
+      const limit =
+        r === "full"
+          ? slotGiveUp
+          : r === "features"
+            ? Math.max(giveUp, featuresBy!)
+            : giveUp;
       const d = limit - performance.now();
       if (d <= 0) {
         if (r === "full") throw new NoSlot();
+        if (r === "features") {
+          throw new UnsupportedError(
+            "key sets: the server did not announce its features (no answer to the feature ping: protocol 1.1, §12.1); nothing was sent",
+          );
+        }
         throw this.connectErr();
       }
       const w = await waitEvent(this.notify, d, signal, ref);
@@ -270,16 +334,17 @@ export class Pool implements ConnHost {
   complete(c: Call): void {
     switch (c.owner) {
       case "caller":
+      case "internal":
         c.onDone?.();
         break;
       case "abandoned":
         if (
-          c.op === Op.Acquire &&
+          (c.op === Op.Acquire || c.op === Op.AcquireSet) &&
           c.fail === "none" &&
           c.status === Status.Granted
         ) {
           // The caller gave up but the grant won the race (§5 "Cancel").
-          this.releases.compensate(c.key, c.keyText, c.value);
+          this.releases.compensate(c.key, c.keyText, c.value, c.set);
         }
         break;
       default:

@@ -6,13 +6,16 @@
 import { performance } from "node:perf_hooks";
 
 import {
+  AuthError,
   CancelledError,
   ClosedError,
   IndeterminateError,
   InvalidError,
   NotHolderError,
+  TlsError,
+  UnsupportedError,
 } from "./errors.js";
-import { newCall } from "./connection.js";
+import { newCall, type KeySet } from "./connection.js";
 import { describe, keyLabel, type ReleaseOptions } from "./options.js";
 import type { Pool } from "./pool.js";
 import { Op, Status, codeName } from "./wire.js";
@@ -23,6 +26,12 @@ const MAX_MOVES = 3;
 interface RelState {
   key: Uint8Array;
   keyText: string | Uint8Array;
+  /** The key (or key set) for messages. */
+  label: string;
+  /** A key set's release (X, §12.2); undefined: one key. */
+  set: KeySet | undefined;
+  /** Whether an attempt was (or may have been) written. */
+  written: boolean;
   token: bigint;
   deadline: number;
   maybe: boolean;
@@ -54,10 +63,18 @@ export class Releases {
     kb: Uint8Array,
     token: bigint,
     opts?: ReleaseOptions,
+    set?: KeySet,
+    label = keyLabel(key),
   ): Promise<void> {
+    // R7: a closed client fails at once, with Closed: nothing was sent.
+    if (this.pool.closed)
+      throw new ClosedError(`release ${label}: client closed`, { key });
     const st: RelState = {
       key: kb,
       keyText: key,
+      label,
+      set,
+      written: false,
       token,
       deadline: performance.now() + this.pool.releaseWindow,
       maybe: false,
@@ -72,7 +89,7 @@ export class Releases {
     if (signal.aborted) {
       this.releaseInBackground(st);
       throw new IndeterminateError(
-        `release ${keyLabel(key)}: cancelled before confirmation`,
+        `release ${label}: cancelled before confirmation`,
         {
           cause: new CancelledError("cancelled", { cause: signal.reason }),
           key,
@@ -91,7 +108,7 @@ export class Releases {
         st.ref = false;
         this.adopt(job);
         throw new IndeterminateError(
-          `release ${keyLabel(key)}: cancelled before confirmation`,
+          `release ${label}: cancelled before confirmation`,
           {
             cause: new CancelledError("cancelled", { cause: signal.reason }),
             key,
@@ -127,11 +144,15 @@ export class Releases {
     key: Uint8Array,
     keyText: string | Uint8Array,
     token: bigint,
+    set?: KeySet,
   ): void {
     this.compensations++;
     const ok = this.releaseInBackground({
       key,
       keyText,
+      label: set ? setLabel(set) : keyLabel(keyText),
+      set,
+      written: false,
       token,
       deadline: performance.now() + this.pool.releaseWindow,
       maybe: false,
@@ -151,14 +172,20 @@ export class Releases {
   private giveUp(st: RelState): IndeterminateError {
     const why = st.cause === undefined ? "" : `: ${describe(st.cause)}`;
     return new IndeterminateError(
-      `release ${keyLabel(st.keyText)}: not confirmed within ${this.pool.releaseWindow} ms${why}`,
+      `release ${st.label}: not confirmed within ${this.pool.releaseWindow} ms${why}`,
       { cause: st.cause, key: st.keyText },
     );
   }
 
-  private closedIndeterminate(st: RelState): IndeterminateError {
+  /** The client closed: Indeterminate once an attempt was written, else Closed (R7). */
+  private closedIndeterminate(st: RelState): IndeterminateError | ClosedError {
+    if (!st.written && !st.maybe) {
+      return new ClosedError(`release ${st.label}: client closed`, {
+        key: st.keyText,
+      });
+    }
     return new IndeterminateError(
-      `release ${keyLabel(st.keyText)}: client closed before confirmation`,
+      `release ${st.label}: client closed before confirmation`,
       {
         cause: new ClosedError("client closed"),
         key: st.keyText,
@@ -168,16 +195,36 @@ export class Releases {
 
   /** A release's attempts until a definite answer or the 5 s window ends. */
   private async releaseAttempts(st: RelState): Promise<void> {
-    const label = keyLabel(st.keyText);
+    const label = st.label;
     for (;;) {
       if (this.pool.closed) throw this.closedIndeterminate(st);
       if (st.deadline - performance.now() <= 0) throw this.giveUp(st);
-      const c = newCall(Op.Release, st.key, st.keyText);
+      const c = newCall(
+        st.set ? Op.ReleaseSet : Op.Release,
+        st.key,
+        st.keyText,
+      );
+      c.set = st.set;
       c.token = st.token;
       try {
         await this.pool.send(c, st.deadline, st.deadline, undefined, st.ref);
       } catch (e) {
         if (e instanceof ClosedError) throw this.closedIndeterminate(st);
+        if (
+          !st.written &&
+          !st.maybe &&
+          (e instanceof AuthError ||
+            e instanceof TlsError ||
+            e instanceof UnsupportedError)
+        ) {
+          // Nothing was sent: the configuration error itself (R4, R5).
+          const E = e.constructor as typeof AuthError;
+          throw new E(`release ${label}: ${e.message}`, {
+            cause: e,
+            protocolCode: e.protocolCode,
+            key: st.keyText,
+          });
+        }
         st.cause = e;
         throw this.giveUp(st);
       }
@@ -187,6 +234,8 @@ export class Releases {
         st.deadline - performance.now(),
         st.ref,
       );
+      if (c.fail !== "unsent") st.written = true;
+      const where = (): string => ` at ${c.conn!.addr}`;
       if (w === "timeout") {
         if (c.pending) {
           c.owner = "dropped";
@@ -210,12 +259,12 @@ export class Releases {
           case Status.NotHolder:
             if (st.maybe) {
               throw new IndeterminateError(
-                `release ${label}: the token no longer holds the key; an earlier unconfirmed attempt may have released it`,
+                `release ${label}${where()}: the token no longer holds the key; an earlier unconfirmed attempt may have released it`,
                 { key: st.keyText },
               );
             }
             throw new NotHolderError(
-              `release ${label}: not the holder (the lease may have ended)`,
+              `release ${label}${where()}: not the holder (the lease may have ended)`,
               {
                 key: st.keyText,
               },
@@ -236,7 +285,7 @@ export class Releases {
             break;
           default:
             throw new InvalidError(
-              `release ${label}: server error ${codeName(c.code)}${c.payload?.length ? ": " + c.payload.toString("utf8") : ""}`,
+              `release ${label}${where()}: refused: ${codeName(c.code)}${c.payload?.length ? ": " + c.payload.toString("utf8") : ""}`,
               { protocolCode: c.code, key: st.keyText },
             );
         }
@@ -256,4 +305,9 @@ export class Releases {
       }
     }
   }
+}
+
+/** A key set for messages: ["a", "b"]. */
+export function setLabel(set: KeySet): string {
+  return `[${set.keys.map((k) => keyLabel(Buffer.from(k).toString("utf8"))).join(", ")}]`;
 }

@@ -28,7 +28,26 @@ export const Op = {
   Cancel: 0x43,
   Ping: 0x50,
   Query: 0x51,
+  /** 1.1 (§12.2): acquire a key set. */
+  AcquireSet: 0x53,
+  /** 1.1 (§12.2): release a key set. */
+  ReleaseSet: 0x58,
+  /** 1.1 (§12.3): set the connection label. */
+  Label: 0x4c,
 } as const;
+
+/** Feature bits of the 1.1 feature pong (§12.1), in its queued field. */
+export const Feature = {
+  KeySets: 0x0001,
+  Labels: 0x0002,
+  TlsHint: 0x0004,
+} as const;
+/** The ping arg that asks a 1.1 server for its features (§12.1). */
+export const PING_FEATURES = 1n;
+export const MIN_SET_KEYS = 2;
+export const MAX_SET_KEYS = 16;
+export const MAX_SET_BODY = MAX_SET_KEYS * (1 + MAX_KEY_LEN);
+export const MAX_LABEL_LEN = 64;
 export type OpByte = (typeof Op)[keyof typeof Op];
 
 /** Response statuses (§3). */
@@ -133,10 +152,99 @@ export function encodeCancel(
   return b;
 }
 
-export function encodePing(reqId: number): Buffer {
+export function encodePing(reqId: number, arg = 0n): Buffer {
   const b = Buffer.allocUnsafe(HEADER_LEN);
   requestHeader(b, Op.Ping, 0, reqId, 0, 0);
+  b.writeBigUInt64BE(BigInt.asUintN(64, arg), 8);
   return b;
+}
+
+/**
+ * The body of an S or X frame (§12.2): key_len ‖ key for each key, in the
+ * caller's order. The caller has checked each key and the count.
+ */
+export function encodeKeySetBody(keys: readonly Uint8Array[]): Buffer {
+  let n = 0;
+  for (const k of keys) n += 1 + k.length;
+  const b = Buffer.allocUnsafe(n);
+  let o = 0;
+  for (const k of keys) {
+    b[o++] = k.length;
+    b.set(k, o);
+    o += k.length;
+  }
+  return b;
+}
+
+function setHeader(
+  out: Buffer,
+  op: number,
+  count: number,
+  bodyLen: number,
+  reqId: number,
+): void {
+  out[0] = op;
+  out[1] = count;
+  out.writeUInt16BE(bodyLen, 2);
+  out.writeUInt32BE(reqId >>> 0, 4);
+}
+
+/** An S frame (§12.2): acquire `count` keys (body from encodeKeySetBody). */
+export function encodeAcquireSet(
+  reqId: number,
+  count: number,
+  body: Uint8Array,
+  leaseMs: number,
+  waitMs: number,
+): Buffer {
+  const b = Buffer.allocUnsafe(HEADER_LEN + body.length);
+  setHeader(b, Op.AcquireSet, count, body.length, reqId);
+  b.writeUInt32BE(leaseMs >>> 0, 8);
+  b.writeUInt32BE(waitMs >>> 0, 12);
+  b.set(body, HEADER_LEN);
+  return b;
+}
+
+/** An X frame (§12.2): release the set held with token. */
+export function encodeReleaseSet(
+  reqId: number,
+  count: number,
+  body: Uint8Array,
+  token: bigint,
+): Buffer {
+  const b = Buffer.allocUnsafe(HEADER_LEN + body.length);
+  setHeader(b, Op.ReleaseSet, count, body.length, reqId);
+  b.writeBigUInt64BE(BigInt.asUintN(64, token), 8);
+  b.set(body, HEADER_LEN);
+  return b;
+}
+
+/** An L frame (§12.3): the connection label (0–64 bytes of UTF-8). */
+export function encodeLabel(reqId: number, label: Uint8Array): Buffer {
+  const b = Buffer.alloc(HEADER_LEN + label.length);
+  b[0] = Op.Label;
+  b[1] = label.length;
+  b.writeUInt32BE(reqId >>> 0, 4);
+  b.set(label, HEADER_LEN);
+  return b;
+}
+
+/**
+ * label cut at a character boundary to at most 64 bytes of UTF-8, control
+ * characters replaced by spaces (§12.3: a label is never sent too long).
+ */
+export function cutLabel(label: string): Buffer {
+  let clean = "";
+  for (const ch of label.toWellFormed()) {
+    const cp = ch.codePointAt(0)!;
+    clean += cp < 0x20 || (cp >= 0x7f && cp <= 0x9f) ? " " : ch;
+  }
+  let out = Buffer.from(clean, "utf8");
+  if (out.length <= MAX_LABEL_LEN) return out;
+  let n = MAX_LABEL_LEN;
+  while (n > 0 && (out[n]! & 0xc0) === 0x80) n--; // not inside a character
+  out = out.subarray(0, n);
+  return Buffer.from(out);
 }
 
 export function encodeQuery(reqId: number, body: Uint8Array): Buffer {
@@ -173,9 +281,13 @@ export function decodeRequest(
   }
   const argHi = b.readUInt32BE(8);
   let size: number;
+  const bodyOp =
+    op === Op.Query || op === Op.AcquireSet || op === Op.ReleaseSet;
   if (op === Op.Query) {
     if (argHi > MAX_ADMIN_BODY) throw new WireError("admin body too large");
     size = HEADER_LEN + argHi;
+  } else if (op === Op.AcquireSet || op === Op.ReleaseSet) {
+    size = HEADER_LEN + b.readUInt16BE(2); // §12.2: body_len
   } else {
     size = HEADER_LEN + b[1]!;
   }
@@ -191,8 +303,8 @@ export function decodeRequest(
       arg: b.readBigUInt64BE(8),
       argHi,
       argLo: b.readUInt32BE(12),
-      key: op === Op.Query ? Buffer.alloc(0) : tail,
-      body: op === Op.Query ? tail : Buffer.alloc(0),
+      key: bodyOp ? Buffer.alloc(0) : tail,
+      body: bodyOp ? tail : Buffer.alloc(0),
     },
   };
 }

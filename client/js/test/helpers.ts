@@ -87,6 +87,7 @@ export interface FakeConn {
   sock: net.Socket;
   index: number;
   requests: wire.Request[];
+  label: string | undefined;
   send(b: Buffer): void;
 }
 
@@ -95,6 +96,15 @@ export interface FakeOptions {
   /** What to answer to a handshake: default accept with max_inflight 1024. */
   handshake?: "accept" | "reject-auth" | "bad-proof" | "silent";
   maxInflight?: number;
+  /**
+   * The feature bits the fake announces in its answer to the feature ping
+   * (§12.1); default 0 (a 1.0 server: plain pong). The ping and `L` are
+   * answered by the fake itself and kept out of `requests` (labels are in
+   * `labels`).
+   */
+  features?: number;
+  /** Never answer the feature ping (a server that goes silent after WELCOME). */
+  silentPing?: boolean;
   /** Called for each request; may answer via conn.send. */
   onRequest?: (conn: FakeConn, req: wire.Request) => void;
   onConnect?: (conn: FakeConn) => void;
@@ -123,6 +133,7 @@ export async function startFake(opts: FakeOptions = {}): Promise<Fake> {
       sock,
       index: conns.length,
       requests: [],
+      label: undefined,
       send: (b) => {
         if (!sock.destroyed) sock.write(b);
       },
@@ -137,7 +148,13 @@ export async function startFake(opts: FakeOptions = {}): Promise<Fake> {
       buf = Buffer.concat([buf, chunk]);
       if (!authed) {
         if (buf.length < wire.AUTH_LEN) return;
-        const a = wire.decodeAuth(buf.subarray(0, wire.AUTH_LEN));
+        let a: wire.Auth;
+        try {
+          a = wire.decodeAuth(buf.subarray(0, wire.AUTH_LEN));
+        } catch {
+          sock.destroy(); // not an AUTH (e.g. a TLS ClientHello)
+          return;
+        }
         buf = buf.subarray(wire.AUTH_LEN);
         authed = true;
         const mode = opts.handshake ?? "accept";
@@ -170,6 +187,28 @@ export async function startFake(opts: FakeOptions = {}): Promise<Fake> {
         const r = wire.decodeRequest(buf);
         if (r === null) break;
         buf = buf.subarray(r.size);
+        if (r.req.op === wire.Op.Ping && r.req.arg === wire.PING_FEATURES) {
+          if (!opts.silentPing) {
+            fc.send(
+              wire.encodeResponse({
+                status: wire.Status.Pong,
+                reqId: r.req.reqId,
+                queued: opts.features ?? 0,
+              }),
+            );
+          }
+          continue;
+        }
+        if (r.req.op === wire.Op.Label) {
+          fc.label = r.req.key.toString("utf8");
+          fc.send(
+            wire.encodeResponse({
+              status: wire.Status.Released,
+              reqId: r.req.reqId,
+            }),
+          );
+          continue;
+        }
         fc.requests.push(r.req);
         all.push(r.req);
         opts.onRequest?.(fc, r.req);

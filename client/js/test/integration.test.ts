@@ -1,4 +1,8 @@
-// Against the real server ($TICKETING_BIN serve).
+// Against the real server ($TICKETING_BIN serve). What the testkit checks
+// for every language (wait 0, FIFO and the queued deadline, lease expiry,
+// cancel, 100 in flight: client/testkit, issue 32 P4) is not repeated here;
+// these are this client's own: bigint tokens, await using, the lease
+// signal, toJSON, the process exit, reconnect.
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
@@ -7,14 +11,7 @@ import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { pathToFileURL } from "node:url";
 
-import {
-  AuthError,
-  CancelledError,
-  Client,
-  LockTimeoutError,
-  NotHolderError,
-  type Lease,
-} from "../src/index.js";
+import { AuthError, Client, NotHolderError } from "../src/index.js";
 import {
   jsRoot,
   sleep,
@@ -49,70 +46,6 @@ test("acquire, release; tokens above 2^53 exact and increasing", async () => {
   await assert.rejects(cl.release("it/basic", b.token), NotHolderError);
 });
 
-test("wait 0 on a held key is TIMEOUT; a waiter gets the lock on release (FIFO, queued deadline)", async () => {
-  const a = await cl.acquire("it/fifo", { leaseMs: 10000 });
-  await assert.rejects(
-    cl.acquire("it/fifo", { leaseMs: 1000, waitMs: 0 }),
-    LockTimeoutError,
-  );
-  const order: number[] = [];
-  const waiters: Promise<Lease>[] = [];
-  const t0 = performance.now();
-  for (let i = 0; i < 5; i++) {
-    waiters.push(
-      cl.acquire("it/fifo", { leaseMs: 10000, waitMs: 10000 }).then((l) => {
-        order.push(i);
-        return l;
-      }),
-    );
-    await sleep(30); // arrival order
-  }
-  await sleep(300);
-  await a.release();
-  const tokens: bigint[] = [];
-  // Waiter 0 waited ≥ 300 ms in the queue: its deadline includes G's queued time.
-  assert.ok((await waiters[0]!).deadline >= t0 + 10000 + 250);
-  for (const w of waiters) {
-    const l = await w;
-    tokens.push(l.token);
-    await l.release();
-  }
-  assert.deepEqual(order, [0, 1, 2, 3, 4]);
-  for (let i = 1; i < tokens.length; i++)
-    assert.ok(tokens[i]! > tokens[i - 1]!);
-});
-
-test("lease expiry hands the lock to the waiter", async () => {
-  const a = await cl.acquire("it/expiry", { leaseMs: 300 });
-  const t0 = performance.now();
-  const b = await cl.acquire("it/expiry", { leaseMs: 1000, waitMs: 5000 });
-  assert.ok(performance.now() - t0 >= 100);
-  assert.ok(b.token > a.token);
-  await assert.rejects(a.release(), NotHolderError);
-  await b.release();
-});
-
-test("abort withdraws a queued acquire: the next waiter is not delayed", async () => {
-  const a = await cl.acquire("it/cancel", { leaseMs: 10000 });
-  const ac = new AbortController();
-  const p = cl.acquire("it/cancel", {
-    leaseMs: 10000,
-    waitMs: 10000,
-    signal: ac.signal,
-  });
-  await sleep(100);
-  ac.abort();
-  await assert.rejects(p, CancelledError);
-  // The abort answers as soon as C is written; the release may go out on the
-  // client's other connection and overtake it at the server (the waiter would
-  // then be granted and compensated, a few ms later). Give C a head start.
-  await sleep(200);
-  await a.release();
-  // Were the cancelled waiter still queued, it would hold the key now.
-  const b = await cl.acquire("it/cancel", { leaseMs: 1000, waitMs: 0 });
-  await b.release();
-});
-
 test("await using and withLock release on normal and exceptional exit", async () => {
   {
     await using lease = await cl.acquire("it/using", { leaseMs: 10000 });
@@ -143,26 +76,6 @@ test("await using and withLock release on normal and exceptional exit", async ()
     /inside/,
   );
   await (await cl.acquire("it/with", { leaseMs: 1000, waitMs: 0 })).release();
-});
-
-test("100 acquires in flight through one client", async () => {
-  const leases = await Promise.all(
-    Array.from({ length: 100 }, (_, i) =>
-      cl.acquire(`it/many/${i}`, { leaseMs: 10000, waitMs: 5000 }),
-    ),
-  );
-  assert.equal(new Set(leases.map((l) => l.token)).size, 100);
-  await Promise.all(leases.map((l) => l.release()));
-  // and 100 waiters on one key
-  const first = await cl.acquire("it/one", { leaseMs: 10000 });
-  const waiters = Array.from({ length: 100 }, () =>
-    cl.acquire("it/one", { leaseMs: 10000, waitMs: 20000 }),
-  );
-  await sleep(200);
-  await first.release();
-  // Each releases as soon as it is granted (grant order across the two
-  // connections need not be the array's order).
-  await Promise.all(waiters.map((w) => w.then((l) => l.release())));
 });
 
 test("the lease signal aborts at the deadline", async () => {

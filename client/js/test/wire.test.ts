@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import { readdirSync } from "node:fs";
+import { join } from "node:path";
 import { test } from "node:test";
 
 import * as wire from "../src/wire.js";
@@ -303,4 +304,95 @@ test("decoder rejects unknown statuses and oversized payloads", () => {
   assert.throws(() => wire.decodeResponse(moved), wire.WireError);
   moved.writeBigUInt64BE(1n << 40n, 8);
   assert.throws(() => wire.decodeResponse(moved), wire.WireError);
+});
+
+// ---------------------------------------------------------------------------
+// Protocol 1.1 (§12.6): golden/v1_1 through this codec.
+
+const v11 = (name: string): Buffer => readGolden(join("v1_1", name));
+const keys = (...ks: string[]): Uint8Array[] => ks.map((k) => Buffer.from(k));
+
+test("golden v1_1 requests: feature ping, S, X, C of a set, L encode byte for byte", () => {
+  assert.deepEqual(
+    wire.encodePing(9, wire.PING_FEATURES),
+    v11("req_ping_features.hex"),
+  );
+  const acct = wire.encodeKeySetBody(keys("acct/17", "acct/42"));
+  assert.deepEqual(
+    wire.encodeAcquireSet(0x0a, 2, acct, 30000, 5000),
+    v11("req_acquire_set.hex"),
+  );
+  assert.deepEqual(
+    wire.encodeAcquireSet(
+      0x10,
+      3,
+      wire.encodeKeySetBody(keys("jobs", "tables", "queue1")),
+      10000,
+      0,
+    ),
+    v11("req_acquire_set_try.hex"),
+  );
+  assert.deepEqual(
+    wire.encodeReleaseSet(0x0b, 2, acct, 0x18bcfe5680000009n),
+    v11("req_release_set.hex"),
+  );
+  assert.deepEqual(
+    wire.encodeCancel(0x0c, Buffer.from("acct/17"), 0x0a),
+    v11("req_cancel_set.hex"),
+  );
+  assert.deepEqual(
+    wire.encodeLabel(0x0d, wire.cutLabel("web-1/4242 go/1.1.0")),
+    v11("req_label.hex"),
+  );
+  // The fake server's decoder frames S/X by body_len.
+  const d = wire.decodeRequest(v11("req_acquire_set.hex"))!;
+  assert.equal(d.size, 32);
+  assert.deepEqual(d.req.body, acct);
+});
+
+test("golden v1_1 responses and the TLS_REQUIRED reject decode", () => {
+  const pong = wire.decodeResponse(v11("resp_pong_features.hex"))!.resp;
+  assert.equal(pong.status, wire.Status.Pong);
+  assert.equal(pong.queued, 0x0007); // the feature bits
+  assert.equal(
+    pong.queued,
+    wire.Feature.KeySets | wire.Feature.Labels | wire.Feature.TlsHint,
+  );
+  assert.equal(pong.reqId, 9);
+  const ok = wire.decodeResponse(v11("resp_label_ok.hex"))!.resp;
+  assert.equal(ok.status, wire.Status.Released);
+  assert.equal(ok.reqId, 0x0d);
+  const ks = wire.decodeResponse(v11("resp_error_bad_keyset.hex"))!.resp;
+  assert.equal(ks.code, wire.Code.BAD_KEYSET);
+  assert.equal(ks.payload.toString(), "duplicate key in set");
+  const bl = wire.decodeResponse(v11("resp_error_bad_label.hex"))!.resp;
+  assert.equal(bl.code, wire.Code.BAD_LABEL);
+  const rj = v11("reject_tls_required.hex");
+  assert.equal(rj.length, 40);
+  assert.equal(rj[0], wire.WELCOME_REJECTED);
+  assert.equal(rj[1], wire.Code.TLS_REQUIRED);
+  assert.equal(wire.codeName(12), "TLS_REQUIRED");
+});
+
+test("every golden v1_1 file is covered", () => {
+  const files = readdirSync(join(goldenDir, "v1_1")).filter((f) =>
+    f.endsWith(".hex"),
+  );
+  const covered = new Set(
+    [
+      "req_ping_features",
+      "resp_pong_features",
+      "req_acquire_set",
+      "req_acquire_set_try",
+      "req_release_set",
+      "req_cancel_set",
+      "req_label",
+      "resp_label_ok",
+      "resp_error_bad_keyset",
+      "resp_error_bad_label",
+      "reject_tls_required",
+    ].map((n) => n + ".hex"),
+  );
+  assert.ok(files.length >= 11);
+  for (const f of files) assert.ok(covered.has(f), `v1_1/${f} not checked`);
 });

@@ -15,7 +15,16 @@ import {
 } from "../dist/esm/index.js";
 
 let client = null;
-const pendingOps = new Map(); // id -> AbortController of acquire, release, with_lock
+const pendingOps = new Map(); // id -> AbortController of the cancellable commands
+const cancellable = [
+  "acquire",
+  "release",
+  "with_lock",
+  "acquire_set",
+  "release_set",
+  "try_acquire",
+  "lease_ending",
+];
 let barrier = Promise.resolve(); // a connect in progress: later commands wait for it
 const inflight = new Set();
 
@@ -35,7 +44,12 @@ const kinds = {
   PROTOCOL: "protocol",
   CANCELLED: "cancelled",
   CLOSED: "closed",
+  INSUFFICIENT_LEASE: "insufficient_lease",
+  UNSUPPORTED: "unsupported",
 };
+
+// Leases this driver acquired and holds, by token (release_lease, lease_ending).
+const leases = new Map();
 
 /** Whether e or one of its causes is an instance of cls. */
 function caused(e, cls) {
@@ -83,6 +97,21 @@ function tokenOf(cmd) {
   return BigInt(cmd.token);
 }
 
+function held(lease) {
+  const token = lease.token.toString();
+  leases.set(token, lease);
+  return { token, deadline_in_ms: Math.floor(lease.remainingMs()) };
+}
+
+function leaseOf(cmd) {
+  const lease = leases.get(String(cmd.token));
+  if (!lease)
+    throw new InvalidError(
+      `no lease with token ${cmd.token} acquired by this driver`,
+    );
+  return lease;
+}
+
 function needClient() {
   if (!client) {
     const e = new TicketingError("CLOSED", "no client: connect first");
@@ -116,6 +145,8 @@ async function run(cmd) {
         token: cmd.token ?? null,
         tls,
         connectTimeoutMs: cmd.connect_timeout_ms ?? undefined,
+        answerAllowanceMs: cmd.answer_allowance_ms ?? undefined,
+        label: cmd.label ?? undefined,
         logger: {
           warn: (m, f) =>
             process.stderr.write(`warn ${m} ${JSON.stringify(f ?? {})}\n`),
@@ -131,11 +162,54 @@ async function run(cmd) {
         leaseMs: cmd.lease_ms,
         waitMs: cmd.wait_ms ?? 0,
         signal: signalOf(cmd),
+        minRemainingMs: cmd.min_remaining_ms ?? undefined,
       });
-      return {
-        token: lease.token.toString(),
-        deadline_in_ms: Math.floor(lease.remainingMs()),
-      };
+      return held(lease);
+    }
+    case "try_acquire": {
+      const cl = needClient();
+      const lease = await cl.tryAcquire(keyOf(cmd), {
+        leaseMs: cmd.lease_ms,
+        waitMs: cmd.wait_ms ?? 0,
+        signal: signalOf(cmd),
+      });
+      if (lease === null) return { acquired: false };
+      return { acquired: true, ...held(lease) };
+    }
+    case "acquire_set": {
+      const cl = needClient();
+      const lease = await cl.acquireSet(cmd.keys, {
+        leaseMs: cmd.lease_ms,
+        waitMs: cmd.wait_ms ?? 0,
+        signal: signalOf(cmd),
+      });
+      return held(lease);
+    }
+    case "release_set": {
+      const cl = needClient();
+      await cl.releaseSet(cmd.keys, tokenOf(cmd), { signal: signalOf(cmd) });
+      return {};
+    }
+    case "release_lease": {
+      const lease = leaseOf(cmd);
+      const released = await lease.release({ signal: signalOf(cmd) });
+      return { already: !released };
+    }
+    case "lease_ending": {
+      const lease = leaseOf(cmd);
+      const s = lease.expiringSignal(cmd.margin_ms ?? 0);
+      if (!s.aborted) {
+        const cancel = signalOf(cmd);
+        await new Promise((resolve, reject) => {
+          s.addEventListener("abort", resolve, { once: true });
+          cancel?.addEventListener(
+            "abort",
+            () => reject(new CancelledError("lease_ending cancelled")),
+            { once: true },
+          );
+        });
+      }
+      return { remaining_ms: Math.floor(lease.remainingMs()) };
     }
     case "release": {
       const cl = needClient();
@@ -155,7 +229,10 @@ async function run(cmd) {
           },
           async (lease) => {
             token = lease.token.toString();
-            if (cmd.hold_ms) await sleep(cmd.hold_ms);
+            // The hold ends early when the driver exits (stdin EOF): the
+            // scope then unwinds and releases (R10).
+            if (cmd.hold_ms)
+              await sleep(cmd.hold_ms, undefined, { signal: signalOf(cmd) });
             if (cmd.fail) throw new Error("driver: failing inside with_lock");
           },
         );
@@ -204,7 +281,7 @@ rl.on("line", (line) => {
     p = barrier.then(() => run(cmd));
     barrier = p.catch(() => {});
   } else {
-    if (["acquire", "release", "with_lock"].includes(cmd.cmd)) {
+    if (cancellable.includes(cmd.cmd)) {
       pendingOps.set(cmd.id, new AbortController());
     }
     p =
@@ -221,7 +298,14 @@ rl.on("line", (line) => {
   p.finally(() => inflight.delete(p));
 });
 rl.on("close", async () => {
+  // Program exit (R10): Node runs no asynchronous disposer at exit, so the
+  // driver ends its open scopes first (abort, let withLock release), waits
+  // for them (bounded), then closes the client.
+  for (const ac of pendingOps.values()) ac.abort(new Error("driver exiting"));
+  await Promise.race([
+    Promise.allSettled([...inflight]),
+    sleep(5000, undefined, { ref: false }),
+  ]);
   if (client) await client.close();
-  await Promise.allSettled([...inflight]);
   process.exit(0);
 });

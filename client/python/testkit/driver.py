@@ -39,6 +39,8 @@ def error_result(cid: Any, e: BaseException) -> dict[str, Any]:
         (ticketing.ConnectError, "connect"),
         (ticketing.Cancelled, "cancelled"),
         (ticketing.ProtocolError, "protocol"),
+        (ticketing.InsufficientLease, "insufficient_lease"),
+        (_Unsupported, "unsupported"),
     ]
     if isinstance(e, ticketing.NoLeader):
         # as the Go driver: no leader within the hop limit and the wait = busy NO_QUORUM
@@ -71,6 +73,8 @@ class Driver:
         self.cancels: dict[int, ticketing.CancelToken] = {}
         self.threads: list[threading.Thread] = []
         self.control: threading.Thread | None = None
+        self.leases: dict[str, ticketing.Lease] = {}  # by token: release_lease, lease_ending
+        self.exiting = threading.Event()  # stdin ended: open scopes end (R10)
 
     def key(self, cmd: dict[str, Any]) -> str | bytes:
         if "key_hex" in cmd and cmd["key_hex"] is not None:
@@ -110,20 +114,62 @@ class Driver:
             old.close()
         ctx, server_name = make_tls(cmd.get("tls"))
         timeout_ms = cmd.get("connect_timeout_ms")
+        allowance_ms = cmd.get("answer_allowance_ms")
         self.client = ticketing.Client(
             list(cmd["addrs"]),
             token=cmd.get("token") or None,
             tls=ctx,
             server_name=server_name,
             connect_timeout=(timeout_ms / 1000) if timeout_ms else 5.0,
+            answer_allowance=allowance_ms / 1000 if allowance_ms else 3.0,
+            label=cmd.get("label"),
         )
         return {}
 
     def cmd_acquire(self, cmd: dict[str, Any]) -> dict[str, Any]:
         c = self.need()
         tok = self.cancels[cmd["id"]]
-        lease = c.acquire(self.key(cmd), lease=cmd["lease_ms"] / 1000, wait=cmd.get("wait_ms", 0) / 1000, cancel=tok)
+        mr = cmd.get("min_remaining_ms")
+        lease = c.acquire(
+            self.key(cmd),
+            lease=_secs(cmd["lease_ms"]),
+            wait=_secs(cmd.get("wait_ms", 0)),
+            cancel=tok,
+            min_remaining=None if mr is None else _secs(mr),
+        )
+        self.leases[str(lease.token)] = lease
         return {"token": str(lease.token), "deadline_in_ms": int(lease.remaining() * 1000)}
+
+    def cmd_try_acquire(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        c = self.need()
+        tok = self.cancels[cmd["id"]]
+        k = self.key(cmd)
+        lease = c.try_acquire(k, lease=_secs(cmd["lease_ms"]), wait=_secs(cmd.get("wait_ms", 0)), cancel=tok)
+        if lease is None:
+            return {"acquired": False}
+        self.leases[str(lease.token)] = lease
+        return {"acquired": True, "token": str(lease.token), "deadline_in_ms": int(lease.remaining() * 1000)}
+
+    def lease_of(self, cmd: dict[str, Any]) -> ticketing.Lease:
+        lease = self.leases.get(str(cmd["token"]))
+        if lease is None:
+            raise ticketing.InvalidArgument(f"no lease with token {cmd['token']} acquired by this driver")
+        return lease
+
+    def cmd_release_lease(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        lease = self.lease_of(cmd)
+        self.need()
+        return {"already": not lease.release()}
+
+    def cmd_lease_ending(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        lease = self.lease_of(cmd)
+        lease.ending(_secs(cmd.get("margin_ms", 0))).wait()
+        return {"remaining_ms": int(lease.remaining() * 1000)}
+
+    def cmd_acquire_set(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        raise _Unsupported("key sets (protocol 1.1) are not implemented by the Python client yet")
+
+    cmd_release_set = cmd_acquire_set
 
     def cmd_release(self, cmd: dict[str, Any]) -> dict[str, Any]:
         self.need().release(self.key(cmd), int(cmd["token"]))
@@ -133,9 +179,11 @@ class Driver:
         c = self.need()
         token = 0
         try:
-            with c.lock(self.key(cmd), lease=cmd["lease_ms"] / 1000, wait=cmd.get("wait_ms", 0) / 1000) as lease:
+            tok = self.cancels[cmd["id"]]
+            scope = c.lock(self.key(cmd), lease=_secs(cmd["lease_ms"]), wait=_secs(cmd.get("wait_ms", 0)), cancel=tok)
+            with scope as lease:
                 token = lease.token
-                time.sleep(cmd.get("hold_ms", 0) / 1000)
+                self.exiting.wait(cmd.get("hold_ms", 0) / 1000)  # the program's exit ends the hold (R10)
                 if cmd.get("fail"):
                     raise _Deliberate("with_lock failing on purpose")
         except _Deliberate:
@@ -172,7 +220,7 @@ class Driver:
             except ValueError as e:
                 print(f"driver: bad line: {e}", file=sys.stderr)
                 continue
-            if cmd.get("cmd") == "acquire":
+            if cmd.get("cmd") in ("acquire", "try_acquire", "with_lock"):
                 with self.lock:
                     self.cancels[cmd.get("id")] = ticketing.CancelToken()
             # connect and close act on the one client: later commands start
@@ -183,16 +231,31 @@ class Driver:
             self.threads = [x for x in self.threads if x.is_alive()]
             self.threads.append(t)
             t.start()
-        c = self.client
-        if c is not None:
-            c.close()
+        # EOF ends the program: open scopes end (their leases are released,
+        # R10), pending acquires are withdrawn, then the client closes
+        self.exiting.set()
+        with self.lock:
+            for tok in self.cancels.values():
+                tok.cancel()
         deadline = time.monotonic() + 6
         for t in self.threads:
             t.join(max(0.0, deadline - time.monotonic()))
+        c = self.client
+        if c is not None:
+            c.close()
 
 
 class _Deliberate(Exception):
     pass
+
+
+class _Unsupported(Exception):
+    """The client lacks the feature (testkit.md: error kind unsupported)."""
+
+
+def _secs(ms: Any) -> float:
+    """Milliseconds from the runner as seconds; the client checks the range."""
+    return float(ms) / 1000 if isinstance(ms, (int, float)) and not isinstance(ms, bool) else ms
 
 
 if __name__ == "__main__":

@@ -6,12 +6,13 @@ one AsyncClient; ``cancel`` cancels the target's task."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sys
 import threading
 from typing import Any
 
-from driver import _Deliberate, emit, error_result, make_tls
+from driver import _Deliberate, _secs, _Unsupported, emit, error_result, make_tls
 
 import ticketing
 
@@ -22,6 +23,9 @@ class AioDriver:
         self.client: ticketing.AsyncClient | None = None
         self.tasks: dict[Any, asyncio.Task[None]] = {}
         self.control: asyncio.Task[None] | None = None
+        self.leases: dict[str, ticketing.AsyncLease] = {}
+        self.scopes: set[asyncio.Task[None]] = set()  # with_lock tasks: they end by themselves at exit
+        self.exiting = asyncio.Event()  # stdin ended: open scopes end (R10)
 
     def key(self, cmd: dict[str, Any]) -> str | bytes:
         if cmd.get("key_hex") is not None:
@@ -40,6 +44,9 @@ class AioDriver:
             self.control = t
         cid = cmd.get("id")
         self.tasks[cid] = t
+        if cmd.get("cmd") == "with_lock":
+            self.scopes.add(t)
+            t.add_done_callback(self.scopes.discard)
         t.add_done_callback(lambda _t: self.tasks.pop(cid, None))
 
     async def run(self, cmd: dict[str, Any], after: asyncio.Task[None] | None) -> None:
@@ -65,12 +72,15 @@ class AioDriver:
             await old.close()
         ctx, server_name = make_tls(cmd.get("tls"))
         timeout_ms = cmd.get("connect_timeout_ms")
+        allowance_ms = cmd.get("answer_allowance_ms")
         c = ticketing.AsyncClient(
             list(cmd["addrs"]),
             token=cmd.get("token") or None,
             tls=ctx,
             server_name=server_name,
             connect_timeout=(timeout_ms / 1000) if timeout_ms else 5.0,
+            answer_allowance=allowance_ms / 1000 if allowance_ms else 3.0,
+            label=cmd.get("label"),
         )
         try:
             await c.connect()
@@ -81,10 +91,45 @@ class AioDriver:
         return {}
 
     async def cmd_acquire(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        mr = cmd.get("min_remaining_ms")
         lease = await self.need().acquire(
-            self.key(cmd), lease=cmd["lease_ms"] / 1000, wait=cmd.get("wait_ms", 0) / 1000
+            self.key(cmd),
+            lease=_secs(cmd["lease_ms"]),
+            wait=_secs(cmd.get("wait_ms", 0)),
+            min_remaining=None if mr is None else _secs(mr),
         )
+        self.leases[str(lease.token)] = lease
         return {"token": str(lease.token), "deadline_in_ms": int(lease.remaining() * 1000)}
+
+    async def cmd_try_acquire(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        lease = await self.need().try_acquire(
+            self.key(cmd), lease=_secs(cmd["lease_ms"]), wait=_secs(cmd.get("wait_ms", 0))
+        )
+        if lease is None:
+            return {"acquired": False}
+        self.leases[str(lease.token)] = lease
+        return {"acquired": True, "token": str(lease.token), "deadline_in_ms": int(lease.remaining() * 1000)}
+
+    def lease_of(self, cmd: dict[str, Any]) -> ticketing.AsyncLease:
+        lease = self.leases.get(str(cmd["token"]))
+        if lease is None:
+            raise ticketing.InvalidArgument(f"no lease with token {cmd['token']} acquired by this driver")
+        return lease
+
+    async def cmd_release_lease(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        lease = self.lease_of(cmd)
+        self.need()
+        return {"already": not await lease.release()}
+
+    async def cmd_lease_ending(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        lease = self.lease_of(cmd)
+        await lease.ending(_secs(cmd.get("margin_ms", 0))).wait()
+        return {"remaining_ms": int(lease.remaining() * 1000)}
+
+    async def cmd_acquire_set(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        raise _Unsupported("key sets (protocol 1.1) are not implemented by the Python client yet")
+
+    cmd_release_set = cmd_acquire_set
 
     async def cmd_release(self, cmd: dict[str, Any]) -> dict[str, Any]:
         await self.need().release(self.key(cmd), int(cmd["token"]))
@@ -94,9 +139,10 @@ class AioDriver:
         c = self.need()
         token = 0
         try:
-            async with c.lock(self.key(cmd), lease=cmd["lease_ms"] / 1000, wait=cmd.get("wait_ms", 0) / 1000) as lease:
+            async with c.lock(self.key(cmd), lease=_secs(cmd["lease_ms"]), wait=_secs(cmd.get("wait_ms", 0))) as lease:
                 token = lease.token
-                await asyncio.sleep(cmd.get("hold_ms", 0) / 1000)
+                with contextlib.suppress(asyncio.TimeoutError):  # the program's exit ends the hold (R10)
+                    await asyncio.wait_for(self.exiting.wait(), cmd.get("hold_ms", 0) / 1000)
                 if cmd.get("fail"):
                     raise _Deliberate("with_lock failing on purpose")
         except _Deliberate:
@@ -144,11 +190,17 @@ async def main() -> None:
 
     threading.Thread(target=reader, daemon=True).start()
     await eof.wait()
-    if d.client is not None:
-        await d.client.close()
+    # EOF ends the program: open scopes end (R10), pending acquires are
+    # cancelled (withdrawn), then the client closes
+    d.exiting.set()
     pending = [t for t in d.tasks.values() if not t.done()]
+    for t in pending:
+        if t is not d.control and t not in d.scopes:
+            t.cancel()
     if pending:
         await asyncio.wait(pending, timeout=6)
+    if d.client is not None:
+        await d.client.close()
 
 
 if __name__ == "__main__":

@@ -144,6 +144,9 @@ class FakeServer:
                     if req is None:
                         break
                     del buf[:n]
+                    if req.op == _wire.OP_PING and req.arg == _wire.PING_FEATURES:
+                        fc.reply(req, _wire.ST_PONG, value=1)  # as a 1.0 server: no feature bits
+                        continue
                     with self.cv:
                         self.requests.append((fc.index, req))
                         self.cv.notify_all()

@@ -4,6 +4,7 @@ client's own terms (its errors' classes and messages, its scope objects)."""
 from __future__ import annotations
 
 import asyncio
+import os
 import uuid
 from collections.abc import Iterator
 
@@ -139,3 +140,52 @@ def test_closed_client_fails_at_once_with_closed_R7(server: Server) -> None:
             await ac.connect()
 
     asyncio.run(main())
+
+
+def test_silent_server_ends_indeterminate_and_withdraws_R2() -> None:
+    from fakeserver import FakeServer
+
+    from ticketing import _wire as w
+
+    f = FakeServer(lambda fc, r: None)  # answers nothing
+    try:
+        with ticketing.Client(f.addr, answer_allowance=0.4) as c:
+            with pytest.raises(ticketing.Indeterminate, match="answer allowance"):
+                c.acquire("silent", lease=5, wait=0.3)
+            assert f.wait_for(lambda: len(f.ops(w.OP_CANCEL)) >= 1), "no C withdrew the unanswered acquire"
+
+        async def main() -> None:
+            async with ticketing.AsyncClient(f.addr, answer_allowance=0.4) as ac:
+                with pytest.raises(ticketing.Indeterminate, match="answer allowance"):
+                    await ac.acquire("silent2", lease=5, wait=0)
+
+        asyncio.run(main())
+        assert f.wait_for(lambda: len(f.ops(w.OP_CANCEL)) >= 2)
+    finally:
+        f.close()
+
+
+def test_lease_ending_try_acquire_and_min_remaining_R12_R13_R14(server: Server) -> None:
+    key = k("ending")
+    with ticketing.Client(server.addr) as c:
+        lease = c.acquire(key, lease=1.0)
+        ev = lease.ending(0.5)
+        assert ev.wait(5) and 0.2 < lease.remaining() <= 0.6
+        assert c.try_acquire(key, lease=1, wait=0.1) is None  # R13: a value, not LockTimeout
+        lease.release()
+        assert lease.ending(0.5).is_set()  # after release: at once, never an error
+        with pytest.raises(ticketing.InsufficientLease):  # R14
+            c.acquire(key, lease=1, min_remaining=2)
+        assert c.try_acquire(key, lease=1) is not None  # it was released at once
+
+
+def test_connection_label_is_visible_in_locks(server: Server) -> None:
+    key = k("label")
+    with ticketing.Client(server.addr, app_name="billing") as c, c.lock(key, lease=5):
+        with ticketing.Client(server.addr, admin_token="") as adm:
+            rows = adm.admin("locks", prefix=key)["locks"]
+        assert isinstance(rows, list) and rows
+        holder = rows[0].get("holder") or {}
+        assert isinstance(holder, dict)
+        label = str(holder.get("label", ""))
+        assert label.startswith("billing ") and f"/{os.getpid()} python/" in label, rows

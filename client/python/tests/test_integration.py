@@ -186,8 +186,8 @@ def test_tls(tls_server: Server) -> None:
         assert c.ping()[0] > 0
     with pytest.raises(ticketing.TLSError):
         ticketing.Client(tls_server.addr, tls=ssl.create_default_context(), connect_timeout=2)
-    with pytest.raises(ticketing.ConnectError):
-        ticketing.Client(tls_server.addr, connect_timeout=1)  # plaintext to a TLS server
+    with pytest.raises(ticketing.TLSError, match="requires TLS"):  # R5: the server's TLS_REQUIRED hint
+        ticketing.Client(tls_server.addr, connect_timeout=5)  # plaintext to a TLS server
 
 
 def test_mutual_tls(mtls_server: Server) -> None:

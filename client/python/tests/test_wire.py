@@ -255,3 +255,27 @@ def test_header_lengths_are_bounded(h: bytes) -> None:
     except w.WireError:
         return
     assert w.HEADER_LEN <= n <= w.HEADER_LEN + w.MAX_ADMIN_REPLY
+
+
+def load11(name: str) -> bytes:
+    return load("v1_1/" + name)
+
+
+def test_golden_v1_1_feature_ping_label_and_their_answers() -> None:
+    assert w.encode_ping(9, w.PING_FEATURES) == load11("req_ping_features.hex")
+    assert w.encode_label(0x0D, b"web-1/4242 go/1.1.0") == load11("req_label.hex")
+    pong, n = w.decode_response(load11("resp_pong_features.hex"))
+    assert pong is not None and n == 16 and pong.status == w.ST_PONG and pong.req_id == 9
+    assert pong.queued == w.FEATURE_KEY_SETS | w.FEATURE_LABELS | w.FEATURE_TLS_HINT
+    ok, _ = w.decode_response(load11("resp_label_ok.hex"))
+    assert ok is not None and ok.status == w.ST_RELEASED and w.fits(w.OP_LABEL, ok.status)
+    bad, _ = w.decode_response(load11("resp_error_bad_label.hex"))
+    assert bad is not None and bad.status == w.ST_ERROR and w.code_name(bad.code) == "BAD_LABEL"
+    rej = load11("reject_tls_required.hex")
+    assert rej[0] == 0x45 and rej[1] == w.CODE_TLS_REQUIRED and len(rej) == w.HELLO_LEN
+
+
+def test_labels_are_cut_at_a_character_boundary() -> None:
+    assert w.cut_label("é" * 40) == ("é" * 32).encode()  # 64 bytes, never half a character
+    assert len(w.cut_label("a" * 100)) == w.MAX_LABEL
+    assert w.cut_label("a\nb") == b"a?b"

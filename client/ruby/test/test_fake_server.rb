@@ -218,13 +218,13 @@ class TestFakeServer < Minitest::Test
     ts = []
     ts << times.pop until times.empty?
     # ts[0] is the connection that came up; attempt n >= 1 waits step(n)
-    # after the previous failure: 0.1, 0.2, ... capped at 3.2 s, jittered to [step/2, step].
+    # after the previous failure: 0.1, 0.2, ... capped at 3.2 s, full jitter [0, step] (R16).
     gaps = ts.drop(1).each_cons(2).map { |a, b| b - a }.first(6)
     steps = [0.2, 0.4, 0.8, 1.6, 3.2, 3.2]
     gaps.each_with_index do |g, i|
-      assert_operator g, :>=, steps[i] * 0.5 * 0.9, "gap #{i}: #{g}"
       assert_operator g, :<=, (steps[i] * 1.5) + 0.3, "gap #{i}: #{g}"
     end
+    assert_operator gaps.sum, :>=, 0.5, "no hot reconnect loop: #{gaps}"
   ensure
     c&.close
     srv&.close

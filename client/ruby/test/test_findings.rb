@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require_relative "test_helper"
+require "json"
 
 # Issue 32 findings 9-11 (Ruby) and the edge rules R6, R7, R8 in the
 # client's own terms.
@@ -115,5 +116,57 @@ class TestFindings < Minitest::Test
   def test_token_zero_is_refused
     e = assert_raises(Ticketing::InvalidArgument) { @client.release(key, 0) }
     assert_match(/token must be an Integer 1\.\.2\*\*64-1/, e.message)
+  end
+
+  # R2: a written acquire unanswered by its wait + the answer allowance ends Indeterminate, withdrawn with C
+  def test_silent_server_is_indeterminate_and_withdrawn
+    fake = FakeServer.new { |_s, _r, _st| nil } # answers nothing
+    c = Ticketing::Client.new(addresses: [fake.addr], answer_allowance: 0.4)
+    e = assert_raises(Ticketing::Indeterminate) { c.acquire("silent", lease: 5, wait: 0.3) }
+    assert_match(/answer allowance/, e.message)
+    reqs = []
+    wait_until(5) do
+      reqs << fake.requests.pop until fake.requests.empty?
+      reqs.any? { |r| r.op == Ticketing::Wire::OP_CANCEL }
+    end
+  ensure
+    c&.close
+    fake&.close
+  end
+
+  # R12, R13, R14
+  def test_on_ending_try_acquire_and_min_remaining
+    k = key
+    l = @client.acquire(k, lease: 1)
+    q = Queue.new
+    l.on_ending(0.5) { |rem| q << rem }
+    rem = q.pop
+    assert_operator rem, :<=, 0.6
+    assert_operator rem, :>, 0.2
+    assert_nil @client.try_acquire(k, lease: 1, wait: 0.1)
+    assert l.release
+    l.on_ending(0.5) { |r| q << r }
+    q.pop # at once after release, never an error
+    assert_raises(Ticketing::InsufficientLease) { @client.acquire(k, lease: 1, min_remaining: 2) }
+    refute_nil @client.try_acquire(k, lease: 1), "the insufficient lease was released at once"
+  end
+
+  # protocol 1.1: the feature ping and the label, through the codec and against the server
+  def test_label_golden_vectors_and_visible_in_locks
+    assert_equal golden("v1_1/req_ping_features"), Ticketing::Wire.encode_ping(9, Ticketing::Wire::PING_FEATURES)
+    assert_equal golden("v1_1/req_label"), Ticketing::Wire.encode_label(0x0d, "web-1/4242 go/1.1.0")
+    assert_equal ("é" * 32).b, Ticketing::Wire.cut_label("é" * 40)
+    k = key
+    c = Ticketing::Client.new(addresses: [@srv.addr], app_name: "billing")
+    c.lock(k, lease: 5) do
+      adm = Ticketing::Client.new(addresses: [@srv.addr], admin: true)
+      row = adm.admin("locks", prefix: k)["locks"].first
+      adm.close
+      label = row.dig("holder", "label").to_s
+      assert label.start_with?("billing "), row.inspect
+      assert_includes label, "/#{Process.pid} ruby/"
+    end
+  ensure
+    c&.close
   end
 end

@@ -130,6 +130,10 @@ class FakeServer
         break if n.zero?
 
         buf = buf.byteslice(n..)
+        if req.op == Wire::OP_PING && req.arg == Wire::PING_FEATURES
+          s.write(Wire.encode_response(Wire::STATUS_PONG, 0, 0, req.req_id, 1)) # as a 1.0 server: no features
+          next
+        end
         @requests << req
         @handler&.call(s, req, state)
       end

@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ticketing/ticketing/client/wire"
@@ -35,6 +36,13 @@ type Fake struct {
 	// Handler answers a request; nil drops it. It runs on the connection's
 	// reader goroutine.
 	Handler func(c *Conn, r Req)
+	// Features are the protocol 1.1 feature bits of the fake's answer to a
+	// client's feature ping (a P with arg 1, protocol.md §12.1), which the
+	// fake answers itself, without recording it or calling Handler: 0 (the
+	// default) is a 1.0 server, so a 1.1 client uses no 1.1 frame with it.
+	Features wire.Features
+
+	reject atomic.Uint32 // SetReject
 
 	mu     sync.Mutex
 	lns    []net.Listener
@@ -165,6 +173,17 @@ func (f *Fake) acceptLoop(i int, ln net.Listener) {
 	}
 }
 
+// SetReject makes every later AUTH answered with REJECT code (0: back to
+// Reject), e.g. a token rotated on the server while clients are connected.
+func (f *Fake) SetReject(code wire.Code) { f.reject.Store(uint32(code)) }
+
+func (f *Fake) rejectCode() wire.Code {
+	if c := f.reject.Load(); c != 0 {
+		return wire.Code(c)
+	}
+	return f.Reject
+}
+
 // Send writes b to the connection.
 func (c *Conn) Send(b []byte) error {
 	c.wmu.Lock()
@@ -217,8 +236,8 @@ func (c *Conn) serve() {
 		c.Send(wire.AppendReject(nil, wire.CodeBadHandshake))
 		return
 	}
-	if f.Reject != 0 {
-		c.Send(wire.AppendReject(nil, f.Reject))
+	if code := f.rejectCode(); code != 0 {
+		c.Send(wire.AppendReject(nil, code))
 		return
 	}
 	tok := []byte(f.Token)
@@ -255,6 +274,11 @@ func (c *Conn) serve() {
 			}
 			if k == 0 {
 				break
+			}
+			if req.Op == wire.OpPing && req.Arg == wire.PingArgFeatures {
+				_ = c.Send(wire.AppendPongFeatures(nil, req.ReqID, f.Features, uint64(time.Now().UnixMicro())))
+				pend = pend[k:]
+				continue
 			}
 			raw := append([]byte(nil), pend[:k]...)
 			req, _, _ = wire.ParseRequest(raw)

@@ -47,6 +47,8 @@ type Proxy struct {
 	OnResponse func(f *Frame) Verdict
 	// MaxLinks > 0 closes connections accepted beyond that many live ones.
 	MaxLinks int
+	// BeforeDial, when set, runs after each accept, before the target is dialled.
+	BeforeDial func()
 
 	mu        sync.Mutex
 	links     map[*link]bool
@@ -55,6 +57,7 @@ type Proxy struct {
 	requests  []Frame
 	hold      bool
 	blackhole bool
+	refuse    bool
 	delay     time.Duration
 	stopped   bool
 	wg        sync.WaitGroup
@@ -142,6 +145,14 @@ func (p *Proxy) Blackhole(on bool) {
 	p.mu.Unlock()
 }
 
+// Refuse makes the proxy close every new connection at once (a server that
+// is down: connection refused or reset) until called with false.
+func (p *Proxy) Refuse(on bool) {
+	p.mu.Lock()
+	p.refuse = on
+	p.mu.Unlock()
+}
+
 // Delay delays server→client bytes by d.
 func (p *Proxy) Delay(d time.Duration) {
 	p.mu.Lock()
@@ -192,12 +203,15 @@ func (p *Proxy) accept() {
 		}
 		p.mu.Lock()
 		p.accepts = append(p.accepts, time.Now())
-		if p.stopped || (p.MaxLinks > 0 && len(p.links) >= p.MaxLinks) {
+		if p.stopped || p.refuse || (p.MaxLinks > 0 && len(p.links) >= p.MaxLinks) {
 			p.mu.Unlock()
 			cc.Close()
 			continue
 		}
 		p.mu.Unlock()
+		if p.BeforeDial != nil {
+			p.BeforeDial()
+		}
 		sc, err := net.DialTimeout("tcp", p.Target, 5*time.Second)
 		if err != nil {
 			cc.Close()

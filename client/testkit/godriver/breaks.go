@@ -3,6 +3,7 @@ package main
 import (
 	"net"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/ticketing/ticketing/client/testkit/fault"
@@ -39,6 +40,17 @@ import (
 //	tls-insecure        the server certificate is not verified
 //	flip-flags          (relay) requests carry a nonzero flags field
 //	drop-releases       (relay) R requests are never sent
+//	no-jitter           (relay) connection attempts to the addresses reach them all at once (a barrier)
+//	no-answer-allowance an unanswered acquire waits an hour past its wait
+//	no-wait             every acquire is sent with wait 0
+//	tls-as-connect      a TLS failure is reported as connect
+//	release-lease-twice release_lease always sends the release
+//	exit-keeps-scopes   on stdin EOF the client closes with scopes still open
+//	ending-at-deadline  lease_ending ignores the margin
+//	try-raises          try_acquire reports not acquired as an error
+//	ignore-min-remaining min_remaining_ms is not passed to the client
+//	terse-errors        error messages are only the kind
+//	no-label            connect ignores label
 type breaks map[string]bool
 
 func parseBreaks(s string) breaks {
@@ -66,9 +78,10 @@ func (r *relay) Close() {
 // wrapAddrs puts a relay in front of each address when a relay break is on.
 func (d *driver) wrapAddrs(addrs []string) ([]string, error) {
 	if !d.brk.has("ignore-moved") && !d.brk.has("single-conn") && !d.brk.has("fast-reconnect") &&
-		!d.brk.has("flip-flags") && !d.brk.has("drop-releases") {
+		!d.brk.has("flip-flags") && !d.brk.has("drop-releases") && !d.brk.has("no-jitter") {
 		return addrs, nil
 	}
+	bar := &barrier{n: len(addrs), open: make(chan struct{})}
 	var out []string
 	for _, a := range addrs {
 		p, err := fault.Listen(a, true)
@@ -78,6 +91,9 @@ func (d *driver) wrapAddrs(addrs []string) ([]string, error) {
 		r := &relay{p: p, stop: make(chan struct{})}
 		if d.brk.has("single-conn") {
 			p.MaxLinks = 1
+		}
+		if d.brk.has("no-jitter") {
+			p.BeforeDial = bar.wait
 		}
 		p.OnResponse = func(f *fault.Frame) fault.Verdict {
 			if d.brk.has("ignore-moved") && f.Resp.Status == wire.StatusMoved {
@@ -117,4 +133,27 @@ func (d *driver) wrapAddrs(addrs []string) ([]string, error) {
 		out = append(out, p.Addr())
 	}
 	return out, nil
+}
+
+// barrier releases the dials of all n relays together (break no-jitter):
+// each waits until all n have one pending, or 3 s.
+type barrier struct {
+	mu      sync.Mutex
+	n, seen int
+	open    chan struct{}
+}
+
+func (b *barrier) wait() {
+	b.mu.Lock()
+	b.seen++
+	ch := b.open
+	if b.seen >= b.n {
+		close(b.open)
+		b.open, b.seen = make(chan struct{}), 0
+	}
+	b.mu.Unlock()
+	select {
+	case <-ch:
+	case <-time.After(3 * time.Second):
+	}
 }

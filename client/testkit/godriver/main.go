@@ -25,6 +25,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/ticketing/ticketing/client"
 )
@@ -43,7 +44,12 @@ type command struct {
 	Token            *string  `json:"token"`
 	TLS              *tlsSpec `json:"tls"`
 	ConnectTimeoutMS int64    `json:"connect_timeout_ms"`
-	Key              *string  `json:"key"`
+	Key              *jsonKey `json:"key"`
+	Keys             []string `json:"keys"`
+	Label            *string  `json:"label"`
+	AnswerAllowMS    int64    `json:"answer_allowance_ms"`
+	MinRemainingMS   int64    `json:"min_remaining_ms"`
+	MarginMS         int64    `json:"margin_ms"`
 	KeyHex           *string  `json:"key_hex"`
 	LeaseMS          int64    `json:"lease_ms"`
 	WaitMS           int64    `json:"wait_ms"`
@@ -62,14 +68,16 @@ type driver struct {
 	relays  []*relay
 	pending map[int64]context.CancelFunc
 	wg      sync.WaitGroup
-	serial  sync.Mutex // break "serialize"
-	first   string     // break "report-first-token"
+	serial  sync.Mutex              // break "serialize"
+	first   string                  // break "report-first-token"
+	locks   map[string]*client.Lock // by token: the leases this driver acquired (release_lease, lease_ending)
 }
 
 func main() {
 	log.SetFlags(log.Lmicroseconds)
 	log.SetPrefix("godriver: ")
-	d := &driver{out: bufio.NewWriter(os.Stdout), pending: map[int64]context.CancelFunc{}, brk: parseBreaks(os.Getenv("TESTKIT_BREAK"))}
+	d := &driver{out: bufio.NewWriter(os.Stdout), pending: map[int64]context.CancelFunc{}, locks: map[string]*client.Lock{}, brk: parseBreaks(os.Getenv("TESTKIT_BREAK"))}
+	terseErrors = d.brk.has("terse-errors")
 	sc := bufio.NewScanner(os.Stdin)
 	sc.Buffer(make([]byte, 64<<10), 4<<20)
 	for sc.Scan() {
@@ -85,15 +93,23 @@ func main() {
 		}
 		d.dispatch(c)
 	}
-	// EOF: close the client (pending commands answer closed), then wait for
-	// their answers.
+	// EOF ends the program: scopes still open end (their leases are
+	// released, R10), every pending command ends, then the client closes.
 	d.mu.Lock()
 	cl := d.cl
+	if !d.brk.has("exit-keeps-scopes") {
+		for _, cancel := range d.pending {
+			cancel()
+		}
+	}
 	d.mu.Unlock()
-	if cl != nil {
+	if d.brk.has("exit-keeps-scopes") && cl != nil {
 		cl.Close()
 	}
 	d.wg.Wait()
+	if cl != nil {
+		cl.Close()
+	}
 	d.closeRelays()
 }
 
@@ -117,7 +133,12 @@ func okReply(id int64, fields map[string]any) map[string]any {
 	return m
 }
 
+var terseErrors bool // break terse-errors
+
 func errReply(id int64, kind string, code int, msg string) map[string]any {
+	if terseErrors {
+		msg = kind
+	}
 	m := map[string]any{"id": id, "ok": false, "error": kind, "message": msg}
 	if code != 0 {
 		m["code"] = code
@@ -156,7 +177,7 @@ func (d *driver) dispatch(c command) {
 			cl.Close()
 		}
 		d.reply(okReply(c.ID, nil))
-	case "acquire", "release", "with_lock":
+	case "acquire", "release", "with_lock", "acquire_set", "release_set", "release_lease", "lease_ending", "try_acquire":
 		ctx, cancel := context.WithCancel(context.Background())
 		d.mu.Lock()
 		d.pending[c.ID] = cancel
@@ -207,6 +228,15 @@ func (d *driver) connect(c command) map[string]any {
 	if c.ConnectTimeoutMS > 0 {
 		opts = append(opts, client.WithDialTimeout(time.Duration(c.ConnectTimeoutMS)*time.Millisecond))
 	}
+	if c.AnswerAllowMS > 0 && !d.brk.has("no-answer-allowance") {
+		opts = append(opts, client.WithAnswerAllowance(ms(c.AnswerAllowMS)))
+	}
+	if d.brk.has("no-answer-allowance") {
+		opts = append(opts, client.WithAnswerAllowance(time.Hour))
+	}
+	if c.Label != nil && !d.brk.has("no-label") {
+		opts = append(opts, client.WithLabel(*c.Label)) // protocol.md §12.3
+	}
 	if c.TLS != nil {
 		cfg := &tls.Config{ServerName: c.TLS.ServerName}
 		if c.TLS.CA != "" {
@@ -243,6 +273,9 @@ func (d *driver) connect(c command) map[string]any {
 		if kind == "auth" && d.brk.has("auth-as-connect") {
 			kind = "connect"
 		}
+		if kind == "tls" && d.brk.has("tls-as-connect") {
+			kind = "connect"
+		}
 		return errReply(c.ID, kind, code, err.Error())
 	}
 	d.mu.Lock()
@@ -260,7 +293,7 @@ func (d *driver) key(c command) (string, error) {
 		return string(b), nil
 	}
 	if c.Key != nil {
-		return *c.Key, nil
+		return string(*c.Key), nil
 	}
 	return "", nil
 }
@@ -275,6 +308,67 @@ func (d *driver) run(ctx context.Context, cl *client.Client, c command) map[stri
 	switch c.Cmd {
 	case "acquire":
 		return d.acquire(ctx, cl, c, key)
+	case "try_acquire":
+		r := d.acquire(ctx, cl, c, key)
+		if r["ok"] == true {
+			r["acquired"] = true
+		} else if r["error"] == "timeout" && !d.brk.has("try-raises") {
+			return okReply(c.ID, map[string]any{"acquired": false})
+		}
+		return r
+	case "acquire_set": // protocol.md §12.2
+		l, err := cl.AcquireSet(ctx, c.Keys, ms(c.LeaseMS), ms(c.WaitMS))
+		if err != nil {
+			return d.errResult(c.ID, ctx, err)
+		}
+		tok := strconv.FormatUint(l.Token(), 10)
+		d.mu.Lock()
+		d.locks[tok] = l
+		d.mu.Unlock()
+		return okReply(c.ID, map[string]any{"token": tok, "deadline_in_ms": time.Until(l.Deadline()).Milliseconds()})
+	case "release_set":
+		if c.Token == nil {
+			return errReply(c.ID, "invalid", 0, "release_set without token")
+		}
+		tok, err := d.parseToken(*c.Token)
+		if err != nil {
+			return errReply(c.ID, "invalid", 0, "token: "+err.Error())
+		}
+		if err := cl.ReleaseSet(ctx, c.Keys, tok); err != nil {
+			return d.errResult(c.ID, ctx, err)
+		}
+		return okReply(c.ID, nil)
+	case "release_lease":
+		l, bad := d.lease(c)
+		if bad != nil {
+			return bad
+		}
+		already := l.Released()
+		var err error
+		if d.brk.has("release-lease-twice") {
+			err = cl.Release(ctx, l.Key(), l.Token())
+		} else {
+			err = l.Release(ctx)
+		}
+		if err != nil {
+			return d.errResult(c.ID, ctx, err)
+		}
+		return okReply(c.ID, map[string]any{"already": already})
+	case "lease_ending":
+		l, bad := d.lease(c)
+		if bad != nil {
+			return bad
+		}
+		ch := l.Ending(ms(c.MarginMS))
+		if d.brk.has("ending-at-deadline") {
+			ch = l.Done()
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return errReply(c.ID, "cancelled", 0, "lease_ending cancelled")
+		}
+		return okReply(c.ID, map[string]any{"remaining_ms": time.Until(l.Deadline()).Milliseconds()})
 	case "release":
 		if c.Token == nil {
 			return errReply(c.ID, "invalid", 0, "release without token")
@@ -307,7 +401,10 @@ func (d *driver) run(ctx context.Context, cl *client.Client, c command) map[stri
 		}
 		err := withLock(ctx, cl, key, ms(c.LeaseMS), ms(c.WaitMS), !d.brk.has("with-lock-leak"), func(l *client.Lock) error {
 			tok = l.Token()
-			time.Sleep(ms(c.HoldMS))
+			select { // the hold ends early when the program exits (stdin EOF): the scope ends
+			case <-time.After(ms(c.HoldMS)):
+			case <-ctx.Done():
+			}
 			if c.Fail {
 				return errScopeFailed
 			}
@@ -342,6 +439,21 @@ func withLock(ctx context.Context, cl *client.Client, key string, lease, wait ti
 	return err
 }
 
+// lease is the lease object this driver acquired with c's token, or the
+// error reply.
+func (d *driver) lease(c command) (*client.Lock, map[string]any) {
+	if c.Token == nil {
+		return nil, errReply(c.ID, "invalid", 0, c.Cmd+" without token")
+	}
+	d.mu.Lock()
+	l := d.locks[*c.Token]
+	d.mu.Unlock()
+	if l == nil {
+		return nil, errReply(c.ID, "invalid", 0, c.Cmd+": no lease with token "+*c.Token+" was acquired by this driver")
+	}
+	return l, nil
+}
+
 func (d *driver) parseToken(s string) (uint64, error) {
 	if d.brk.has("token-float") {
 		f, err := strconv.ParseFloat(s, 64)
@@ -352,6 +464,9 @@ func (d *driver) parseToken(s string) (uint64, error) {
 
 func (d *driver) acquire(ctx context.Context, cl *client.Client, c command, key string) map[string]any {
 	lease, wait := ms(c.LeaseMS), ms(c.WaitMS)
+	if d.brk.has("no-wait") {
+		wait = 0
+	}
 	if d.brk.has("wait0-as-wait") && c.WaitMS == 0 {
 		wait = 5 * time.Second
 	}
@@ -359,7 +474,11 @@ func (d *driver) acquire(ctx context.Context, cl *client.Client, c command, key 
 		lease *= 10
 	}
 	sent := time.Now()
-	l, err := cl.Acquire(ctx, key, lease, wait)
+	var opts []client.AcquireOption
+	if c.MinRemainingMS > 0 && !d.brk.has("ignore-min-remaining") {
+		opts = append(opts, client.MinRemaining(ms(c.MinRemainingMS)))
+	}
+	l, err := cl.Acquire(ctx, key, lease, wait, opts...)
 	for err != nil && d.brk.has("retry-busy") && errors.Is(err, client.ErrBusy) && time.Since(sent) < wait {
 		time.Sleep(20 * time.Millisecond)
 		l, err = cl.Acquire(ctx, key, lease, wait-time.Since(sent))
@@ -374,6 +493,9 @@ func (d *driver) acquire(ctx context.Context, cl *client.Client, c command, key 
 		return d.errResult(c.ID, ctx, err)
 	}
 	tok := strconv.FormatUint(l.Token(), 10)
+	d.mu.Lock()
+	d.locks[tok] = l
+	d.mu.Unlock()
 	if d.brk.has("token-float") {
 		tok = strconv.FormatFloat(float64(l.Token()), 'f', 0, 64)
 	}
@@ -403,6 +525,9 @@ func (d *driver) errResult(id int64, ctx context.Context, err error) map[string]
 	if kind == "invalid" && d.brk.has("no-validate") {
 		kind = "internal"
 	}
+	if d.brk.has("auth-as-connect") && kind == "auth" {
+		kind = "connect"
+	}
 	return errReply(id, kind, code, err.Error())
 }
 
@@ -414,6 +539,8 @@ func classify(err error) (string, int) {
 	switch {
 	case errors.Is(err, client.ErrClosed):
 		return "closed", 0
+	case errors.Is(err, client.ErrInsufficientLease):
+		return "insufficient_lease", 0
 	case errors.Is(err, context.Canceled):
 		return "cancelled", 0
 	case errors.Is(err, client.ErrIndeterminate):
@@ -438,8 +565,10 @@ func classify(err error) (string, int) {
 		return "auth", code
 	case errors.As(err, &re):
 		return "busy", int(re.Code)
-	case isTLS(err):
+	case errors.Is(err, client.ErrTLS) || isTLS(err):
 		return "tls", 0
+	case errors.Is(err, client.ErrUnsupported):
+		return "unsupported", 0
 	case errors.Is(err, client.ErrConnect):
 		return "connect", 0
 	case errors.Is(err, io.ErrUnexpectedEOF):
@@ -454,7 +583,7 @@ func isTLS(err error) bool {
 	var ci x509.CertificateInvalidError
 	var ve *tls.CertificateVerificationError
 	var rh tls.RecordHeaderError
-	if errors.As(err, &ue) || errors.As(err, &he) || errors.As(err, &ci) || errors.As(err, &ve) || errors.As(err, &rh) {
+	if errors.Is(err, client.ErrTLS) || errors.As(err, &ue) || errors.As(err, &he) || errors.As(err, &ci) || errors.As(err, &ve) || errors.As(err, &rh) {
 		return true
 	}
 	s := err.Error()
@@ -469,4 +598,67 @@ func (d *driver) closeRelays() {
 	for _, r := range rs {
 		r.Close()
 	}
+}
+
+// jsonKey is a JSON string decoded as the driver's key: like encoding/json,
+// except that a lone UTF-16 surrogate escape (\ud800 without its pair) is
+// kept as its 3-byte (WTF-8) encoding instead of being replaced by U+FFFD.
+// A Go string cannot hold a lone surrogate; these bytes are what a Go
+// program that got one from elsewhere would pass, and they are not UTF-8,
+// so the client must refuse them (R8), as a Java or C# client must refuse
+// the lone surrogate itself.
+type jsonKey string
+
+func (k *jsonKey) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return err
+	}
+	if !strings.Contains(strings.ToLower(string(b)), `\ud`) {
+		*k = jsonKey(s)
+		return nil
+	}
+	raw := string(b[1 : len(b)-1])
+	var out []byte
+	for i := 0; i < len(raw); i++ {
+		if raw[i] != '\\' {
+			out = append(out, raw[i])
+			continue
+		}
+		i++
+		switch raw[i] {
+		case 'u':
+			v, err := strconv.ParseUint(raw[i+1:i+5], 16, 32)
+			if err != nil {
+				return err
+			}
+			i += 4
+			r := rune(v)
+			if r >= 0xd800 && r < 0xdc00 && i+6 < len(raw) && raw[i+1] == '\\' && raw[i+2] == 'u' {
+				if lo, err := strconv.ParseUint(raw[i+3:i+7], 16, 32); err == nil && lo >= 0xdc00 && lo < 0xe000 {
+					r = 0x10000 + (r-0xd800)<<10 + rune(lo-0xdc00)
+					i += 6
+				}
+			}
+			if r >= 0xd800 && r < 0xe000 { // lone: WTF-8
+				out = append(out, byte(0xe0|r>>12), byte(0x80|(r>>6)&0x3f), byte(0x80|r&0x3f))
+			} else {
+				out = utf8.AppendRune(out, r)
+			}
+		case 'n':
+			out = append(out, '\n')
+		case 't':
+			out = append(out, '\t')
+		case 'r':
+			out = append(out, '\r')
+		case 'b':
+			out = append(out, '\b')
+		case 'f':
+			out = append(out, '\f')
+		default: // " \\ /
+			out = append(out, raw[i])
+		}
+	}
+	*k = jsonKey(out)
+	return nil
 }

@@ -15,6 +15,7 @@ asyncio::
             await write_with_fencing(lease.token)
 """
 
+from ._common import CLIENT_VERSION as __version__
 from ._common import CancelToken, Duration, Key, LeaseBase
 from .aio import AsyncClient, AsyncLease
 from .client import Client, Lease
@@ -25,6 +26,7 @@ from .errors import (
     ClosedIndeterminate,
     ConnectError,
     Indeterminate,
+    InsufficientLease,
     InvalidArgument,
     LockBusy,
     LockTimeout,
@@ -34,8 +36,6 @@ from .errors import (
     TicketingError,
     TLSError,
 )
-
-__version__ = "0.1.0"
 
 __all__ = [
     "AsyncClient",
@@ -49,6 +49,7 @@ __all__ = [
     "ConnectError",
     "Duration",
     "Indeterminate",
+    "InsufficientLease",
     "InvalidArgument",
     "Key",
     "Lease",

@@ -20,6 +20,8 @@ Duration = Union[float, int, datetime.timedelta]
 Key = Union[str, bytes]
 """A key: a str (encoded as UTF-8) or raw bytes."""
 
+CLIENT_VERSION = "0.1.0"
+
 # Fixed parameters of the client behaviour (architecture.md, "Client library
 # behaviour"); the same as the Go client's (client/options.go).
 DEFAULT_CONNECT_TIMEOUT = 5.0
@@ -51,7 +53,7 @@ def key_bytes(key: Key) -> bytes:
         try:
             b = key.encode("utf-8")
         except UnicodeEncodeError:
-            raise InvalidArgument("key must be valid UTF-8 (it contains a lone surrogate)") from None
+            raise InvalidArgument("key must be 1..250 bytes of valid UTF-8 (it contains a lone surrogate)") from None
     elif isinstance(key, (bytes, bytearray, memoryview)):
         b = bytes(key)
     else:
@@ -74,18 +76,18 @@ def millis(d: Duration, what: str, *, minimum: int = 0) -> int:
     else:
         secs = float(d)
         if math.isnan(secs) or math.isinf(secs):
-            raise InvalidArgument(f"{what} must be a finite duration")
+            raise InvalidArgument(f"{what} must be a finite duration of 0..{_wire.MAX_U32} ms")
         if isinstance(d, float):
             us = round(d * 1_000_000)  # to the microsecond, then up to the millisecond
             ms = -((-us) // 1000)
         else:
             ms = d * 1000
     if secs < 0 or ms < 0:
-        raise InvalidArgument(f"{what} must not be negative")
+        raise InvalidArgument(f"{what} must be {minimum}..{_wire.MAX_U32} ms, not negative (got {d!r})")
     if ms < minimum:
-        raise InvalidArgument(f"{what} must be at least {minimum} ms")
+        raise InvalidArgument(f"{what} must be at least {minimum} ms (at most {_wire.MAX_U32} ms; got {d!r})")
     if ms > _wire.MAX_U32:
-        raise InvalidArgument(f"{what} must be at most {_wire.MAX_U32} ms")
+        raise InvalidArgument(f"{what} must be at most {_wire.MAX_U32} ms (got {ms} ms)")
     return int(ms)
 
 
@@ -136,8 +138,8 @@ def backoff_step(base: float, ceiling: float, n: int) -> float:
 
 
 def jitter(step: float) -> float:
-    """A delay drawn uniformly from [step/2, step]."""
-    return step / 2 + random.random() * step / 2
+    """A delay drawn uniformly from [0, step]: full jitter (edge rule R16)."""
+    return random.random() * step
 
 
 def reconnect_delay(n: int) -> float:
@@ -206,7 +208,7 @@ class LeaseBase:
     small margin for clock rate differences); past it the lock may belong to
     someone else."""
 
-    __slots__ = ("_released", "deadline", "key", "key_bytes", "lease_ms", "token")
+    __slots__ = ("_ending", "_released", "deadline", "key", "key_bytes", "lease_ms", "token")
 
     def __init__(self, key: bytes, token: int, deadline: float, lease_ms: int) -> None:
         self.key_bytes = key
@@ -215,6 +217,7 @@ class LeaseBase:
         self.deadline = deadline
         self.lease_ms = lease_ms
         self._released = False
+        self._ending: list[Callable[[], None]] = []  # fired once released (R12)
 
     def remaining(self) -> float:
         """Seconds until the local deadline (negative once past it)."""
@@ -230,6 +233,12 @@ class LeaseBase:
     def released(self) -> bool:
         """True once the server confirmed the release (O)."""
         return self._released
+
+    def _mark_released(self) -> None:
+        self._released = True
+        fire, self._ending = self._ending, []
+        for f in fire:
+            f()
 
     def __repr__(self) -> str:
         return (

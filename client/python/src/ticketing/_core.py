@@ -30,6 +30,7 @@ from typing import Any, Generic, TypeVar
 
 from . import _wire
 from ._common import (
+    CLIENT_VERSION,
     FAIL_LOST,
     FAIL_NONE,
     FAIL_UNSENT,
@@ -59,6 +60,7 @@ from .errors import (
     ClosedIndeterminate,
     ConnectError,
     Indeterminate,
+    InsufficientLease,
     InvalidArgument,
     LockBusy,
     LockTimeout,
@@ -81,6 +83,12 @@ ENQ_DOWN = 1  # not connected (or its write buffer is over its bound)
 ENQ_FULL = 2  # connected, but all of max_inflight is in use
 
 READ_ONLY_ADMIN = ("status", "locks", "time", "members")
+
+OWNER_SETUP = 4  # the connection's own setup (feature ping, label): handled by the core
+
+CODE_TLS_REQUIRED = 12  # protocol.md §12.5
+DEFAULT_ANSWER_ALLOWANCE = 3.0  # R2: one default in every client (the Go client's WithAnswerAllowance)
+FIRST_CONNECT_GRACE = 1.0  # R1: a first connection may be waited for this long past a shorter wait
 
 
 class NoSlot(Exception):
@@ -114,6 +122,7 @@ class Call:
         "job",
         "key",
         "op",
+        "overdue",
         "owner",
         "payload",
         "pending",
@@ -140,6 +149,7 @@ class Call:
         self.sent = 0.0
         self.pending = False
         self.owner = OWNER_CALLER
+        self.overdue = False  # no answer within wait + the answer allowance (R2)
         self.job: Any = None  # the blocking releaser's job
         self.status = 0
         self.code = 0
@@ -171,17 +181,22 @@ class ConnCore:
         self.wbuf = bytearray()
         self.seq = 0
         self.taken = 0
+        self.cfg_err: TicketingError | None = None  # the last attempt failed auth or TLS (R4)
+        self.features = 0  # protocol 1.1 feature bits the server announced (§12.1)
 
     def note_failed(self, cl: ClientCore[Any], err: TicketingError) -> None:
         self.failures += 1  # written by this connection's own thread/task only
         n = self.failures
         cl._last_err = err
+        self.cfg_err = err if isinstance(err, (AuthError, TLSError)) else None
         lvl = logging.WARNING if n == 1 else logging.DEBUG
         if isinstance(err, AuthError):
             lvl = logging.ERROR
         log.log(lvl, "ticketing: connect to %s failed (attempt %d): %s", self.addr, n, err)
 
     def up_locked(self, w: _wire.Welcome) -> None:
+        self.cfg_err = None
+        self.features = 0
         self.state = UP
         self.ever_up = True
         self.failures = 0
@@ -228,7 +243,9 @@ class ConnCore:
             self.wbuf += _wire.encode_cancel(rid, c.key, c.a1)
         elif op == _wire.OP_PING:
             c.sent = time.monotonic()
-            self.wbuf += _wire.encode_ping(rid)
+            self.wbuf += _wire.encode_ping(rid, c.a1)
+        elif op == _wire.OP_LABEL:
+            self.wbuf += _wire.encode_label(rid, c.body)
         else:
             self.wbuf += _wire.encode_query(rid, c.body)
 
@@ -285,14 +302,15 @@ class ConnCore:
         self.wbuf = bytearray()
         return calls
 
-    def abandon_locked(self, c: Call, cancel: Call) -> bool | None:
+    def abandon_locked(self, c: Call, cancel: Call, withdraw: bool = False) -> bool | None:
         """The caller gives up on c: None when c was already answered; else
         c is left to the reader (which compensates a grant), and True when a
-        queued acquire must be withdrawn (cancel, a C, was queued)."""
+        queued acquire (or, with withdraw, any acquire) must be withdrawn
+        (cancel, a C, was queued)."""
         if not c.pending or c.owner != OWNER_CALLER:
             return None
         c.owner = OWNER_ABANDONED
-        if c.op != _wire.OP_ACQUIRE or not c.counts or self.state != UP:
+        if c.op != _wire.OP_ACQUIRE or not (c.counts or withdraw) or self.state != UP:
             return False
         cancel.owner = OWNER_DROPPED
         self.enqueue_locked(cancel)
@@ -333,8 +351,13 @@ async def handshake(
     role: int,
 ) -> _wire.Welcome:
     """HELLO, AUTH, WELCOME (protocol.md §3) with the mutual proof."""
+    first = await read_exact(_wire.HELLO_LEN, "HELLO")
+    if first[0] == 0x45 and first[1] == CODE_TLS_REQUIRED:  # REJECT TLS_REQUIRED (protocol.md §12.4)
+        raise TLSError(
+            "the server requires TLS (it answered REJECT TLS_REQUIRED): connect with tls=", CODE_TLS_REQUIRED
+        )
     try:
-        hello = _wire.decode_hello(await read_exact(_wire.HELLO_LEN, "HELLO"))
+        hello = _wire.decode_hello(first)
     except _wire.WireError as e:
         raise ProtocolError(f"not a ticketing v1 server: {e}") from None
     nonce = secrets.token_bytes(_wire.NONCE_LEN)
@@ -369,6 +392,13 @@ def connect_error(e: BaseException) -> TicketingError:
     if isinstance(e, TicketingError):
         return e
     if isinstance(e, ssl.SSLError):
+        text = str(e).lower()
+        if any(
+            m in text
+            for m in ("wrong_version_number", "wrong version number", "record layer", "packet length too long")
+        ):
+            # a plaintext HELLO ("TKTS...") where a TLS record was expected (R5)
+            return TLSError(f"the server does not speak TLS (its first bytes are not a TLS record): {e}")
         return TLSError(f"TLS: {e}")
     if isinstance(e, asyncio.IncompleteReadError):
         return ConnectError("connection closed during the handshake")
@@ -398,6 +428,9 @@ class ClientCore(Generic[C]):
         server_name: str | None,
         connect_timeout: Duration,
         admin_token: str | None,
+        answer_allowance: Duration = DEFAULT_ANSWER_ALLOWANCE,
+        label: str | None = None,
+        app_name: str | None = None,
     ) -> None:
         if isinstance(addrs, str):
             addrs = [addrs]
@@ -410,6 +443,7 @@ class ClientCore(Generic[C]):
             raise InvalidArgument("no server address")
         self._addrs = uniq
         self._connect_timeout = seconds(connect_timeout, "connect_timeout")
+        self._answer_allowance = seconds(answer_allowance, "answer_allowance")
         self._role = _wire.ROLE_CLIENT
         self._token = (token or "").encode("utf-8")
         if admin_token is not None:
@@ -419,8 +453,51 @@ class ClientCore(Generic[C]):
             tls = ssl.create_default_context()
         self._tls: ssl.SSLContext | None = tls or None
         self._server_name = server_name
+        if label is not None and not isinstance(label, str):
+            raise InvalidArgument(f"label must be a str of at most {_wire.MAX_LABEL} bytes")
+        if app_name is not None and not isinstance(app_name, str):
+            raise InvalidArgument("app_name must be a str")
+        self._label = label
+        self._app_name = app_name
         self._closed = False
         self._pid = os.getpid()
+
+    def _label_bytes(self) -> bytes:
+        """The connection label (protocol.md §12.3): the user's, or
+        ``[<app> ]<host>/<pid> python/<version>`` (the pid of now: a forked
+        child labels its own connections)."""
+        if self._label is not None:
+            return _wire.cut_label(self._label)
+        text = f"{socket.gethostname()}/{os.getpid()} python/{CLIENT_VERSION}"
+        if self._app_name:
+            text = f"{self._app_name} {text}"
+        return _wire.cut_label(text)
+
+    def _setup(self, cn: C) -> None:
+        """A connection came up: ask for the server's features (§12.1); the
+        answer sends the label when the server takes labels."""
+        c = self._new_call(_wire.OP_PING, b"", _wire.PING_FEATURES)
+        c.owner = OWNER_SETUP
+        self._push(cn, c)
+
+    def _push(self, cn: C, c: Call) -> None:
+        """Queue c on cn now (and write it), or drop it when cn is down."""
+        raise NotImplementedError
+
+    def _setup_answered(self, c: Call) -> None:
+        cn = c.conn
+        if c.fail != FAIL_NONE or cn is None:
+            return
+        if c.op == _wire.OP_PING and c.status == _wire.ST_PONG:
+            cn.features = c.queued
+            if c.queued & _wire.FEATURE_LABELS:
+                lb = self._label_bytes()
+                if lb:
+                    lc = self._new_call(_wire.OP_LABEL, b"", body=lb)
+                    lc.owner = OWNER_SETUP
+                    self._push(cn, lc)
+        elif c.op == _wire.OP_LABEL and c.status == _wire.ST_ERROR:
+            log.warning("ticketing: %s refused the connection label: %s", cn.addr, server_error(c.code, c.payload))
 
     def _reset_pool(self) -> None:
         self._leader = None
@@ -464,7 +541,10 @@ class ClientCore(Generic[C]):
     async def _send(self, c: Call, give_up: float, slot_give_up: float, cancel: CancelToken | None) -> None:
         raise NotImplementedError
 
-    async def _wait_call(self, c: Call, cancel: CancelToken | None) -> bool:
+    async def _wait_call(self, c: Call, cancel: CancelToken | None, due: float | None = None) -> bool:
+        """Wait for c's answer: False when cancelled (c abandoned). With due,
+        an answer still missing then abandons c (withdrawn with C, a late
+        grant released) and sets c.overdue."""
         raise NotImplementedError
 
     async def _wait_release(self, c: Call, s: ReleaseState) -> bool:
@@ -490,6 +570,22 @@ class ClientCore(Generic[C]):
         if err is not None:
             return ConnectError(f"no connection to {', '.join(self._addrs)}: {err}")
         return ConnectError(f"no connection to {', '.join(self._addrs)} within {self._connect_timeout:g} s")
+
+    def _config_error(self) -> TicketingError | None:
+        """The error to fail waiting calls with at once (R4, R5): every
+        connection's last attempt failed authentication or TLS."""
+        conns = self._conns
+        if conns and all(cn.cfg_err is not None for cn in conns):
+            return self._connect_error()
+        return None
+
+    def _conn_limit(self, c: Call, give_up: float) -> float:
+        """How long c may wait for a connection: an acquire until its wait's
+        end (R1), or up to 1 s past it while a connection is still being
+        opened for the first time."""
+        if c.op == _wire.OP_ACQUIRE and any(cn.connecting() for cn in self._conns):
+            return give_up + FIRST_CONNECT_GRACE
+        return give_up
 
     def _try_enqueue(self, c: Call) -> tuple[int, C | None, Any]:
         """Queue c without waiting: the known leader first, then round robin.
@@ -565,26 +661,30 @@ class ClientCore(Generic[C]):
                 self._compensate(c.key, c.value)
         elif o == OWNER_RELEASER:
             self._release_completed(c)
+        elif o == OWNER_SETUP:
+            self._setup_answered(c)
 
     # ------------------------------------------------------------ operations
 
-    async def _acquire(self, kb: bytes, lease_ms: int, wait_ms: int, cancel: CancelToken | None) -> tuple[int, float]:
+    async def _acquire(
+        self, kb: bytes, lease_ms: int, wait_ms: int, cancel: CancelToken | None, min_remaining: float | None = None
+    ) -> tuple[int, float]:
         """(token, local deadline) of a granted acquire; retried only when
         its request was never written or answered M, within the wait. Every
         error names the key and the server (edge rule R15)."""
         try:
-            return await self._acquire_loop(kb, lease_ms, wait_ms, cancel)
+            return await self._acquire_loop(kb, lease_ms, wait_ms, cancel, min_remaining)
         except TicketingError as e:
             if e._where:
                 raise
             raise where(e, f"acquire {show_key(kb)}") from e.__cause__
 
     async def _acquire_loop(
-        self, kb: bytes, lease_ms: int, wait_ms: int, cancel: CancelToken | None
+        self, kb: bytes, lease_ms: int, wait_ms: int, cancel: CancelToken | None, min_remaining: float | None
     ) -> tuple[int, float]:
         start = time.monotonic()
         budget_end = start + wait_ms / 1000
-        conn_give_up = max(start + self._connect_timeout, budget_end)
+        conn_give_up = budget_end  # R1: the wait bounds the whole call, connecting included
         moves = rounds = 0
         st: ReleaseState | None = None  # for its once-per-call "woken" flag
         while True:
@@ -596,13 +696,23 @@ class ClientCore(Generic[C]):
                 await self._send(c, conn_give_up, budget_end, cancel)
             except NoSlot:
                 raise LockTimeout("not acquired: no free max_inflight slot within the wait") from None
-            if not await self._wait_call(c, cancel):
+            # R2: no answer within its wait plus the answer allowance, counted from its write
+            due = c.sent + c.a2 / 1000 + self._answer_allowance
+            if not await self._wait_call(c, cancel, due):
                 raise Cancelled("cancelled")
+            at = f"acquire {show_key(kb)} on {c.conn.addr}"
+            if c.overdue:
+                raise where(
+                    Indeterminate(
+                        f"no answer within {due - c.sent:.3g} s of the request's write (its wait "
+                        f"{c.a2 / 1000:g} s + the answer allowance {self._answer_allowance:g} s); withdrawn"
+                    ),
+                    at,
+                )
             if cancel is not None and cancel.cancelled:
                 if c.granted():
                     self._compensate(kb, c.value)
                 raise Cancelled("cancelled")
-            at = f"acquire {show_key(kb)} on {c.conn.addr}"
             if c.fail != FAIL_NONE:
                 if c.fail == FAIL_LOST:
                     if isinstance(c.fail_err, ClientClosed):
@@ -616,7 +726,22 @@ class ClientCore(Generic[C]):
             else:
                 s = c.status
                 if s == _wire.ST_GRANTED:
-                    return c.value, c.sent + c.queued * _wire.QUEUED_UNIT + lease_ms / 1000
+                    deadline = c.sent + c.queued * _wire.QUEUED_UNIT + lease_ms / 1000
+                    if min_remaining is not None:
+                        left = deadline - time.monotonic()
+                        if left < min_remaining:  # R14: released at once, the work not started
+                            try:
+                                await self._release(ReleaseState(kb, c.value))
+                            except TicketingError as e:  # the lease ends it
+                                log.warning("ticketing: release of an insufficient lease failed: %s", e)
+                            raise where(
+                                InsufficientLease(
+                                    f"granted with {max(left, 0.0) * 1000:.0f} ms of the lease left, below "
+                                    f"min_remaining {min_remaining * 1000:.0f} ms; released"
+                                ),
+                                at,
+                            )
+                    return c.value, deadline
                 if s == _wire.ST_TIMEOUT:
                     raise where(LockTimeout("timed out, not acquired"), at)
                 if s == _wire.ST_BUSY:

@@ -27,6 +27,23 @@ def set_socket_options(sock: socket.socket) -> None:
         pass
 
 
+_PEEK = getattr(socket, "MSG_PEEK", 0) | getattr(socket, "MSG_DONTWAIT", 0)
+
+
+def peer_closed(sock: socket.socket) -> bool:
+    """True when the peer has closed the connection and nothing is left to
+    read (a non-blocking peek sees EOF): a request written now could never be
+    answered, and must not be reported as maybe executed."""
+    if not _PEEK:
+        return False
+    try:
+        return sock.recv(1, _PEEK) == b""
+    except (BlockingIOError, InterruptedError):
+        return False
+    except OSError:
+        return True
+
+
 def _remaining(deadline: float) -> float:
     d = deadline - time.monotonic()
     if d <= 0:

@@ -33,6 +33,17 @@ HELLO_FLAG_TOKENS = 0x01
 QUEUED_UNIT = 0.016  # seconds per unit of the G header's queued field
 
 HELLO_MAGIC = b"TKTS"
+
+# Protocol 1.1 (protocol.md §12)
+OP_LABEL = 0x4C  # 'L'
+PING_FEATURES = 1  # a ping's arg asking for the feature bits (§12.1)
+FEATURE_KEY_SETS = 0x0001
+FEATURE_LABELS = 0x0002
+FEATURE_TLS_HINT = 0x0004
+MAX_LABEL = 64
+CODE_TLS_REQUIRED = 12
+CODE_BAD_KEYSET = 29
+CODE_BAD_LABEL = 30
 AUTH_MAGIC = b"TKTC"
 
 ROLE_CLIENT = 1
@@ -116,6 +127,9 @@ CODE_NAMES = {
     26: "BAD_ADMIN",
     27: "NOT_PERMITTED",
     28: "INTERNAL",
+    12: "TLS_REQUIRED",
+    29: "BAD_KEYSET",
+    30: "BAD_LABEL",
 }
 
 
@@ -149,8 +163,23 @@ def encode_cancel(req_id: int, key: bytes, target: int) -> bytes:
     return _ACQ.pack(OP_CANCEL, len(key), 0, req_id, target, 0) + key
 
 
-def encode_ping(req_id: int) -> bytes:
-    return _HDR.pack(OP_PING, 0, 0, req_id, 0)
+def encode_ping(req_id: int, arg: int = 0) -> bytes:
+    """P; arg PING_FEATURES asks a 1.1 server for its feature bits (§12.1)."""
+    return _HDR.pack(OP_PING, 0, 0, req_id, arg)
+
+
+def encode_label(req_id: int, label: bytes) -> bytes:
+    """L: the connection's label, 0..64 bytes of UTF-8 (protocol.md §12.3)."""
+    return _HDR.pack(OP_LABEL, len(label), 0, req_id, 0) + label
+
+
+def cut_label(label: str) -> bytes:
+    """label as UTF-8, cut at a character boundary to at most MAX_LABEL
+    bytes, control characters replaced by '?' (never sent invalid)."""
+    b = "".join("?" if ord(ch) < 0x20 or ord(ch) == 0x7F else ch for ch in label).encode("utf-8", "replace")
+    if len(b) <= MAX_LABEL:
+        return b
+    return b[:MAX_LABEL].decode("utf-8", "ignore").encode("utf-8")
 
 
 def encode_query(req_id: int, body: bytes) -> bytes:
@@ -374,6 +403,8 @@ def fits(op: int, status: int) -> bool:
         return status in (ST_RELEASED, ST_NOT_HOLDER, ST_MOVED, ST_UNKNOWN)
     if op == OP_PING:
         return status == ST_PONG
+    if op == OP_LABEL:
+        return status == ST_RELEASED
     if op == OP_QUERY:
         return status in (ST_ADMIN, ST_MOVED)
     return False

@@ -36,15 +36,14 @@ from ._common import (
     key_bytes,
     millis,
     reconnect_delay,
+    seconds,
 )
 from ._core import ENQ_OK, UP, Call
 from .errors import (
-    AuthError,
     ClientClosed,
     LockTimeout,
     ProtocolError,
     TicketingError,
-    TLSError,
 )
 
 log = logging.getLogger("ticketing")
@@ -126,6 +125,7 @@ class _AConn(_core.ConnCore):
         self.writer = writer
         self.flush_scheduled = False
         log.info("ticketing: connected to %s (max_inflight %d)", self.addr, w.max_inflight)
+        self.cl._setup(self)
         self.cl._notify()
 
     async def _read_loop(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -218,10 +218,10 @@ class _AConn(_core.ConnCore):
         except (OSError, RuntimeError) as e:
             self.kill(w, e)
 
-    def abandon(self, c: Call) -> bool:
+    def abandon(self, c: Call, withdraw: bool = False) -> bool:
         """The awaiting task was cancelled: leave c to the reader (which
         compensates a grant) and withdraw a queued acquire with C."""
-        r = self.abandon_locked(c, _async_call(_wire.OP_CANCEL, c.key, c.req_id))
+        r = self.abandon_locked(c, _async_call(_wire.OP_CANCEL, c.key, c.req_id), withdraw)
         if r is None:
             return False
         if r and self.writer is not None:
@@ -248,6 +248,24 @@ class AsyncLease(LeaseBase):
     async def release(self) -> bool:
         """True once the server answered O; False when already released."""
         return await self._client.release(self)
+
+    def ending(self, margin: Duration = 0.0) -> asyncio.Event:
+        """An asyncio.Event set ``margin`` before the conservative local
+        deadline, or at once when the lease is (or gets) released (edge rule
+        R12); ``await lease.ending(1.0).wait()``. Call it on the client's loop."""
+        m = 0.0 if margin == 0 else seconds(margin, "margin")
+        ev = asyncio.Event()
+        if self._released:
+            ev.set()
+            return ev
+        h = asyncio.get_running_loop().call_later(max(0.0, self.remaining() - m), ev.set)
+
+        def on_release() -> None:
+            h.cancel()
+            ev.set()
+
+        self._ending.append(on_release)
+        return ev
 
     async def __aenter__(self) -> AsyncLease:
         return self
@@ -306,8 +324,11 @@ class AsyncClient(_core.ClientCore[_AConn]):
         server_name: str | None = None,
         connect_timeout: Duration = DEFAULT_CONNECT_TIMEOUT,
         admin_token: str | None = None,
+        answer_allowance: Duration = _core.DEFAULT_ANSWER_ALLOWANCE,
+        label: str | None = None,
+        app_name: str | None = None,
     ) -> None:
-        self._configure(addrs, token, tls, server_name, connect_timeout, admin_token)
+        self._configure(addrs, token, tls, server_name, connect_timeout, admin_token, answer_allowance, label, app_name)
         self._started = False
         self._conns = []
         self._bg: set[asyncio.Task[Any]] = set()
@@ -356,6 +377,9 @@ class AsyncClient(_core.ClientCore[_AConn]):
     def _enqueue(self, cn: _AConn, c: Call) -> tuple[int, Any]:
         return cn.enqueue(c), None
 
+    def _push(self, cn: _AConn, c: Call) -> None:
+        cn.enqueue(c)
+
     def _compensate(self, key: bytes, token: int) -> None:
         self._background_release(ReleaseState(key, token), compensation=True)
 
@@ -391,13 +415,11 @@ class AsyncClient(_core.ClientCore[_AConn]):
         deadline = time.monotonic() + self._connect_timeout
         while True:
             ev = self._changed
-            all_failed = True
-            for cn in self._conns:
-                if cn.state == UP:
-                    return
-                all_failed = all_failed and cn.failures > 0
-            if all_failed and isinstance(self._last_err, (AuthError, TLSError)):
-                raise self._connect_error()
+            if any(cn.state == UP for cn in self._conns):
+                return
+            cfg = self._config_error()
+            if cfg is not None:
+                raise cfg
             d = deadline - time.monotonic()
             if d <= 0:
                 raise self._connect_error()
@@ -463,7 +485,11 @@ class AsyncClient(_core.ClientCore[_AConn]):
                 return
             if self._closed:
                 raise ClientClosed("client closed")
-            d = (slot_give_up if e == _core.ENQ_FULL else give_up) - time.monotonic()
+            if e != _core.ENQ_FULL:
+                cfg = self._config_error()
+                if cfg is not None:  # R4/R5: a configuration error fails waiting calls at once
+                    raise cfg
+            d = (slot_give_up if e == _core.ENQ_FULL else self._conn_limit(c, give_up)) - time.monotonic()
             if d <= 0:
                 if e == _core.ENQ_FULL:
                     raise _core.NoSlot()
@@ -488,7 +514,8 @@ class AsyncClient(_core.ClientCore[_AConn]):
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(ev.wait(), rem)
 
-    async def _wait_call(self, c: Call, cancel: CancelToken | None) -> bool:
+    async def _wait_call(self, c: Call, cancel: CancelToken | None, due: float | None = None) -> bool:
+        timer = None if due is None else self._loop.call_later(max(0.0, due - time.monotonic()), self._overdue, c)
         try:
             await c.waiter
         except asyncio.CancelledError:
@@ -498,7 +525,19 @@ class AsyncClient(_core.ClientCore[_AConn]):
                 # answered meanwhile: a grant that won the race is released
                 self._compensate(c.key, c.value)
             raise
+        finally:
+            if timer is not None:
+                timer.cancel()
         return True
+
+    def _overdue(self, c: Call) -> None:
+        """R2: no answer by its wait plus the answer allowance: abandon it (a
+        C withdraws it, a late grant is released) and wake its caller."""
+        cn = c.conn
+        if isinstance(cn, _AConn) and cn.abandon(c, withdraw=True):
+            c.overdue = True
+            if not c.waiter.done():
+                c.waiter.set_result(None)
 
     async def _wait_release(self, c: Call, s: ReleaseState) -> bool:
         # the window ends at s.deadline: an unanswered attempt is dropped then
@@ -518,20 +557,24 @@ class AsyncClient(_core.ClientCore[_AConn]):
 
     # ------------------------------------------------------------ operations
 
-    async def acquire(self, key: Key, *, lease: Duration, wait: Duration = 0) -> AsyncLease:
+    async def acquire(
+        self, key: Key, *, lease: Duration, wait: Duration = 0, min_remaining: Duration | None = None
+    ) -> AsyncLease:
         """Acquire the lock (see Client.acquire). Cancelling the awaiting task
         withdraws a queued acquire (C) and releases a grant that won the race;
         asyncio.CancelledError propagates."""
         kb = key_bytes(key)
         lease_ms = millis(lease, "lease", minimum=1)
         wait_ms = millis(wait, "wait")
+        mr = None if min_remaining is None else millis(min_remaining, "min_remaining") / 1000
         self._ensure_started()
-        token, deadline = await self._acquire(kb, lease_ms, wait_ms, None)
+        token, deadline = await self._acquire(kb, lease_ms, wait_ms, None, mr)
         return AsyncLease(self, kb, token, deadline, lease_ms)
 
-    async def try_acquire(self, key: Key, *, lease: Duration) -> AsyncLease | None:
+    async def try_acquire(self, key: Key, *, lease: Duration, wait: Duration = 0) -> AsyncLease | None:
+        """acquire, but "not acquired within the wait" is None (R13)."""
         try:
-            return await self.acquire(key, lease=lease, wait=0)
+            return await self.acquire(key, lease=lease, wait=wait)
         except LockTimeout:
             return None
 
@@ -564,7 +607,7 @@ class AsyncClient(_core.ClientCore[_AConn]):
         self._ensure_started()
         await self._release(ReleaseState(kb, tok))
         if lease_obj is not None:
-            lease_obj._released = True
+            lease_obj._mark_released()
         return True
 
     async def ping(self) -> tuple[int, float]:

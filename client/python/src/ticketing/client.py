@@ -46,10 +46,10 @@ from ._common import (
     key_bytes,
     millis,
     reconnect_delay,
+    seconds,
 )
 from ._core import ENQ_OK, UP, Call, NoSlot, run_sync
 from .errors import (
-    AuthError,
     Cancelled,
     ClientClosed,
     ConnectError,
@@ -57,7 +57,6 @@ from .errors import (
     LockTimeout,
     ProtocolError,
     TicketingError,
-    TLSError,
 )
 
 log = logging.getLogger("ticketing")
@@ -142,6 +141,7 @@ class _Conn(_core.ConnCore):
             self.tr = tr
             self.writing = False
         log.info("ticketing: connected to %s (max_inflight %d)", self.addr, w.max_inflight)
+        self.cl._setup(self)
         self.cl._notify()
         return True
 
@@ -234,7 +234,12 @@ class _Conn(_core.ConnCore):
             return ENQ_OK, self.tr
 
     def flush(self, tr: _transport.Transport) -> None:
-        """Write the buffer to tr until it is empty (the caller is the writer)."""
+        """Write the buffer to tr until it is empty (the caller is the writer).
+        A connection the server has already closed is taken down first, so
+        that its requests count as never written (retried, not Indeterminate)."""
+        if _transport.peer_closed(tr.sock):
+            self.kill(tr, ConnectionResetError("connection closed by the server"))
+            return
         while True:
             with self.mu:
                 if self.tr is not tr:
@@ -249,12 +254,12 @@ class _Conn(_core.ConnCore):
                 self.kill(tr, e)
                 return
 
-    def abandon(self, c: Call) -> tuple[bool, _transport.Transport | None]:
+    def abandon(self, c: Call, withdraw: bool = False) -> tuple[bool, _transport.Transport | None]:
         """The caller gives up on c. False when c was already answered (its
         waiter is or will be released). Otherwise the reader compensates a
         grant; a queued acquire is withdrawn with C on the same connection."""
         with self.mu:
-            r = self.abandon_locked(c, _blocking_call(_wire.OP_CANCEL, c.key, c.req_id))
+            r = self.abandon_locked(c, _blocking_call(_wire.OP_CANCEL, c.key, c.req_id), withdraw)
             if r is None:
                 return False, None
             if not r or self.writing:
@@ -307,6 +312,28 @@ class Lease(LeaseBase):
         lease ends it)."""
         return self._client.release(self)
 
+    def ending(self, margin: Duration = 0.0) -> threading.Event:
+        """An Event set ``margin`` before the conservative local deadline, or
+        at once when the lease is (or gets) released: stop the work when it is
+        set (edge rule R12). Never raises after release."""
+        m = 0.0 if margin == 0 else seconds(margin, "margin")
+        ev = threading.Event()
+        if self._released:
+            ev.set()
+            return ev
+        t = threading.Timer(max(0.0, self.remaining() - m), ev.set)
+        t.daemon = True
+
+        def on_release() -> None:
+            t.cancel()
+            ev.set()
+
+        self._ending.append(on_release)
+        t.start()
+        if self._released:  # released meanwhile
+            on_release()
+        return ev
+
     def __enter__(self) -> Lease:
         return self
 
@@ -357,8 +384,11 @@ class Client(_core.ClientCore[_Conn]):
         server_name: str | None = None,
         connect_timeout: Duration = DEFAULT_CONNECT_TIMEOUT,
         admin_token: str | None = None,
+        answer_allowance: Duration = _core.DEFAULT_ANSWER_ALLOWANCE,
+        label: str | None = None,
+        app_name: str | None = None,
     ) -> None:
-        self._configure(addrs, token, tls, server_name, connect_timeout, admin_token)
+        self._configure(addrs, token, tls, server_name, connect_timeout, admin_token, answer_allowance, label, app_name)
         self._fork_lock = threading.Lock()
         self._start()
         _clients.add(self)
@@ -409,6 +439,11 @@ class Client(_core.ClientCore[_Conn]):
     def _enqueue(self, cn: _Conn, c: Call) -> tuple[int, Any]:
         return cn.enqueue(c)
 
+    def _push(self, cn: _Conn, c: Call) -> None:
+        e, tr = cn.enqueue(c)
+        if e == ENQ_OK and tr is not None:
+            cn.flush(tr)
+
     def _compensate(self, key: bytes, token: int) -> None:
         job = _Job(ReleaseState(key, token), compensation=True)
         if not self._releaser.submit(job):
@@ -443,13 +478,11 @@ class Client(_core.ClientCore[_Conn]):
             self._waiting += 1
             try:
                 while True:
-                    all_failed = True
-                    for cn in self._conns:
-                        if cn.state == UP:
-                            return
-                        all_failed = all_failed and cn.failures > 0
-                    if all_failed and isinstance(self._last_err, (AuthError, TLSError)):
-                        raise self._connect_error()
+                    if any(cn.state == UP for cn in self._conns):
+                        return
+                    cfg = self._config_error()
+                    if cfg is not None:
+                        raise cfg
                     d = deadline - time.monotonic()
                     if d <= 0:
                         raise self._connect_error()
@@ -535,7 +568,11 @@ class Client(_core.ClientCore[_Conn]):
                     raise ClientClosed("client closed")
                 if cancel is not None and cancel.cancelled:
                     raise Cancelled("cancelled")
-                d = (slot_give_up if e == _core.ENQ_FULL else give_up) - time.monotonic()
+                if e != _core.ENQ_FULL:
+                    cfg = self._config_error()
+                    if cfg is not None:  # R4/R5: a configuration error fails waiting calls at once
+                        raise cfg
+                d = (slot_give_up if e == _core.ENQ_FULL else self._conn_limit(c, give_up)) - time.monotonic()
                 if d <= 0:
                     if e == _core.ENQ_FULL:
                         raise NoSlot()
@@ -572,9 +609,10 @@ class Client(_core.ClientCore[_Conn]):
             finally:
                 self._waiting -= 1
 
-    async def _wait_call(self, c: Call, cancel: CancelToken | None) -> bool:
+    async def _wait_call(self, c: Call, cancel: CancelToken | None, due: float | None = None) -> bool:
         """Wait for c's answer. Returns False when the caller cancelled (the
-        call was abandoned to the reader), True with the answer in c."""
+        call was abandoned to the reader), True with the answer in c (or
+        c.overdue: no answer by due, abandoned and withdrawn)."""
         cb: Callable[[], None] | None = None
         if cancel is not None:
 
@@ -586,7 +624,13 @@ class Client(_core.ClientCore[_Conn]):
             else:
                 self._cancel_call(c)
         try:
-            c.waiter.acquire()
+            if due is None:
+                c.waiter.acquire()
+            elif not c.waiter.acquire(timeout=max(0.0, due - time.monotonic())):
+                if self._cancel_call(c, withdraw=True):
+                    c.overdue = True
+                else:
+                    c.waiter.acquire()  # answered meanwhile
         except BaseException:
             # interrupted (KeyboardInterrupt, ...): withdraw it like a cancel
             if not self._cancel_call(c):
@@ -597,12 +641,12 @@ class Client(_core.ClientCore[_Conn]):
         finally:
             if cb is not None and cancel is not None:
                 cancel._remove(cb)
-        return bool(c.owner == OWNER_CALLER)
+        return bool(c.owner == OWNER_CALLER or c.overdue)
 
-    def _cancel_call(self, c: Call) -> bool:
+    def _cancel_call(self, c: Call, withdraw: bool = False) -> bool:
         cn = c.conn
         assert isinstance(cn, _Conn)
-        ok, tr = cn.abandon(c)
+        ok, tr = cn.abandon(c, withdraw)
         if ok:
             c.waiter.release()
             if tr is not None:
@@ -628,7 +672,15 @@ class Client(_core.ClientCore[_Conn]):
 
     # ------------------------------------------------------------ operations
 
-    def acquire(self, key: Key, *, lease: Duration, wait: Duration = 0, cancel: CancelToken | None = None) -> Lease:
+    def acquire(
+        self,
+        key: Key,
+        *,
+        lease: Duration,
+        wait: Duration = 0,
+        cancel: CancelToken | None = None,
+        min_remaining: Duration | None = None,
+    ) -> Lease:
         """Acquire the lock on key with a lease of ``lease``, waiting up to
         ``wait`` (0 = try once). Durations are float seconds or timedelta,
         rounded up to whole milliseconds.
@@ -640,19 +692,29 @@ class Client(_core.ClientCore[_Conn]):
         ConnectError, NoLeader, InvalidArgument (bad arguments, or the
         server's E with its code), ClientClosed, ProtocolError.
 
+        ``min_remaining`` (R14): when less than that is left of the lease
+        after the grant (a long queue ate it), the lock is released at once
+        and InsufficientLease raised.
+
         Retried internally only when the request was never written or the
-        answer was M, and only within the remaining wait."""
+        answer was M, and only within the remaining wait. A written acquire
+        unanswered by its wait plus ``answer_allowance`` (3 s) ends
+        Indeterminate and is withdrawn (R2)."""
         kb = key_bytes(key)
         lease_ms = millis(lease, "lease", minimum=1)
         wait_ms = millis(wait, "wait")
+        mr = None if min_remaining is None else millis(min_remaining, "min_remaining") / 1000
         self._check()
-        token, deadline = run_sync(self._acquire(kb, lease_ms, wait_ms, cancel))
+        token, deadline = run_sync(self._acquire(kb, lease_ms, wait_ms, cancel, mr))
         return Lease(self, kb, token, deadline, lease_ms)
 
-    def try_acquire(self, key: Key, *, lease: Duration) -> Lease | None:
-        """One attempt (wait 0): the Lease, or None when the key is held."""
+    def try_acquire(
+        self, key: Key, *, lease: Duration, wait: Duration = 0, cancel: CancelToken | None = None
+    ) -> Lease | None:
+        """acquire, but "not acquired within the wait" is None, not
+        LockTimeout (R13); wait 0 tries once."""
         try:
-            return self.acquire(key, lease=lease, wait=0)
+            return self.acquire(key, lease=lease, wait=wait, cancel=cancel)
         except LockTimeout:
             return None
 
@@ -679,7 +741,7 @@ class Client(_core.ClientCore[_Conn]):
         self._check()
         run_sync(self._release(ReleaseState(kb, tok)))
         if lease_obj is not None:
-            lease_obj._released = True
+            lease_obj._mark_released()
         return True
 
     def ping(self) -> tuple[int, float]:

@@ -48,6 +48,12 @@ class Indeterminate(TicketingError):
     the lock may stay held until its lease ends."""
 
 
+class InsufficientLease(TicketingError):
+    """The acquire was granted, but less than its ``min_remaining`` was left
+    of the lease (a long queue ate it; edge rule R14): the client released
+    the lock at once. Do not start the work."""
+
+
 class NotHolder(TicketingError):
     """A release was answered N: the key is free or held under another token
     (the lease had ended)."""

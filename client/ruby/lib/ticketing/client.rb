@@ -2,12 +2,13 @@
 
 require "openssl"
 require "logger"
+require "json"
 
 module Ticketing
   # A connection pool to one Ticketing server or cluster, safe to share between
   # threads (create one per process). It keeps one connection per address in
   # the background (two when given a single address), reconnects them with
-  # backoff (0.1 s doubling to 3.2 s, jittered) forever, pipelines every
+  # backoff (0.1 s doubling to 3.2 s, full jitter) forever, pipelines every
   # request and matches answers by req_id.
   #
   #   client = Ticketing::Client.new(addresses: ["locks1:7470"], token: ENV["TICKETING_TOKEN"])
@@ -25,6 +26,8 @@ module Ticketing
     RELEASE_QUEUE = 4096   # bound of the background release queue
     MAX_MOVES = 3          # consecutive M answers followed before backing off (protocol.md §7)
     MAX_EXTRA = 32         # addresses learned from M answers beyond those given
+    ANSWER_ALLOWANCE = 3.0 # R2: a written acquire unanswered by its wait + this ends Indeterminate (the Go client's default)
+    FIRST_CONNECT_GRACE = 1.0 # R1: a first connection may be waited for this long past a shorter wait
     FORK_LOCK = Mutex.new
     DEFER = { Object => :never }.freeze # Thread.handle_interrupt masks, allocated once
     IMMEDIATE = { Object => :immediate }.freeze
@@ -43,12 +46,17 @@ module Ticketing
     # within connect_timeout, AuthenticationError when every address refused
     # the token, TLSError when every TLS handshake failed.
     def initialize(addresses:, token: nil, tls: nil, connect_timeout: 5, logger: nil, admin: false,
-                   on_reconnect: nil)
+                   on_reconnect: nil, answer_allowance: ANSWER_ALLOWANCE, label: nil, app_name: nil)
       addrs = Array(addresses).map(&:to_s).uniq
       raise InvalidArgument, "no server address" if addrs.empty?
 
       addrs.each { |a| Ticketing.split_addr(a) }
       @connect_timeout = Ticketing.seconds(connect_timeout, "connect_timeout", min_ms: 1)
+      @answer_allowance = Ticketing.seconds(answer_allowance, "answer_allowance", min_ms: 1)
+      raise InvalidArgument, "label must be a String of at most #{Wire::MAX_LABEL} bytes" unless label.nil? || label.is_a?(String)
+
+      @label = label
+      @app_name = app_name&.to_s
       raise InvalidArgument, "token must be a String" unless token.nil? || token.is_a?(String)
 
       @token = token.to_s.b.freeze
@@ -89,16 +97,17 @@ module Ticketing
     # Interrupting the calling thread (Thread#raise, Thread#kill,
     # Timeout.timeout in your code) withdraws a queued acquire (C) and
     # releases a grant that won the race; the connection stays in sync.
-    def acquire(key, lease:, wait: 0)
+    def acquire(key, lease:, wait: 0, min_remaining: nil)
       key = Ticketing.check_key(key)
       lease_ms = Ticketing.millis(lease, "lease", min_ms: 1)
       wait_ms = Ticketing.millis(wait, "wait", min_ms: 0)
+      min_rem = min_remaining.nil? ? nil : Ticketing.seconds(min_remaining, "min_remaining", min_ms: 0)
       check_fork
-      raise ClosedError, "client closed" if @closed
+      raise ClosedError, "acquire #{key.inspect}: client closed" if @closed
 
       start = Ticketing.now
       budget_end = start + (wait_ms / 1000.0)
-      conn_give_up = [start + @connect_timeout, budget_end].max
+      conn_give_up = budget_end # R1: the wait bounds the whole call, connecting included
       moves = 0
       rounds = 0
       woken = [false]
@@ -107,7 +116,7 @@ module Ticketing
         lease_obj = Thread.handle_interrupt(DEFER) do
           attempt_acquire(call, key, lease_ms, conn_give_up, budget_end)
         end
-        return lease_obj if lease_obj
+        return check_remaining(lease_obj, min_rem) if lease_obj
 
         resp = call.response
         if call.fail.nil? && resp.status == Wire::STATUS_MOVED
@@ -133,6 +142,14 @@ module Ticketing
 
         wait_ms = (rem * 1000).floor
       end
+    end
+
+    # acquire, but "not acquired within wait" is nil instead of LockTimeout
+    # (edge rule R13); wait 0 tries once.
+    def try_acquire(key, lease:, wait: 0, min_remaining: nil)
+      acquire(key, lease: lease, wait: wait, min_remaining: min_remaining)
+    rescue LockTimeout
+      nil
     end
 
     # Acquires key, yields the Lease, and releases it when the block ends,
@@ -181,6 +198,38 @@ module Ticketing
         return [r.value, Ticketing.now - t0] if r.status == Wire::STATUS_PONG
 
         raise server_error(r, "ping")
+      end
+    end
+
+    # An admin query (protocol.md §8), e.g. admin("locks", prefix: "jobs/"):
+    # the reply as a Hash. Most need a client made with admin: true.
+    def admin(cmd, **args)
+      body = JSON.generate(args.merge(cmd: cmd.to_s)).b
+      check_fork
+      raise ClosedError, "client closed" if @closed
+
+      give_up = Ticketing.now + @connect_timeout
+      moves = 0
+      loop do
+        call = Call.new(Wire::OP_QUERY, body)
+        send_call(call, give_up, give_up)
+        call.wait_done
+        if call.fail
+          raise ClosedError, "client closed" if @closed
+          raise ConnectionError, "admin #{cmd}: #{call.fail_err.message}" if Ticketing.now > give_up
+
+          next
+        end
+        r = call.response
+        return JSON.parse(r.payload) if r.status == Wire::STATUS_ADMIN
+
+        if r.status == Wire::STATUS_MOVED
+          follow(r.payload.to_s)
+          raise NoLeader, "admin #{cmd}: #{moves} consecutive redirects" if (moves += 1) > MAX_MOVES
+
+          next
+        end
+        raise server_error(r, "admin #{cmd}")
       end
     end
 
@@ -268,6 +317,31 @@ module Ticketing
         r = call.response
         compensate(call.key, r.value) if call.fail.nil? && r.status == Wire::STATUS_GRANTED
       when :releaser then @releaser.completed(call)
+      when :setup then setup_answered(call)
+      end
+    end
+
+    # The connection label (protocol.md §12.3): the user's, or
+    # "[<app> ]<host>/<pid> ruby/<version>" (the pid of now).
+    def label_bytes
+      return Wire.cut_label(@label) if @label
+
+      text = "#{Socket.gethostname}/#{Process.pid} ruby/#{VERSION}"
+      text = "#{@app_name} #{text}" if @app_name && !@app_name.empty?
+      Wire.cut_label(text)
+    end
+
+    # The feature pong sends the label when the server takes labels.
+    def setup_answered(call)
+      return if call.fail
+
+      r = call.response
+      if call.op == Wire::OP_PING && r.status == Wire::STATUS_PONG
+        call.conn.features = r.queued
+        lb = label_bytes
+        call.conn.enqueue(Call.new(Wire::OP_LABEL, lb, owner: :setup)) if r.queued.anybits?(Wire::FEATURE_LABELS) && !lb.empty?
+      elsif call.op == Wire::OP_LABEL && r.status == Wire::STATUS_ERROR
+        log(:warn, "ticketing: #{call.conn.addr} refused the connection label: #{r.payload}")
       end
     end
 
@@ -381,14 +455,15 @@ module Ticketing
         return [false, redirect_delay(st.retries), nil]
       end
       r = call.response
+      at = "release #{st.key.inspect} on #{call.conn&.addr}"
       case r.status
       when Wire::STATUS_RELEASED then [true, 0, nil]
       when Wire::STATUS_NOT_HOLDER
         if st.maybe
           [true, 0,
-           Indeterminate.new("release #{st.key.inspect}: the token no longer holds the key; an earlier unconfirmed attempt may have released it")]
+           Indeterminate.new("#{at}: the token no longer holds the key; an earlier unconfirmed attempt may have released it")]
         else
-          [true, 0, NotHolder.new("release #{st.key.inspect}: not the holder (the key is free or held under another token)")]
+          [true, 0, NotHolder.new("#{at}: not the holder (the key is free or held under another token)")]
         end
       when Wire::STATUS_MOVED
         follow(r.payload.to_s)
@@ -405,7 +480,7 @@ module Ticketing
         st.retries += 1
         [false, redirect_delay(st.retries), nil]
       else
-        [true, 0, server_error(r, "release #{st.key.inspect}")]
+        [true, 0, server_error(r, at)]
       end
     end
 
@@ -441,6 +516,19 @@ module Ticketing
 
     private
 
+    def check_remaining(lease, min_rem)
+      return lease if min_rem.nil? || lease.remaining >= min_rem
+
+      left = lease.remaining
+      begin
+        lease.release
+      rescue Error => e
+        log(:warn, "ticketing: release of an insufficient lease of #{lease.key.inspect} failed: #{e.message}")
+      end
+      raise InsufficientLease, "acquire #{lease.key.inspect}: granted with #{(left * 1000).round} ms of the lease left, " \
+                               "below min_remaining #{(min_rem * 1000).round} ms; released"
+    end
+
     def attempt_acquire(call, key, lease_ms, conn_give_up, budget_end)
       res = send_call(call, conn_give_up, budget_end)
       raise LockTimeout, "acquire #{key.inspect}: timed out waiting for a free max_inflight slot, not acquired" if res == :noslot
@@ -448,7 +536,16 @@ module Ticketing
       # ensure, not rescue: Timeout.timeout unwinds with throw, which no rescue sees.
       answered = false
       begin
-        Thread.handle_interrupt(IMMEDIATE) { call.wait_done }
+        # R2: no answer within its wait + the answer allowance, counted from its write
+        allowance = (call.arg2 / 1000.0) + @answer_allowance
+        unless Thread.handle_interrupt(IMMEDIATE) { call.wait_done(call.sent_at + allowance - Ticketing.now) }
+          if call.conn.abandon(call, withdraw: true)
+            answered = true
+            raise Indeterminate, "acquire #{key.inspect} on #{call.conn.addr}: no answer within #{allowance.round(3)} s of the " \
+                                 "request's write (its wait #{call.arg2 / 1000.0} s + the answer allowance #{@answer_allowance} s); withdrawn"
+          end
+          call.wait_done # answered meanwhile
+        end
         answered = true
       ensure
         # interrupted: withdraw; if it was answered meanwhile, a grant is released
@@ -465,11 +562,12 @@ module Ticketing
 
     # A Lease, nil to retry (unsent, M), or raises.
     def acquire_outcome(call, key, lease_ms)
+      at = "acquire #{key.inspect} on #{call.conn&.addr}"
       if call.fail
         if call.fail == :lost
-          raise Indeterminate, "acquire #{key.inspect}: client closed after the request was written" if call.fail_err.is_a?(ClosedError)
+          raise Indeterminate, "#{at}: client closed after the request was written" if call.fail_err.is_a?(ClosedError)
 
-          raise Indeterminate, "acquire #{key.inspect}: connection lost after the request was written: #{call.fail_err.message}"
+          raise Indeterminate, "#{at}: connection lost after the request was written: #{call.fail_err.message}"
         end
         raise ClosedError, "client closed" if @closed
 
@@ -480,11 +578,11 @@ module Ticketing
       when Wire::STATUS_GRANTED
         deadline = call.sent_at + (r.queued * Wire::QUEUED_UNIT_MS / 1000.0) + (lease_ms / 1000.0)
         Lease.new(self, key, r.value, deadline)
-      when Wire::STATUS_TIMEOUT then raise LockTimeout, "acquire #{key.inspect}: timed out, not acquired"
-      when Wire::STATUS_BUSY then raise Busy.new(r.code, "acquire #{key.inspect}: busy (#{Wire.code_name(r.code)}), not acquired")
-      when Wire::STATUS_UNKNOWN then raise Indeterminate, "acquire #{key.inspect}: the cluster could not confirm the commit"
+      when Wire::STATUS_TIMEOUT then raise LockTimeout, "#{at}: timed out, not acquired"
+      when Wire::STATUS_BUSY then raise Busy.new(r.code, "#{at}: busy (#{Wire.code_name(r.code)}), not acquired")
+      when Wire::STATUS_UNKNOWN then raise Indeterminate, "#{at}: the cluster could not confirm the commit"
       when Wire::STATUS_MOVED then nil
-      else raise server_error(r, "acquire #{key.inspect}")
+      else raise server_error(r, at)
       end
     end
 
@@ -566,7 +664,12 @@ module Ticketing
         r = try_enqueue(call)
         return :ok if r == :ok
 
-        limit = r == :full ? slot_give_up : give_up
+        if r != :full
+          conns = @pool.conns
+          # R4/R5: every connection's last attempt failed auth or TLS: fail at once
+          raise connect_error if conns.all?(&:cfg_err)
+        end
+        limit = r == :full ? slot_give_up : conn_limit(call, give_up)
         left = limit - Ticketing.now
         if left <= 0
           return :noslot if r == :full
@@ -580,11 +683,20 @@ module Ticketing
       end
     end
 
+    # How long call may wait for a connection: an acquire until its wait's
+    # end (R1), or up to 1 s past it while a connection is being opened for
+    # the first time.
+    def conn_limit(call, give_up)
+      return give_up unless call.op == Wire::OP_ACQUIRE && @pool.conns.any?(&:connecting?)
+
+      give_up + FIRST_CONNECT_GRACE
+    end
+
     def connect_error
       err = @mu.synchronize { @last_err }
-      return ConnectionError.new("no connection to any server within #{@connect_timeout}s") unless err
+      return ConnectionError.new("no connection to #{@addresses.join(', ')} within #{@connect_timeout}s") unless err
 
-      msg = "no connection to any server: #{err.message}"
+      msg = "no connection to #{@addresses.join(', ')}: #{err.message}"
       return AuthenticationError.new(msg, err.code_number) if err.is_a?(AuthenticationError)
       return TLSError.new(msg) if err.is_a?(TLSError)
 
@@ -698,8 +810,9 @@ module Ticketing
       [d, cap].min
     end
 
+    # Full jitter: uniform in [0, d] (edge rule R16).
     def jitter(d)
-      (d / 2.0) + (rand * d / 2.0)
+      rand * d
     end
   end
 end

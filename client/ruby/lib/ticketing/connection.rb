@@ -48,7 +48,9 @@ module Ticketing
       when Wire::OP_ACQUIRE then Wire.encode_acquire(@req_id, @key, @arg1, @arg2)
       when Wire::OP_RELEASE then Wire.encode_release(@req_id, @key, @arg1)
       when Wire::OP_CANCEL then Wire.encode_cancel(@req_id, @key, @arg1)
-      when Wire::OP_PING then Wire.encode_ping(@req_id)
+      when Wire::OP_PING then Wire.encode_ping(@req_id, @arg1)
+      when Wire::OP_LABEL then Wire.encode_label(@req_id, @key)
+      when Wire::OP_QUERY then Wire.encode_query(@req_id, @key) # the key field holds the JSON body
       end
     end
 
@@ -175,6 +177,13 @@ module Ticketing
       @mu.synchronize { @state == :up }
     end
 
+    # The last connect attempt failed authentication or TLS (a configuration
+    # error: waiting calls fail at once, edge rule R4), else nil.
+    attr_reader :cfg_err
+
+    # Protocol 1.1 feature bits the server announced (protocol.md §12.1).
+    attr_accessor :features
+
     def failures
       @mu.synchronize { @failures }
     end
@@ -206,12 +215,14 @@ module Ticketing
     # Leaves a pending call to the connection: a queued acquire is withdrawn
     # with C and a grant that wins the race is compensated. False when the
     # call was already answered (its result is on the call).
-    def abandon(call)
+    def abandon(call, withdraw: false)
       @mu.synchronize do
         return false unless call.pending
 
         call.owner = :abandoned
-        enqueue_locked(Call.new(Wire::OP_CANCEL, call.key, call.req_id, owner: :dropped)) if call.op == Wire::OP_ACQUIRE && call.counts
+        if call.op == Wire::OP_ACQUIRE && (call.counts || withdraw) && @state == :up
+          enqueue_locked(Call.new(Wire::OP_CANCEL, call.key, call.req_id, owner: :dropped))
+        end
       end
       flush
       true
@@ -418,6 +429,10 @@ module Ticketing
       ssl.post_connection_check(ssl.hostname) if @client.tls_context.verify_mode != OpenSSL::SSL::VERIFY_NONE
       ssl
     rescue OpenSSL::SSL::SSLError => e
+      if e.message.match?(/wrong version number|record layer|packet length too long|unknown protocol/i)
+        raise TLSError, "TLS handshake with #{@addr}: the server does not speak TLS (its first bytes are not a TLS record)"
+      end
+
       raise TLSError, "TLS handshake with #{@addr}: #{e.message}"
     end
 
@@ -446,8 +461,13 @@ module Ticketing
     end
 
     def handshake(sock, deadline)
+      first = read_full(sock, Wire::HELLO_LEN, deadline, "reading HELLO")
+      if first.getbyte(0) == 0x45 && first.getbyte(1) == 12 # REJECT TLS_REQUIRED (protocol.md §12.4)
+        raise TLSError, "#{@addr}: the server requires TLS (it answered REJECT TLS_REQUIRED): connect with tls:"
+      end
+
       hello = begin
-        Wire.parse_hello(read_full(sock, Wire::HELLO_LEN, deadline, "reading HELLO"))
+        Wire.parse_hello(first)
       rescue Wire::DecodeError => e
         raise ProtocolError, "#{@addr} is not a ticketing v1 server: #{e.message}"
       end
@@ -482,6 +502,7 @@ module Ticketing
     end
 
     def failed(err)
+      @cfg_err = err.is_a?(AuthenticationError) || err.is_a?(TLSError) ? err : nil
       n = @mu.synchronize { @failures += 1 }
       @client.connection_failed(self, err, n)
     end
@@ -490,6 +511,8 @@ module Ticketing
       @mu.synchronize do
         return false if @client.closed?
 
+        @cfg_err = nil
+        @features = 0
         @state = :up
         @sock = sock
         @ever_up = true
@@ -503,6 +526,8 @@ module Ticketing
         @corked = false
       end
       @client.changed
+      # ask for the server's features; the answer sends the label (§12.1, §12.3)
+      enqueue(Call.new(Wire::OP_PING, "".b, Wire::PING_FEATURES, owner: :setup))
       true
     end
 

@@ -29,6 +29,10 @@ module Ticketing
   # release: not confirmed; the lock may stay held until its lease ends.
   class Indeterminate < Error; end
 
+  # The acquire was granted with less than its min_remaining left of the
+  # lease (a long queue ate it; edge rule R14): the client released it at once.
+  class InsufficientLease < Error; end
+
   # A release was answered N: the key is free or held under another token.
   class NotHolder < Error; end
 

@@ -19,6 +19,7 @@ module Ticketing
       @deadline = deadline
       @released = false
       @mu = Mutex.new
+      @cv = ConditionVariable.new
     end
 
     # Seconds left before the local deadline (0.0 once passed).
@@ -50,8 +51,34 @@ module Ticketing
       return false if released?
 
       @client.release_checked(@key, @token)
-      @mu.synchronize { @released = true }
+      @mu.synchronize do
+        @released = true
+        @cv.broadcast
+      end
       true
+    end
+
+    # Calls the block with the seconds left (Float) once, margin seconds
+    # before the local deadline, or at once when the lease is (or gets)
+    # released: stop the work then (edge rule R12). The block runs on a thread
+    # of its own; it is never called with an error. Returns the lease.
+    def on_ending(margin = 0, &block)
+      raise ArgumentError, "on_ending needs a block" unless block
+
+      m = Ticketing.millis(margin, "margin", min_ms: 0) / 1000.0
+      t = Thread.new do
+        @mu.synchronize do
+          until @released
+            left = @deadline - m - Ticketing.now
+            break if left <= 0
+
+            @cv.wait(@mu, left)
+          end
+        end
+        block.call(remaining)
+      end
+      t.report_on_exception = false
+      self
     end
 
     def inspect

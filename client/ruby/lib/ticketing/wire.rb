@@ -24,6 +24,13 @@ module Ticketing
     OP_CANCEL = 0x43  # C
     OP_PING = 0x50    # P
     OP_QUERY = 0x51   # Q
+    OP_LABEL = 0x4C   # L (protocol 1.1, §12.3)
+
+    # Protocol 1.1 feature discovery (protocol.md §12.1).
+    PING_FEATURES = 1 # a ping's arg asking for the feature bits
+    FEATURE_KEY_SETS = 0x0001
+    FEATURE_LABELS = 0x0002
+    MAX_LABEL = 64
 
     # Response statuses (protocol.md §3) and the most payload each may carry.
     STATUS_GRANTED = 0x47  # G
@@ -50,7 +57,8 @@ module Ticketing
       0 => :NONE, 1 => :QUEUE_FULL, 2 => :OVERLOADED, 3 => :CLOCK_UNHEALTHY, 4 => :SHUTTING_DOWN,
       5 => :NO_QUORUM, 10 => :BAD_HANDSHAKE, 11 => :AUTH_FAILED, 20 => :BAD_OP, 21 => :BAD_KEY,
       22 => :BAD_LEASE, 23 => :BAD_WAIT, 24 => :BAD_FLAGS, 25 => :DUPLICATE_REQ_ID,
-      26 => :BAD_ADMIN, 27 => :NOT_PERMITTED, 28 => :INTERNAL
+      26 => :BAD_ADMIN, 27 => :NOT_PERMITTED, 28 => :INTERNAL, 12 => :TLS_REQUIRED, 29 => :BAD_KEYSET,
+      30 => :BAD_LABEL
     }.freeze
     CODE_DUPLICATE_REQ_ID = 25
     CODE_AUTH_FAILED = 11
@@ -61,7 +69,8 @@ module Ticketing
       OP_RELEASE => [STATUS_RELEASED, STATUS_NOT_HOLDER, STATUS_MOVED, STATUS_UNKNOWN, STATUS_ERROR],
       OP_CANCEL => [STATUS_RELEASED, STATUS_NOT_HOLDER, STATUS_MOVED, STATUS_UNKNOWN, STATUS_ERROR],
       OP_PING => [STATUS_PONG, STATUS_ERROR],
-      OP_QUERY => [STATUS_ADMIN, STATUS_MOVED, STATUS_ERROR]
+      OP_QUERY => [STATUS_ADMIN, STATUS_MOVED, STATUS_ERROR],
+      OP_LABEL => [STATUS_RELEASED, STATUS_ERROR]
     }.freeze
 
     # Raised by the decoders: the peer broke the protocol; the stream is unreadable.
@@ -185,8 +194,23 @@ module Ticketing
       [op, key.bytesize, 0, req_id, arg, key].pack("CCnNQ>a*", buffer: buf)
     end
 
-    def encode_ping(req_id)
-      [OP_PING, 0, 0, req_id, 0].pack("CCnNQ>")
+    def encode_ping(req_id, arg = 0)
+      [OP_PING, 0, 0, req_id, arg].pack("CCnNQ>")
+    end
+
+    # L: the connection's label, 0..64 bytes of UTF-8 (protocol.md §12.3).
+    def encode_label(req_id, label)
+      l = label.b
+      [OP_LABEL, l.bytesize, 0, req_id, 0].pack("CCnNQ>") + l
+    end
+
+    # label as UTF-8 cut at a character boundary to at most MAX_LABEL bytes,
+    # control characters replaced by "?" (never sent invalid).
+    def cut_label(label)
+      s = label.to_s.encode(Encoding::UTF_8, invalid: :replace, undef: :replace).gsub(/[\x00-\x1f\x7f]/, "?")
+      return s.b if s.bytesize <= MAX_LABEL
+
+      s.byteslice(0, MAX_LABEL).scrub("").b
     end
 
     def encode_query(req_id, body)

@@ -25,6 +25,7 @@ type Options struct {
 	Hosts       []string
 	Format      string
 	TLSDir      string
+	TLSKeyType  string // ecdsa (default) or rsa
 	Out         string
 	ShowSecrets bool
 	Force       bool
@@ -75,8 +76,18 @@ func (o *Options) validate() error {
 			return usageError("%s %d: want 1..65525", p.name, p.v)
 		}
 	}
+	switch o.TLSKeyType {
+	case "", KeyECDSA, KeyRSA:
+	default:
+		return usageError("--tls-key-type %q: want ecdsa or rsa", o.TLSKeyType)
+	}
 	if o.InMemory && o.DataDir != "" {
 		return usageError("--in-memory and --data-dir: give one")
+	}
+	if o.InMemory && len(o.Hosts) == 1 {
+		// issue #28 item 3: the data dir holds a single node's lease
+		// horizon, without which a restart forgets every held lock.
+		return usageError("--in-memory: a single node without a data dir forgets every held lock when it restarts; deploy always gives it one (docs/operations.md \"Restarts and held locks\")")
 	}
 	for _, p := range []struct{ name, v string }{{"--tls-dir", o.TLSDir}, {"--data-dir", o.DataDir}, {"--binary", o.Binary}, {"--image", o.Image}} {
 		if p.v != "" && !SafeValue.MatchString(p.v) {

@@ -51,14 +51,17 @@ type Node struct {
 // Spec is everything the generated files derive from, except secrets.
 // It is written to OUT/deploy.json so that --add can extend the plan.
 type Spec struct {
-	Format   string `json:"format"`
-	Nodes    []Node `json:"nodes"`
-	TLSDir   string `json:"tls_dir,omitempty"`
-	DataDir  string `json:"data_dir,omitempty"` // base: a node's is DataDir/ID ("" with InMemory)
-	InMemory bool   `json:"in_memory,omitempty"`
-	Image    string `json:"image,omitempty"`
-	Binary   string `json:"binary,omitempty"`
-	By       string `json:"generated_by,omitempty"`
+	Format string `json:"format"`
+	Nodes  []Node `json:"nodes"`
+	TLSDir string `json:"tls_dir,omitempty"`
+	// TLSKeyType is the key type of the generated certificates: ecdsa
+	// ("" in a deploy.json written before it) or rsa.
+	TLSKeyType string `json:"tls_key_type,omitempty"`
+	DataDir    string `json:"data_dir,omitempty"` // base: a node's is DataDir/ID ("" with InMemory)
+	InMemory   bool   `json:"in_memory,omitempty"`
+	Image      string `json:"image,omitempty"`
+	Binary     string `json:"binary,omitempty"`
+	By         string `json:"generated_by,omitempty"`
 }
 
 // deployFile is one file of the plan.
@@ -353,7 +356,7 @@ func buildSpec(o *Options) (*Spec, error) {
 	if o.Remove != "" {
 		return removeFromSpec(o, by)
 	}
-	spec := &Spec{Format: o.Format, TLSDir: o.TLSDir, InMemory: o.InMemory, Image: o.Image, Binary: o.Binary, By: by}
+	spec := &Spec{Format: o.Format, TLSDir: o.TLSDir, TLSKeyType: o.TLSKeyType, InMemory: o.InMemory, Image: o.Image, Binary: o.Binary, By: by}
 	if !o.InMemory {
 		spec.DataDir = o.DataDir
 		if spec.DataDir == "" {
@@ -371,7 +374,38 @@ func buildSpec(o *Options) (*Spec, error) {
 		return nil, usageErr(err)
 	}
 	spec.Nodes = nodes
+	if err := sameNodeCount(o.Out, len(nodes)); err != nil {
+		return nil, err
+	}
 	return spec, nil
+}
+
+// sameNodeCount refuses a --nodes re-run over an existing deployment in out
+// with another number of nodes (issue #28 item 6: the new nodes got
+// bootstrap env files and then showed as removed): membership changes go
+// through --add and --remove.
+func sameNodeCount(out string, n int) error {
+	if out == "" {
+		return nil
+	}
+	b, err := os.ReadFile(filepath.Join(out, "deploy.json"))
+	if err != nil {
+		return nil // a new deployment
+	}
+	var prev Spec
+	if json.Unmarshal(b, &prev) != nil {
+		return usageError("--nodes: %s/deploy.json is not a deployment plan", out)
+	}
+	active := 0
+	for _, nd := range prev.Nodes {
+		if !nd.Removed {
+			active++
+		}
+	}
+	if active != n {
+		return usageError("--nodes: the deployment in %s has %d node(s), not %d: a re-run keeps the node count; change membership with --add HOST or --remove ID (docs/operations.md §5)", out, active, n)
+	}
+	return nil
 }
 
 func loadSpec(out, flag string) (*Spec, error) {

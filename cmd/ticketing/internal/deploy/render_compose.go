@@ -32,7 +32,8 @@ func (s *Spec) composeYAML() []byte {
 			vols = append(vols, fmt.Sprintf("%q", n.ID+"-data:"+containerDataDir))
 		}
 		if s.TLSDir != "" {
-			vols = append(vols, fmt.Sprintf("%q", "./tls:"+containerTLSDir+":ro"))
+			// Only this node's files, never ca.key (composeTLS).
+			vols = append(vols, fmt.Sprintf("%q", "./tls/"+n.ID+":"+containerTLSDir+":ro"))
 		}
 		if len(vols) > 0 {
 			fmt.Fprintf(&b, "    volumes: [%s]\n", strings.Join(vols, ", "))

@@ -4,6 +4,7 @@ import (
 	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
+	"crypto/rsa"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
@@ -34,7 +35,28 @@ type pemPair struct {
 	key  crypto.Signer
 }
 
-func newKey() (*ecdsa.PrivateKey, error) { return ecdsa.GenerateKey(elliptic.P256(), Rand) }
+// Key types of --tls-key-type (issue #28 item 7: Mono's TLS, used by the C#
+// client there, cannot use ECDSA certificates).
+const (
+	KeyECDSA = "ecdsa" // P-256, the default
+	KeyRSA   = "rsa"   // 2048 bits
+)
+
+func newKey(typ string) (crypto.Signer, error) {
+	if typ == KeyRSA {
+		return rsa.GenerateKey(Rand, 2048)
+	}
+	return ecdsa.GenerateKey(elliptic.P256(), Rand)
+}
+
+// leafUsage is a leaf certificate's key usage: RSA keys may also encipher
+// (TLS 1.2 RSA key exchange, which some stacks still pick).
+func leafUsage(k crypto.Signer) x509.KeyUsage {
+	if _, ok := k.(*rsa.PrivateKey); ok {
+		return x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment
+	}
+	return x509.KeyUsageDigitalSignature
+}
 
 // serial is a random 127-bit certificate serial number.
 func serial() (*big.Int, error) {
@@ -100,7 +122,7 @@ func ensureTLS(dir string, spec *Spec) ([]string, error) {
 		note("ca.crt", "0644", "kept")
 		note("ca.key", "0600", "kept")
 	} else {
-		k, err := newKey()
+		k, err := newKey(spec.TLSKeyType)
 		if err != nil {
 			return nil, err
 		}
@@ -119,7 +141,7 @@ func ensureTLS(dir string, spec *Spec) ([]string, error) {
 			IsCA:                  true,
 			MaxPathLenZero:        true,
 		}
-		der, err := x509.CreateCertificate(Rand, tmpl, tmpl, &k.PublicKey, k)
+		der, err := x509.CreateCertificate(Rand, tmpl, tmpl, k.Public(), k)
 		if err != nil {
 			return nil, err
 		}
@@ -144,7 +166,7 @@ func ensureTLS(dir string, spec *Spec) ([]string, error) {
 			}
 			return usageError("deploy: %s and %s: not a pair signed by %s; not replacing them (delete both to have them issued again)", crt, key, filepath.Join(dir, "ca.crt"))
 		}
-		k, err := newKey()
+		k, err := newKey(spec.TLSKeyType)
 		if err != nil {
 			return err
 		}
@@ -158,12 +180,12 @@ func ensureTLS(dir string, spec *Spec) ([]string, error) {
 			Subject:      pkix.Name{CommonName: name, Organization: []string{"Ticketing deployment"}},
 			NotBefore:    now.Add(-time.Hour),
 			NotAfter:     now.Add(leafValidity),
-			KeyUsage:     x509.KeyUsageDigitalSignature,
+			KeyUsage:     leafUsage(k),
 			ExtKeyUsage:  usage,
 			DNSNames:     dns,
 			IPAddresses:  ips,
 		}
-		der, err := x509.CreateCertificate(Rand, tmpl, ca.cert, &k.PublicKey, ca.key)
+		der, err := x509.CreateCertificate(Rand, tmpl, ca.cert, k.Public(), ca.key)
 		if err != nil {
 			return err
 		}
@@ -194,6 +216,61 @@ func ensureTLS(dir string, spec *Spec) ([]string, error) {
 	}
 	if err := issue("client", nil, nil, []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}); err != nil {
 		return nil, err
+	}
+	return notes, nil
+}
+
+// composeTLS gives each compose node a directory tls/ID holding only what
+// it reads — ca.crt, ID.crt, ID.key, never ca.key — readable by the
+// container's user (uid containerUID), which compose.yaml mounts (issue #28
+// item 5: the whole 0700 tls/ of root-owned 0600 keys was mounted, so serve
+// failed with "permission denied", and ca.key reached every container).
+// The directory is 0755 and the certificates 0644; the key is 0600 owned by
+// containerUID when deploy runs as root, else 0644 (with a note saying so:
+// only a root deploy can give it to uid containerUID).
+func composeTLS(dir string, spec *Spec) ([]string, error) {
+	var notes []string
+	for _, n := range spec.live() {
+		nd := filepath.Join(dir, n.ID)
+		if err := os.MkdirAll(nd, 0o755); err != nil {
+			return nil, err
+		}
+		if err := os.Chmod(nd, 0o755); err != nil {
+			return nil, err
+		}
+		for _, f := range []struct {
+			src, dst string
+			key      bool
+		}{{"ca.crt", "ca.crt", false}, {n.ID + ".crt", n.ID + ".crt", false}, {n.ID + ".key", n.ID + ".key", true}} {
+			b, err := os.ReadFile(filepath.Join(dir, f.src))
+			if err != nil {
+				return nil, err
+			}
+			dst := filepath.Join(nd, f.dst)
+			mode := fs.FileMode(0o644)
+			if f.key {
+				mode = 0o600
+			}
+			if err := os.WriteFile(dst+".tmp", b, mode); err != nil {
+				return nil, err
+			}
+			if f.key {
+				if err := os.Chown(dst+".tmp", containerUID, containerUID); err != nil {
+					mode = 0o644 // not root: readable by the container's user only this way
+				}
+			}
+			if err := os.Chmod(dst+".tmp", mode); err != nil {
+				return nil, err
+			}
+			if err := os.Rename(dst+".tmp", dst); err != nil {
+				return nil, err
+			}
+			if f.key && mode == 0o644 {
+				notes = append(notes, fmt.Sprintf("%-22s 0644  for uid %d: deploy was not run as root, so the key is readable by every user of this host; as root: chown %d %s && chmod 0600 %s",
+					"tls/"+n.ID+"/"+f.dst, containerUID, containerUID, dst, dst))
+			}
+		}
+		notes = append(notes, fmt.Sprintf("%-22s 0755  %-9s ca.crt, %s.crt, %s.key for the %s container (mounted read-only)", "tls/"+n.ID+"/", "written", n.ID, n.ID, n.ID))
 	}
 	return notes, nil
 }

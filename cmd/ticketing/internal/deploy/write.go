@@ -99,6 +99,13 @@ func writeDeployment(ios Streams, o *Options, spec *Spec) error {
 		if err != nil {
 			return err
 		}
+		if spec.Format == FormatCompose {
+			more, err := composeTLS(filepath.Join(outAbs, "tls"), spec)
+			if err != nil {
+				return err
+			}
+			tlsNotes = append(tlsNotes, more...)
+		}
 	}
 	type result struct{ name, mode, state, note string }
 	var res []result
@@ -229,7 +236,9 @@ func nextSteps(w io.Writer, s *Spec, out string, added bool) {
 			nodes = append(nodes, n)
 		}
 	}
-	if s.TLSDir != "" {
+	if s.TLSDir != "" && s.Format == FormatCompose {
+		fmt.Fprintf(w, "  - nothing to copy for TLS: compose.yaml mounts %s/tls/ID (ca.crt, ID.crt, ID.key; never ca.key) read-only at %s in each node's container\n", out, containerTLSDir)
+	} else if s.TLSDir != "" {
 		fmt.Fprintf(w, "  - copy %s/tls/{ca.crt,ID.crt,ID.key} to %s on each node (keys mode 0600", out, s.TLSDir)
 		if s.Format == FormatDocker {
 			fmt.Fprintf(w, ", owned by uid %d for the container", containerUID)
