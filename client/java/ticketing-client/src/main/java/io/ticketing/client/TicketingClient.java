@@ -724,6 +724,23 @@ public final class TicketingClient implements AutoCloseable {
     }
 
     /**
+     * {@link #tryAcquire(String, Duration, Duration)} with a raw byte key.
+     *
+     * @param key the key bytes
+     * @param lease the lease
+     * @param wait the wait
+     * @return the lease, or empty when not acquired within the wait
+     * @throws InterruptedException the thread was interrupted (the acquire is withdrawn)
+     */
+    public Optional<Lease> tryAcquire(byte[] key, Duration lease, Duration wait) throws InterruptedException {
+        try {
+            return Optional.of(acquire(key, lease, wait));
+        } catch (AcquireTimeoutException e) {
+            return Optional.empty();
+        }
+    }
+
+    /**
      * {@link #tryAcquire(String, Duration)} with a raw byte key.
      *
      * @param key the key bytes
