@@ -67,33 +67,10 @@ func (p *persistentTokens) Next() uint64 {
 	return n
 }
 
-// persist writes ceil durably (temp file, fsync, rename, fsync dir) and then
-// publishes it.
+// persist writes ceil durably (writeDurable) and then publishes it.
 func (p *persistentTokens) persist(ceil uint64) error {
-	tmp := p.path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
-	if err != nil {
+	if err := writeDurable(p.path, ceil); err != nil {
 		return err
-	}
-	var b [8]byte
-	binary.BigEndian.PutUint64(b[:], ceil)
-	if _, err := f.Write(b[:]); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, p.path); err != nil {
-		return err
-	}
-	if d, err := os.Open(filepath.Dir(p.path)); err == nil {
-		_ = d.Sync()
-		d.Close()
 	}
 	p.ceil.Store(ceil)
 	return nil

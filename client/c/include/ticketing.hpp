@@ -79,6 +79,9 @@ struct Options {
     std::string token;
     std::optional<TlsOptions> tls;
     std::chrono::milliseconds connect_timeout{5000};
+    // Edge rule R2: a written acquire unanswered this long past its wait ends
+    // IndeterminateError (withdrawn with C). 0 = the library default, 3 s.
+    std::chrono::milliseconds answer_allowance{0};
     bool wait_connected = true; // the constructor waits for a first connection (throws ConnectError/AuthError/TlsError)
     std::function<void(const Error &)> on_release_error; // failures of Lease's destructor
 };
@@ -231,6 +234,7 @@ public:
         cfg.token = o.token.c_str();
         cfg.tls = o.tls ? &t : nullptr;
         cfg.connect_timeout_ms = detail::to_ms(o.connect_timeout, "connect_timeout");
+        cfg.answer_allowance_ms = detail::to_ms(o.answer_allowance, "answer_allowance");
         st_->c = tk_client_new(&cfg);
         if (!st_->c) throw InvalidArgument(TK_E_INVALID, 0, tk_client_new_error());
         st_->on_release_error = o.on_release_error;
@@ -283,12 +287,94 @@ public:
     tk_client *native() const noexcept { return st_ ? st_->c : nullptr; }
 
 private:
+    friend class Queue;
     // A moved-from Client has no state: every call throws ClosedError.
     tk_client *c() const {
         if (!st_) throw ClosedError(TK_E_CLOSED, 0, "ticketing::Client used after it was moved from");
         return st_->c;
     }
     std::shared_ptr<detail::State> st_;
+};
+
+// The completion queue (tk_queue_*, see ticketing.h) for an event loop: any
+// number of acquires and releases from one thread, one fd to poll, their
+// outcomes back as tk_events. Same rules as the C API; RAII: the destructor
+// is tk_queue_free (withdraws unfinished acquires, releases grants whose
+// events were not returned). Keeps its Client's connections alive. A queue
+// belongs to one thread at a time.
+//
+//   ticketing::Queue q(client);
+//   q.acquire("orders/42", 30s, 5s, ctx);
+//   std::vector<tk_event> evs;
+//   for (;;) { struct pollfd p{q.fd(), POLLIN, 0}; ::poll(&p, 1, q.timeout_ms()); q.poll(evs); ... }
+class Queue {
+public:
+    explicit Queue(Client &c) : st_(c.st_) {
+        c.c(); // a moved-from Client throws
+        q_ = tk_queue_new(st_->c);
+        if (!q_) throw Error(TK_E_NOMEM, 0, "tk_queue_new failed");
+    }
+    Queue(const Queue &) = delete;
+    Queue &operator=(const Queue &) = delete;
+    Queue(Queue &&o) noexcept : st_(std::move(o.st_)), q_(std::exchange(o.q_, nullptr)) {}
+    Queue &operator=(Queue &&o) noexcept {
+        if (this != &o) {
+            if (q_) tk_queue_free(q_);
+            st_ = std::move(o.st_);
+            q_ = std::exchange(o.q_, nullptr);
+        }
+        return *this;
+    }
+    ~Queue() {
+        if (q_) tk_queue_free(q_);
+    }
+
+    int fd() const noexcept { return tk_queue_fd(q_); }
+    // Poll again after this many ms even if fd() stays quiet (-1: only on fd).
+    int timeout_ms() const noexcept { return tk_queue_timeout_ms(q_); }
+    // Starts an acquire; its event carries `user`. The returned handle is for
+    // cancel() until its event is returned. Throws on an immediate failure
+    // (bad argument, closed, forked), which produces no event.
+    tk_op *acquire(std::string_view key, std::chrono::milliseconds lease, std::chrono::milliseconds wait,
+                   void *user = nullptr) {
+        tk_op *op = nullptr;
+        tk_status s = tk_queue_acquire(live(), key.data(), key.size(), detail::to_ms(lease, "lease"),
+                                       detail::to_ms(wait, "wait"), user, &op);
+        if (s != TK_OK) throw_status(s);
+        return op;
+    }
+    void release(const tk_lease &l, void *user = nullptr) {
+        tk_status s = tk_queue_release(live(), &l, user);
+        if (s != TK_OK) throw_status(s);
+    }
+    void release(std::string_view key, std::uint64_t token, void *user = nullptr) {
+        tk_status s = tk_queue_release_token(live(), key.data(), key.size(), token, user);
+        if (s != TK_OK) throw_status(s);
+    }
+    void cancel(tk_op *op) noexcept {
+        if (q_) tk_queue_cancel(q_, op);
+    }
+    // Appends the finished ops' events to out (never blocks); returns how many.
+    std::size_t poll(std::vector<tk_event> &out) {
+        std::size_t total = 0;
+        tk_event ev[64];
+        for (;;) {
+            std::size_t n = tk_queue_poll(live(), ev, 64);
+            out.insert(out.end(), ev, ev + n);
+            total += n;
+            if (n < 64) return total;
+        }
+    }
+    std::size_t pending() const noexcept { return q_ ? tk_queue_pending(q_) : 0; }
+    tk_queue *native() const noexcept { return q_; }
+
+private:
+    tk_queue *live() const {
+        if (!q_) throw ClosedError(TK_E_CLOSED, 0, "ticketing::Queue used after it was moved from");
+        return q_;
+    }
+    std::shared_ptr<detail::State> st_;
+    tk_queue *q_ = nullptr;
 };
 
 // A named lock in the standard Lockable shape, for std::lock_guard and

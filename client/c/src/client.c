@@ -1542,11 +1542,12 @@ static void fill_out(tk_op *op, tk_lease *out) {
 }
 
 /* The checks every call that starts an op makes before anything is sent
- * (tk_acquire makes the same ones with a message for each). */
-static tk_status start_check(tk_client *cl, const void *key, size_t klen, int lease_zero) {
+ * (tk_acquire makes the same ones with a message for each). zero_arg: the
+ * lease (acquire) or the token (release, R8) is 0. */
+static tk_status start_check(tk_client *cl, const void *key, size_t klen, int zero_arg) {
     if (!cl) return TK_E_INVALID;
     if (forked(cl)) return TK_E_FORKED;
-    if (!tk_key_valid(key, klen) || lease_zero) return TK_E_INVALID;
+    if (!tk_key_valid(key, klen) || zero_arg) return TK_E_INVALID;
     if (is_closed(cl)) return TK_E_CLOSED;
     return TK_OK;
 }
@@ -1768,7 +1769,7 @@ tk_status tk_queue_release(tk_queue *q, const tk_lease *l, void *user) {
 }
 
 tk_status tk_queue_release_token(tk_queue *q, const void *key, size_t klen, uint64_t token, void *user) {
-    tk_status st = start_check(q ? q->cl : NULL, key, klen, 0);
+    tk_status st = start_check(q ? q->cl : NULL, key, klen, token == 0);
     if (st != TK_OK) return st;
     tk_op *op = queue_op(q, K_RELEASE, key, klen, user);
     if (!op) return TK_E_NOMEM;
@@ -1952,7 +1953,7 @@ static tk_status release_until(tk_client *cl, const void *key, size_t klen, uint
 
 tk_status tk_release_token(tk_client *cl, const void *key, size_t klen, uint64_t token, uint8_t *code) {
     if (code) *code = 0;
-    tk_status st = start_check(cl, key, klen, 0);
+    tk_status st = start_check(cl, key, klen, token == 0); /* R8: token 0 is never issued */
     if (st != TK_OK) return st;
     return release_until(cl, key, klen, token, tk_now_ns() + REL_WINDOW_NS, code);
 }

@@ -1,6 +1,10 @@
 // Testkit driver for the C API (argument "c") and the C++ API ("cpp"):
 // JSON lines on stdin/stdout (../shared/design/testkit.md). Every command
 // runs on its own thread and answers once, in completion order.
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -8,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -229,13 +234,103 @@ std::string err(long long id, tk_status s, int code, const std::string &msg) {
 }
 
 bool use_cpp = false;
+bool use_queue = false; // c-queue: TESTKIT_VARIANT=queue (testkit README "Variants")
+
+// c-queue: one event-loop thread owns a tk_queue; command threads post their
+// acquire, release or cancel to it and wait for the op's event.
+struct QueueLoop {
+    struct Req {
+        int kind; // TK_EV_ACQUIRE, TK_EV_RELEASE, 0 = cancel
+        long long id;
+        std::string key;
+        uint32_t lease = 0, wait = 0;
+        uint64_t token = 0;
+        std::promise<tk_event> done;
+    };
+    tk_queue *q = nullptr;
+    int efd = -1;
+    std::mutex m;
+    std::vector<std::shared_ptr<Req>> inbox;
+    std::atomic<bool> stop{false};
+    std::thread th;
+
+    explicit QueueLoop(tk_client *c) : q(tk_queue_new(c)), efd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
+        th = std::thread([this] { loop(); });
+    }
+    ~QueueLoop() {
+        stop = true;
+        uint64_t one = 1;
+        (void)!write(efd, &one, sizeof one);
+        th.join();
+        close(efd);
+    }
+    tk_event post(std::shared_ptr<Req> r) {
+        auto f = r->done.get_future();
+        {
+            std::lock_guard<std::mutex> g(m);
+            inbox.push_back(r);
+        }
+        uint64_t one = 1;
+        (void)!write(efd, &one, sizeof one);
+        return r->kind ? f.get() : tk_event{};
+    }
+    static tk_event failed(tk_status s) {
+        tk_event e{};
+        e.status = s;
+        return e;
+    }
+    void loop() {
+        std::map<long long, std::pair<tk_op *, std::shared_ptr<Req>>> live;
+        while (!stop) {
+            struct pollfd p[2] = {{tk_queue_fd(q), POLLIN, 0}, {efd, POLLIN, 0}};
+            poll(p, 2, tk_queue_timeout_ms(q));
+            uint64_t n;
+            (void)!read(efd, &n, sizeof n);
+            std::vector<std::shared_ptr<Req>> in;
+            {
+                std::lock_guard<std::mutex> g(m);
+                in.swap(inbox);
+            }
+            for (auto &r : in) {
+                if (r->kind == 0) {
+                    if (auto it = live.find(r->id); it != live.end() && it->second.first) tk_queue_cancel(q, it->second.first);
+                    continue;
+                }
+                tk_op *op = nullptr;
+                tk_status s = r->kind == TK_EV_ACQUIRE
+                                  ? tk_queue_acquire(q, r->key.data(), r->key.size(), r->lease, r->wait, r.get(), &op)
+                                  : tk_queue_release_token(q, r->key.data(), r->key.size(), r->token, r.get());
+                if (s != TK_OK) {
+                    r->done.set_value(failed(s));
+                    continue;
+                }
+                live[r->id] = {op, r};
+            }
+            tk_event ev[64];
+            size_t got;
+            while ((got = tk_queue_poll(q, ev, 64)) > 0) {
+                for (size_t i = 0; i < got; i++) {
+                    auto *r = static_cast<Req *>(ev[i].user);
+                    auto keep = live[r->id].second;
+                    live.erase(r->id);
+                    r->done.set_value(ev[i]);
+                }
+                if (got < 64) break;
+            }
+        }
+        tk_queue_free(q);
+        for (auto &kv : live) kv.second.second->done.set_value(failed(TK_E_CLOSED));
+    }
+};
 
 // The one client; shared_ptr so that commands in flight keep it alive across a reconnect.
 struct Conn {
     tk_client *c = nullptr;                         // C mode
     std::unique_ptr<ticketing::Client> cpp;          // C++ mode
+    std::unique_ptr<QueueLoop> ql;                   // c-queue
     tk_client *raw() const { return cpp ? cpp->native() : c; }
     ~Conn() {
+        ql.reset(); // the queue before its client
         if (c) tk_client_free(c);
     }
 };
@@ -286,6 +381,7 @@ std::string do_connect(const J &cmd, long long id) {
         return v && v->t == J::STR ? v->s : std::string();
     };
     long long cto = num(cmd, "connect_timeout_ms", 0);
+    long long allowance = num(cmd, "answer_allowance_ms", 0);
     auto conn = std::make_shared<Conn>();
     if (use_cpp) {
         ticketing::Options o;
@@ -293,6 +389,7 @@ std::string do_connect(const J &cmd, long long id) {
         o.token = token;
         if (has_tls) o.tls = ticketing::TlsOptions{field("ca"), field("cert"), field("key"), field("server_name")};
         if (cto > 0) o.connect_timeout = std::chrono::milliseconds(cto);
+        if (allowance > 0) o.answer_allowance = std::chrono::milliseconds(allowance);
         o.on_release_error = [](const ticketing::Error &e) { fprintf(stderr, "driver: release failed: %s\n", e.what()); };
         try {
             conn->cpp = std::make_unique<ticketing::Client>(o);
@@ -315,6 +412,7 @@ std::string do_connect(const J &cmd, long long id) {
         cfg.token = token.c_str();
         cfg.tls = has_tls ? &t : nullptr;
         cfg.connect_timeout_ms = cto > 0 ? (uint32_t)cto : 0;
+        cfg.answer_allowance_ms = allowance > 0 ? (uint32_t)allowance : 0; // edge rule R2
         conn->c = tk_client_new(&cfg);
         if (!conn->c) return err(id, has_tls ? TK_E_TLS : TK_E_INVALID, 0, "invalid configuration");
         tk_status s = tk_client_wait_connected(conn->c, 0);
@@ -323,6 +421,7 @@ std::string do_connect(const J &cmd, long long id) {
             tk_client_last_error(conn->c, &code);
             return err(id, s, code, "");
         }
+        if (use_queue) conn->ql = std::make_unique<QueueLoop>(conn->c);
     }
     std::lock_guard<std::mutex> g(mu);
     cur = conn;
@@ -359,6 +458,17 @@ std::string do_acquire(std::shared_ptr<Conn> cn, const J &cmd, long long id, con
             return err(id, e.status(), e.code(), e.what());
         }
     }
+    if (cn->ql) {
+        auto r = std::make_shared<QueueLoop::Req>();
+        r->kind = TK_EV_ACQUIRE;
+        r->id = id;
+        r->key = key;
+        r->lease = (uint32_t)lease;
+        r->wait = (uint32_t)wait;
+        tk_event ev = cn->ql->post(r);
+        if (ev.status != TK_OK) return err(id, ev.status, ev.lease.code, ev.lease.message);
+        return grant(id, ev.lease.token, tk_lease_remaining_ms(&ev.lease));
+    }
     tk_op *op = nullptr;
     tk_status s = tk_acquire_start(cn->c, key.data(), key.size(), (uint32_t)lease, (uint32_t)wait, &op);
     if (s != TK_OK) return err(id, s, 0, "");
@@ -392,6 +502,16 @@ std::string do_release(std::shared_ptr<Conn> cn, const J &cmd, long long id, con
             return err(id, e.status(), e.code(), e.what());
         }
     }
+    if (cn->ql) {
+        auto r = std::make_shared<QueueLoop::Req>();
+        r->kind = TK_EV_RELEASE;
+        r->id = id;
+        r->key = key;
+        r->token = tok;
+        tk_event ev = cn->ql->post(r);
+        if (ev.status != TK_OK) return err(id, ev.status, ev.lease.code, ev.lease.message);
+        return ok(id);
+    }
     uint8_t code = 0;
     tk_status s = tk_release_token(cn->c, key.data(), key.size(), tok, &code);
     if (s != TK_OK) return err(id, s, code, "");
@@ -419,6 +539,25 @@ std::string do_with_lock(std::shared_ptr<Conn> cn, const J &cmd, long long id, c
         }
         return ok(id, ",\"token\":\"" + std::to_string(tok) + "\"");
     }
+    if (cn->ql) { // acquire, hold, release: each through the queue
+        auto a = std::make_shared<QueueLoop::Req>();
+        a->kind = TK_EV_ACQUIRE;
+        a->id = id;
+        a->key = key;
+        a->lease = (uint32_t)lease;
+        a->wait = (uint32_t)wait;
+        tk_event ev = cn->ql->post(a);
+        if (ev.status != TK_OK) return err(id, ev.status, ev.lease.code, ev.lease.message);
+        std::this_thread::sleep_for(std::chrono::milliseconds(hold));
+        auto r = std::make_shared<QueueLoop::Req>();
+        r->kind = TK_EV_RELEASE;
+        r->id = -id - 1000000;
+        r->key = key;
+        r->token = ev.lease.token;
+        tk_event rev = cn->ql->post(r);
+        if (rev.status != TK_OK) fprintf(stderr, "driver: with_lock release: %s\n", tk_strerror(rev.status));
+        return ok(id, ",\"token\":\"" + std::to_string(ev.lease.token) + "\"");
+    }
     tk_lease l{};
     tk_status s = tk_acquire(cn->c, key.data(), key.size(), (uint32_t)lease, (uint32_t)wait, &l);
     if (s != TK_OK) return err(id, s, l.code, l.message);
@@ -432,13 +571,19 @@ std::string do_with_lock(std::shared_ptr<Conn> cn, const J &cmd, long long id, c
 std::string run(const J &cmd, long long id, const std::string &name) {
     if (name == "connect") return do_connect(cmd, id);
     if (name == "info")
-        return ok(id, std::string(",\"language\":\"") + (use_cpp ? "cpp" : "c") + "\",\"client_version\":\"" TK_VERSION
+        return ok(id, std::string(",\"language\":\"") + (use_cpp ? "cpp" : use_queue ? "c-queue" : "c") + "\",\"client_version\":\"" TK_VERSION
                       "\",\"runtime\":" + esc(std::string(use_cpp ? "C++17 " : "C99 ") + "gcc " __VERSION__) );
     if (name == "cancel") {
         long long target = num(cmd, "target", -1);
         std::lock_guard<std::mutex> g(mu);
         if (auto it = pending_c.find(target); it != pending_c.end()) tk_op_cancel(it->second);
         if (auto it = pending_cpp.find(target); it != pending_cpp.end()) it->second->cancel();
+        if (cur && cur->ql) {
+            auto r = std::make_shared<QueueLoop::Req>();
+            r->kind = 0;
+            r->id = target;
+            cur->ql->post(r);
+        }
         return ok(id);
     }
     std::shared_ptr<Conn> cn;
@@ -463,6 +608,8 @@ std::string run(const J &cmd, long long id, const std::string &name) {
 
 int main(int argc, char **argv) {
     use_cpp = argc > 1 && std::strcmp(argv[1], "cpp") == 0;
+    const char *variant = getenv("TESTKIT_VARIANT");
+    use_queue = !use_cpp && variant && std::strcmp(variant, "queue") == 0;
     std::atomic<int> running{0};
     std::mutex dmu;
     std::condition_variable dcv;

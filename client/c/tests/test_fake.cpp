@@ -273,6 +273,7 @@ TEST(Fake, BadArgumentsBeforeSending) {
     EXPECT_EQ(tk_acquire(cl.c, "k", 1, 0, 0, &l), TK_E_INVALID);
     std::string big(251, 'k');
     EXPECT_EQ(tk_acquire(cl.c, big.data(), big.size(), 1000, 0, &l), TK_E_INVALID);
+    EXPECT_EQ(tk_release_token(cl.c, "k", 1, 0, nullptr), TK_E_INVALID) << "R8: token 0";
     tk_config bad{};
     EXPECT_EQ(tk_client_new(&bad), nullptr);
     const char *a[] = {"nocolon"};

@@ -1,6 +1,7 @@
 // Integration tests against the real server ($TICKETING_BIN serve).
 #include <gtest/gtest.h>
 
+#include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -189,4 +190,40 @@ TEST(IntegrationCpp, MutexWithStdLocksAndMovedFromClientThrows) {
     EXPECT_THROW(cl.acquire("it/x", ms(1000), ms(0)), ticketing::ClosedError);
     EXPECT_THROW(cl.release("it/x", 1), ticketing::ClosedError);
     EXPECT_NO_THROW(moved.acquire("it/x", ms(1000), ms(0)));
+}
+
+// Finding 9: the C++ wrapper of the completion queue.
+TEST(IntegrationCpp, QueueWrapperAcquiresAndReleases) {
+    Server s;
+    NEED_SERVER(s);
+    ticketing::Options o;
+    o.addrs = {s.addr};
+    ticketing::Client cl(o);
+    ticketing::Queue q(cl);
+    int tag = 0;
+    std::vector<tk_event> evs;
+    auto next = [&](size_t want) {
+        auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+        while (evs.size() < want && std::chrono::steady_clock::now() < end) {
+            struct pollfd p{q.fd(), POLLIN, 0};
+            int t = q.timeout_ms();
+            ::poll(&p, 1, t < 0 || t > 100 ? 100 : t);
+            q.poll(evs);
+        }
+        return evs.size() >= want;
+    };
+    q.acquire("it/cppq", ms(10000), ms(1000), &tag);
+    ASSERT_TRUE(next(1));
+    ASSERT_EQ(evs[0].status, TK_OK) << evs[0].lease.message;
+    EXPECT_EQ(evs[0].user, &tag);
+    EXPECT_EQ(evs[0].kind, TK_EV_ACQUIRE);
+    EXPECT_FALSE(cl.try_acquire("it/cppq", ms(1000)).has_value()) << "held through the queue";
+    q.release(evs[0].lease, &tag);
+    ASSERT_TRUE(next(2));
+    EXPECT_EQ(evs[1].status, TK_OK);
+    EXPECT_EQ(evs[1].kind, TK_EV_RELEASE);
+    EXPECT_EQ(q.pending(), 0u);
+    EXPECT_THROW(q.acquire("", ms(1000), ms(0)), ticketing::InvalidArgument);
+    ticketing::Queue moved(std::move(q));
+    EXPECT_THROW(q.acquire("it/x", ms(1000), ms(0)), ticketing::ClosedError);
 }

@@ -14,9 +14,21 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 type Out = mpsc::UnboundedSender<Value>;
 
+/// The API under test: the async client, or `blocking::Client` when the
+/// runner starts the driver with TESTKIT_VARIANT=blocking (testkit README "Variants").
+#[derive(Clone)]
+enum Api {
+    Async(Client),
+    Blocking(ticketing::blocking::Client),
+}
+
+fn blocking_variant() -> bool {
+    std::env::var("TESTKIT_VARIANT").is_ok_and(|v| v == "blocking")
+}
+
 #[derive(Default)]
 struct State {
-    client: Option<Client>,
+    client: Option<Api>,
     /// Closed when the current client is closed: pending commands answer `closed`.
     gen: Option<watch::Sender<bool>>,
     cancels: HashMap<i64, oneshot::Sender<()>>,
@@ -90,7 +102,7 @@ fn ms(cmd: &Value, name: &str) -> Result<Duration, String> {
     }
 }
 
-fn current(st: &Shared) -> Option<(Client, watch::Receiver<bool>)> {
+fn current(st: &Shared) -> Option<(Api, watch::Receiver<bool>)> {
     let s = st.lock().unwrap();
     Some((s.client.clone()?, s.gen.as_ref()?.subscribe()))
 }
@@ -102,9 +114,17 @@ async fn run_cmd(st: Shared, out: Out, cmd: Value) {
         "connect" => connect(&st, &id, &cmd).await,
         "info" => {
             let mut m = Map::new();
-            m.insert("language".into(), "rust".into());
+            if blocking_variant() {
+                m.insert("language".into(), "rust-blocking".into());
+                m.insert(
+                    "runtime".into(),
+                    "blocking::Client (its own runtime thread), one OS thread per call".into(),
+                );
+            } else {
+                m.insert("language".into(), "rust".into());
+                m.insert("runtime".into(), "tokio 1 (multi-thread runtime, 2 workers)".into());
+            }
             m.insert("client_version".into(), ticketing::VERSION.into());
-            m.insert("runtime".into(), "tokio 1 (multi-thread runtime, 2 workers)".into());
             ok_line(&id, m)
         }
         "close" => {
@@ -131,16 +151,31 @@ async fn run_cmd(st: Shared, out: Out, cmd: Value) {
                 }
                 rx
             };
-            let work = op(&client, &id, &name, &cmd);
-            let line = tokio::select! {
-                l = work => l,
-                Ok(()) = cancel_rx => {
-                    // The operation's future was dropped: the client withdraws a
-                    // queued acquire (and compensates a grant that won the race),
-                    // and carries on a release in the background.
-                    err_line(&id, &Error::Cancelled)
+            let line = if let Api::Blocking(_) = &client {
+                // The blocking API's own cancellation: its token, from another thread.
+                let tok = ticketing::blocking::CancelToken::new();
+                let t2 = tok.clone();
+                tokio::spawn(async move {
+                    if cancel_rx.await.is_ok() {
+                        t2.cancel();
+                    }
+                });
+                tokio::select! {
+                    l = op(&client, &id, &name, &cmd, Some(tok)) => l,
+                    _ = gen.wait_for(|c| *c) => err_line(&id, &Error::Closed),
                 }
-                _ = gen.wait_for(|c| *c) => err_line(&id, &Error::Closed),
+            } else {
+                let work = op(&client, &id, &name, &cmd, None);
+                tokio::select! {
+                    l = work => l,
+                    Ok(()) = cancel_rx => {
+                        // The operation's future was dropped: the client withdraws a
+                        // queued acquire (and compensates a grant that won the race),
+                        // and carries on a release in the background.
+                        err_line(&id, &Error::Cancelled)
+                    }
+                    _ = gen.wait_for(|c| *c) => err_line(&id, &Error::Closed),
+                }
             };
             if let Some(n) = id.as_i64() {
                 st.lock().unwrap().cancels.remove(&n);
@@ -152,7 +187,7 @@ async fn run_cmd(st: Shared, out: Out, cmd: Value) {
     let _ = out.send(line);
 }
 
-async fn op(client: &Client, id: &Value, name: &str, cmd: &Value) -> Value {
+async fn op(api: &Api, id: &Value, name: &str, cmd: &Value, cancel: Option<ticketing::blocking::CancelToken>) -> Value {
     let key = match key_of(cmd) {
         Ok(k) => k,
         Err(m) => return simple_err(id, "invalid", &m),
@@ -160,6 +195,17 @@ async fn op(client: &Client, id: &Value, name: &str, cmd: &Value) -> Value {
     let (lease, wait) = match (ms(cmd, "lease_ms"), ms(cmd, "wait_ms")) {
         (Ok(l), Ok(w)) => (l, w),
         (Err(m), _) | (_, Err(m)) => return simple_err(id, "invalid", &m),
+    };
+    let client = match api {
+        Api::Async(c) => c,
+        Api::Blocking(b) => {
+            // One OS thread per call, as a synchronous program would make.
+            let (b, id, name, cmd) = (b.clone(), id.clone(), name.to_string(), cmd.clone());
+            let cancel = cancel.unwrap_or_default();
+            return tokio::task::spawn_blocking(move || op_blocking(&b, &id, &name, &cmd, key, lease, wait, &cancel))
+                .await
+                .unwrap_or_else(|e| json!({"ok": false, "error": "internal", "message": e.to_string()}));
+        }
     };
     match name {
         "acquire" => match client.acquire(&key, lease, wait).await {
@@ -213,6 +259,70 @@ async fn op(client: &Client, id: &Value, name: &str, cmd: &Value) -> Value {
     }
 }
 
+fn token_of(cmd: &Value) -> Option<u64> {
+    cmd.get("token").and_then(|t| match t {
+        Value::String(s) => s.parse::<u64>().ok(),
+        Value::Number(n) => n.as_u64(),
+        _ => None,
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+fn op_blocking(
+    client: &ticketing::blocking::Client,
+    id: &Value,
+    name: &str,
+    cmd: &Value,
+    key: Vec<u8>,
+    lease: Duration,
+    wait: Duration,
+    cancel: &ticketing::blocking::CancelToken,
+) -> Value {
+    match name {
+        "acquire" => match client.acquire_cancellable(&key, lease, wait, cancel) {
+            Ok(l) => {
+                let mut m = Map::new();
+                m.insert("token".into(), l.token().to_string().into());
+                m.insert("deadline_in_ms".into(), (l.remaining().as_millis() as u64).into());
+                let _ = l.detach();
+                ok_line(id, m)
+            }
+            Err(e) => err_line(id, &e),
+        },
+        "release" => {
+            let Some(token) = token_of(cmd) else {
+                return simple_err(id, "invalid", "token must be a decimal string");
+            };
+            match client.release(&key, token) {
+                Ok(()) => ok_line(id, Map::new()),
+                Err(e) => err_line(id, &e),
+            }
+        }
+        _ => {
+            let hold = ms(cmd, "hold_ms").unwrap_or_default();
+            let fail = cmd.get("fail").and_then(Value::as_bool).unwrap_or(false);
+            // with_lock's scope on the cancellable acquire (R11: a cancel
+            // withdraws the waiting acquire); the guard's drop releases on
+            // both the normal and the failing exit.
+            let r = client.acquire_cancellable(&key, lease, wait, cancel).map(|guard| {
+                std::thread::sleep(hold);
+                let t = guard.token();
+                let _failed: Result<(), ()> = if fail { Err(()) } else { Ok(()) };
+                drop(guard);
+                t
+            });
+            match r {
+                Ok(t) => {
+                    let mut m = Map::new();
+                    m.insert("token".into(), t.to_string().into());
+                    ok_line(id, m)
+                }
+                Err(e) => err_line(id, &e),
+            }
+        }
+    }
+}
+
 async fn close_client(st: &Shared) {
     let (c, g) = {
         let mut s = st.lock().unwrap();
@@ -221,8 +331,12 @@ async fn close_client(st: &Shared) {
     if let Some(g) = g {
         let _ = g.send(true);
     }
-    if let Some(c) = c {
-        c.close().await;
+    match c {
+        Some(Api::Async(c)) => c.close().await,
+        Some(Api::Blocking(b)) => {
+            let _ = tokio::task::spawn_blocking(move || b.close()).await;
+        }
+        None => {}
     }
 }
 
@@ -237,6 +351,9 @@ async fn connect(st: &Shared, id: &Value, cmd: &Value) -> Value {
     }
     if let Some(n) = cmd.get("connect_timeout_ms").and_then(Value::as_u64) {
         b = b.connect_timeout(Duration::from_millis(n));
+    }
+    if let Some(n) = cmd.get("answer_allowance_ms").and_then(Value::as_u64) {
+        b = b.answer_allowance(Duration::from_millis(n)); // edge rule R2
     }
     if let Some(tls) = cmd.get("tls").filter(|v| v.is_object()) {
         let s = |k: &str| tls.get(k).and_then(Value::as_str).filter(|s| !s.is_empty()).map(str::to_string);
@@ -260,7 +377,14 @@ async fn connect(st: &Shared, id: &Value, cmd: &Value) -> Value {
         Ok(c) => c,
         Err(e) => return err_line(id, &e),
     };
-    match Client::connect(cfg).await {
+    let api = if blocking_variant() {
+        tokio::task::spawn_blocking(move || ticketing::blocking::Client::connect(cfg).map(Api::Blocking))
+            .await
+            .unwrap_or(Err(Error::Closed))
+    } else {
+        Client::connect(cfg).await.map(Api::Async)
+    };
+    match api {
         Ok(c) => {
             let mut s = st.lock().unwrap();
             s.client = Some(c);

@@ -138,6 +138,53 @@ impl Client {
         })
     }
 
+    /// [`Client::acquire`] that `cancel` can withdraw from another thread
+    /// (edge rule R11): [`CancelToken::cancel`] makes it return
+    /// [`Error::Cancelled`] at once; a queued acquire is withdrawn with `C`
+    /// and a grant that won the race is released by the client.
+    ///
+    /// ```no_run
+    /// # fn demo(client: ticketing::blocking::Client) -> Result<(), ticketing::Error> {
+    /// use std::time::Duration;
+    /// let cancel = ticketing::blocking::CancelToken::new();
+    /// let c2 = cancel.clone();
+    /// std::thread::spawn(move || { std::thread::sleep(Duration::from_secs(1)); c2.cancel(); });
+    /// match client.acquire_cancellable("jobs/nightly", Duration::from_secs(60), Duration::from_secs(30), &cancel) {
+    ///     Err(ticketing::Error::Cancelled) => {} // withdrawn
+    ///     other => drop(other?),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn acquire_cancellable(
+        &self,
+        key: impl AsRef<[u8]>,
+        lease: Duration,
+        wait: Duration,
+        cancel: &CancelToken,
+    ) -> Result<Lease, Error> {
+        let c = self.inner.clone();
+        let key = key.as_ref().to_vec();
+        let tok = cancel.clone();
+        let l = self.rt.run(async move {
+            let notified = tok.inner.notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if tok.is_cancelled() {
+                return Err(Error::Cancelled);
+            }
+            tokio::select! {
+                r = c.acquire(key, lease, wait) => r,
+                // Dropping the acquire future withdraws it (crate::Client::acquire).
+                _ = notified => Err(Error::Cancelled),
+            }
+        })??;
+        Ok(Lease {
+            inner: Some(l),
+            rt: self.rt.clone(),
+            done: watch::Sender::new(false),
+        })
+    }
+
     /// See [`crate::Client::try_acquire`].
     pub fn try_acquire(&self, key: impl AsRef<[u8]>, lease: Duration) -> Result<Option<Lease>, Error> {
         match self.acquire(key, lease, Duration::ZERO) {
@@ -179,6 +226,38 @@ impl Client {
     /// The async client underneath (its futures must run on a tokio runtime).
     pub fn as_async(&self) -> &crate::Client {
         &self.inner
+    }
+}
+
+/// Cancels a [`Client::acquire_cancellable`] from any thread. Cheap to
+/// clone; once cancelled it stays cancelled (a call started with it fails at
+/// once).
+#[derive(Clone, Default, Debug)]
+pub struct CancelToken {
+    inner: Arc<CancelInner>,
+}
+
+#[derive(Default, Debug)]
+struct CancelInner {
+    cancelled: std::sync::atomic::AtomicBool,
+    notify: tokio::sync::Notify,
+}
+
+impl CancelToken {
+    /// A token not yet cancelled.
+    pub fn new() -> CancelToken {
+        CancelToken::default()
+    }
+
+    /// Cancels every call waiting with this token.
+    pub fn cancel(&self) {
+        self.inner.cancelled.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.inner.notify.notify_waiters();
+    }
+
+    /// Whether [`CancelToken::cancel`] was called.
+    pub fn is_cancelled(&self) -> bool {
+        self.inner.cancelled.load(std::sync::atomic::Ordering::SeqCst)
     }
 }
 

@@ -6,9 +6,10 @@ use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
 
 use crate::config::{split_host_port, Config};
-use crate::conn::{self, CallHandle, Conn, ConnErr, EnqErr, Reply, Req};
+use crate::conn::{self, CallHandle, Conn, ConnErr, EnqErr, Owner, Reply, Req};
 use crate::error::Error;
 use crate::lease::Lease;
+use crate::log;
 use crate::wire::{self, Op, Status};
 
 /// Consecutive `M` answers followed before backing off (protocol.md §7).
@@ -19,17 +20,6 @@ const MAX_EXTRA_ENDPOINTS: usize = 32;
 const RELEASE_QUEUE_LEN: usize = 4096;
 const REDIRECT_BASE: Duration = Duration::from_millis(25);
 const REDIRECT_CAP: Duration = Duration::from_millis(200);
-
-/// Connection events (connected, lost, failed, redirects, background
-/// failures; never a token) go to the `log` facade, target `ticketing`,
-/// with the cargo feature `log` (off by default: then nothing is logged).
-#[cfg(feature = "log")]
-pub(crate) fn log(args: std::fmt::Arguments<'_>) {
-    log::info!(target: "ticketing", "{args}");
-}
-
-#[cfg(not(feature = "log"))]
-pub(crate) fn log(_args: std::fmt::Arguments<'_>) {}
 
 pub(crate) struct Endpoint {
     addr: String,
@@ -211,6 +201,22 @@ impl Inner {
         last
     }
 
+    /// R4/R5: no connection is up and an attempt failed authentication or
+    /// TLS: waiting longer will not help, the call fails now with that error.
+    fn hard_failure(&self) -> Option<Error> {
+        let mut hard = None;
+        for c in self.conns().iter() {
+            let st = c.st.lock().unwrap();
+            if st.up {
+                return None;
+            }
+            if let Some(e @ (ConnErr::Auth(..) | ConnErr::Tls(_))) = &st.last_err {
+                hard = Some(e.into());
+            }
+        }
+        hard
+    }
+
     fn connect_err(&self) -> Error {
         match self.last_conn_err() {
             Some(e) => (&e).into(),
@@ -250,6 +256,11 @@ impl Inner {
             if self.is_closed() {
                 return Err(Error::Closed);
             }
+            if !full {
+                if let Some(e) = self.hard_failure() {
+                    return Err(e);
+                }
+            }
             let limit = if full { slot_give_up } else { give_up };
             if Instant::now() >= limit {
                 return if full { Ok(None) } else { Err(self.connect_err()) };
@@ -284,7 +295,7 @@ impl Inner {
                 }
                 let ep = Arc::new(Endpoint {
                     addr: addr.to_string(),
-                    conns: vec![Arc::new(Conn::new(addr.to_string(), Arc::downgrade(self)))],
+                    conns: vec![Arc::new(Conn::new(addr.to_string(), Arc::<Inner>::downgrade(self)))],
                 });
                 p.eps.push(ep.clone());
                 let mut conns: Vec<Arc<Conn>> = p.conns.to_vec();
@@ -358,6 +369,35 @@ impl Inner {
             drop(client);
         });
         true
+    }
+}
+
+impl Owner for Inner {
+    fn config(&self) -> &Config {
+        &self.cfg
+    }
+    fn is_closed(&self) -> bool {
+        Inner::is_closed(self)
+    }
+    fn close_rx(&self) -> watch::Receiver<bool> {
+        Inner::close_rx(self)
+    }
+    fn backoff_delay(&self, n: u32) -> Duration {
+        Inner::backoff_delay(self, n)
+    }
+    fn changed(&self) {
+        self.changed.notify_waiters();
+    }
+    fn abandoned(&self, delta: i32) {
+        if delta >= 0 {
+            self.abandoned.fetch_add(delta as usize, Ordering::SeqCst);
+        } else {
+            self.abandoned.fetch_sub(delta.unsigned_abs() as usize, Ordering::SeqCst);
+        }
+    }
+    /// The client's decision: release it in the background.
+    fn unwanted_grant(&self, key: Arc<[u8]>, token: u64) {
+        self.compensate(key, token);
     }
 }
 
@@ -764,6 +804,10 @@ impl Client {
         self.check_pid()?;
         let key: Arc<[u8]> = Arc::from(key.as_ref());
         check_key(&key)?;
+        if token == 0 {
+            // R8: refused before sending, as in every client.
+            return Err(Error::invalid("token must not be 0 (the server never issues it)"));
+        }
         self.release_arc(key, token).await
     }
 

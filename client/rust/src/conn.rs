@@ -15,11 +15,30 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::sync::{oneshot, Notify};
+use tokio::sync::{oneshot, watch, Notify};
 
-use crate::client::Inner;
+use crate::config::Config;
 use crate::error::Error;
 use crate::wire::{self, Code, Op, Status};
+
+/// What a connection needs from its owner and reports to it. The connection
+/// imports nothing of the client (issue 33 finding 3): it reports events
+/// (came up, failed, lost, a slot freed, an abandoned acquire settled, a grant
+/// nobody waits for) and the client decides what to do with them.
+pub(crate) trait Owner: Send + Sync + 'static {
+    /// The configuration: token, role, TLS, connect timeout.
+    fn config(&self) -> &Config;
+    fn is_closed(&self) -> bool;
+    fn close_rx(&self) -> watch::Receiver<bool>;
+    /// The delay before reconnect attempt n ≥ 1.
+    fn backoff_delay(&self, n: u32) -> Duration;
+    /// A connection came up or failed, or an inflight slot was freed.
+    fn changed(&self);
+    /// An acquire whose caller gave up is in flight (+1), or settled (-1).
+    fn abandoned(&self, delta: i32);
+    /// A grant arrived for an acquire whose caller gave up.
+    fn unwanted_grant(&self, key: Arc<[u8]>, token: u64);
+}
 
 const READ_BUF: usize = 64 << 10;
 /// Unsent bytes per connection above which new requests go elsewhere or wait.
@@ -102,7 +121,7 @@ pub(crate) struct Conn {
     pub addr: String,
     pub st: Mutex<State>,
     kick: Notify,
-    inner: Weak<Inner>,
+    inner: Weak<dyn Owner>,
 }
 
 /// A request to queue.
@@ -154,7 +173,7 @@ impl Drop for CallHandle {
                 if self.op == Op::Acquire {
                     p.waiter = Waiter::Abandoned(self.key.clone());
                     if let Some(inner) = self.conn.inner.upgrade() {
-                        inner.abandoned.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        inner.abandoned(1);
                     }
                     if self.counts {
                         // Withdraw the queued acquire (protocol.md §5 "Cancel").
@@ -174,13 +193,13 @@ impl Drop for CallHandle {
         }
         self.conn.kick.notify_one();
         if let (Some(token), Some(inner)) = (comp, self.conn.inner.upgrade()) {
-            inner.compensate(self.key.clone(), token);
+            inner.unwanted_grant(self.key.clone(), token);
         }
     }
 }
 
 impl Conn {
-    pub fn new(addr: String, inner: Weak<Inner>) -> Conn {
+    pub fn new(addr: String, inner: Weak<dyn Owner>) -> Conn {
         Conn {
             addr,
             st: Mutex::new(State {
@@ -261,7 +280,7 @@ impl Conn {
         !st.up && !st.ever_up && st.failures == 0
     }
 
-    pub fn failed(&self, inner: &Inner, e: ConnErr) {
+    pub fn failed(&self, inner: &dyn Owner, e: ConnErr) {
         let n = {
             let mut st = self.st.lock().unwrap();
             st.failures += 1;
@@ -269,12 +288,12 @@ impl Conn {
             st.failures
         };
         if n == 1 || matches!(e, ConnErr::Auth(..)) {
-            crate::client::log(format_args!("connect to {} failed (attempt {n}): {e}", self.addr));
+            crate::log(format_args!("connect to {} failed (attempt {n}): {e}", self.addr));
         }
-        inner.changed.notify_waiters();
+        inner.changed();
     }
 
-    fn up(&self, inner: &Inner, max_inflight: u32) -> Option<u64> {
+    fn up(&self, inner: &dyn Owner, max_inflight: u32) -> Option<u64> {
         let epoch = {
             let mut st = self.st.lock().unwrap();
             if inner.is_closed() {
@@ -292,13 +311,13 @@ impl Conn {
             st.wbuf.clear();
             st.epoch
         };
-        inner.changed.notify_waiters();
+        inner.changed();
         Some(epoch)
     }
 
     /// Takes the connection of `epoch` down and completes every pending
     /// request as unsent or lost.
-    pub fn kill(&self, inner: &Inner, epoch: u64, cause: &str) {
+    pub fn kill(&self, inner: &dyn Owner, epoch: u64, cause: &str) {
         let n;
         {
             let mut st = self.st.lock().unwrap();
@@ -317,7 +336,7 @@ impl Conn {
                         let _ = tx.send(r);
                     }
                     Waiter::Abandoned(_) => {
-                        inner.abandoned.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+                        inner.abandoned(-1);
                     }
                     Waiter::Dropped => {}
                 }
@@ -329,14 +348,14 @@ impl Conn {
             }
         }
         if !inner.is_closed() {
-            crate::client::log(format_args!("connection to {} lost ({n} pending): {cause}", self.addr));
+            crate::log(format_args!("connection to {} lost ({n} pending): {cause}", self.addr));
         }
-        inner.changed.notify_waiters();
+        inner.changed();
     }
 
     /// Matches every complete response in `b` to its pending request;
     /// returns the bytes used.
-    fn dispatch(&self, inner: &Inner, epoch: u64, b: &[u8]) -> Result<usize, String> {
+    fn dispatch(&self, inner: &dyn Owner, epoch: u64, b: &[u8]) -> Result<usize, String> {
         let mut used = 0;
         let mut freed = false;
         let mut comps: Vec<(Arc<[u8]>, u64)> = Vec::new();
@@ -385,7 +404,7 @@ impl Conn {
                         if p.op == Op::Acquire && r.status == Status::Granted {
                             comps.push((key, r.value));
                         } else {
-                            inner.abandoned.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+                            inner.abandoned(-1);
                         }
                     }
                     Waiter::Dropped => {}
@@ -394,18 +413,18 @@ impl Conn {
         }
         for (key, token) in comps {
             // The caller gave up but the grant won the race: release it ourselves.
-            inner.compensate(key, token);
-            inner.abandoned.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+            inner.unwanted_grant(key, token);
+            inner.abandoned(-1);
         }
         if freed {
-            inner.changed.notify_waiters();
+            inner.changed();
         }
         res.map(|_| used)
     }
 }
 
 /// The driver task of one connection: connect, serve, back off, until close.
-pub(crate) async fn run(inner: Arc<Inner>, conn: Arc<Conn>) {
+pub(crate) async fn run(inner: Arc<dyn Owner>, conn: Arc<Conn>) {
     let mut closed = inner.close_rx();
     let mut attempt = 0u32;
     loop {
@@ -420,34 +439,34 @@ pub(crate) async fn run(inner: Arc<Inner>, conn: Arc<Conn>) {
             return;
         }
         let res = tokio::select! {
-            r = tokio::time::timeout(inner.cfg.connect_timeout, connect(&inner, &conn.addr)) => r,
+            r = tokio::time::timeout(inner.config().connect_timeout, connect(&*inner, &conn.addr)) => r,
             _ = closed.wait_for(|c| *c) => return,
         };
         let (stream, max_inflight) = match res {
             Ok(Ok(x)) => x,
             Ok(Err(e)) => {
-                conn.failed(&inner, e);
+                conn.failed(&*inner, e);
                 attempt += 1;
                 continue;
             }
             Err(_) => {
                 conn.failed(
-                    &inner,
-                    ConnErr::Other(format!("no connection within {:?}", inner.cfg.connect_timeout)),
+                    &*inner,
+                    ConnErr::Other(format!("no connection within {:?}", inner.config().connect_timeout)),
                 );
                 attempt += 1;
                 continue;
             }
         };
-        let Some(epoch) = conn.up(&inner, max_inflight) else {
+        let Some(epoch) = conn.up(&*inner, max_inflight) else {
             return;
         };
-        crate::client::log(format_args!("connected to {} (max_inflight {max_inflight})", conn.addr));
+        crate::log(format_args!("connected to {} (max_inflight {max_inflight})", conn.addr));
         let cause = tokio::select! {
-            e = serve(&inner, &conn, epoch, stream) => e,
+            e = serve(&*inner, &conn, epoch, stream) => e,
             _ = closed.wait_for(|c| *c) => "client closed".to_string(),
         };
-        conn.kill(&inner, epoch, &cause);
+        conn.kill(&*inner, epoch, &cause);
         if inner.is_closed() {
             return;
         }
@@ -455,7 +474,7 @@ pub(crate) async fn run(inner: Arc<Inner>, conn: Arc<Conn>) {
     }
 }
 
-async fn connect(inner: &Inner, addr: &str) -> Result<(Box<dyn Stream>, u32), ConnErr> {
+async fn connect(inner: &dyn Owner, addr: &str) -> Result<(Box<dyn Stream>, u32), ConnErr> {
     let tcp = tokio::net::TcpStream::connect(addr)
         .await
         .map_err(|e| ConnErr::Other(format!("dial {addr}: {e}")))?;
@@ -469,7 +488,7 @@ async fn connect(inner: &Inner, addr: &str) -> Result<(Box<dyn Stream>, u32), Co
     let ka = ka.with_retries(3);
     let _ = socket2::SockRef::from(&tcp).set_tcp_keepalive(&ka);
     #[cfg(feature = "rustls")]
-    if let Some(tls) = &inner.cfg.tls {
+    if let Some(tls) = &inner.config().tls {
         let host = crate::config::split_host_port(addr).map(|(h, _)| h).unwrap_or(addr);
         let mut s = tls.connect(host, tcp).await.map_err(|e| match e {
             Error::Tls(m) => ConnErr::Tls(m),
@@ -483,7 +502,7 @@ async fn connect(inner: &Inner, addr: &str) -> Result<(Box<dyn Stream>, u32), Co
     Ok((Box::new(tcp), mi))
 }
 
-async fn handshake<S: AsyncRead + AsyncWrite + Unpin>(inner: &Inner, s: &mut S, tls: bool) -> Result<u32, ConnErr> {
+async fn handshake<S: AsyncRead + AsyncWrite + Unpin>(inner: &dyn Owner, s: &mut S, tls: bool) -> Result<u32, ConnErr> {
     // A TLS alert after the handshake (e.g. the server refused our client
     // certificate under TLS 1.3) surfaces on the first read: a TLS error.
     let io = |what: &str, e: std::io::Error| {
@@ -498,8 +517,8 @@ async fn handshake<S: AsyncRead + AsyncWrite + Unpin>(inner: &Inner, s: &mut S, 
     let h = wire::parse_hello(&b[..wire::HELLO_LEN]).map_err(|e| ConnErr::Other(format!("not a ticketing v1 server: {e}")))?;
     let mut nonce = [0u8; wire::NONCE_LEN];
     ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut nonce).map_err(|_| ConnErr::Other("no randomness".into()))?;
-    let role = inner.cfg.role;
-    let token = &inner.cfg.token;
+    let role = inner.config().role;
+    let token = &inner.config().token;
     let a = wire::Auth {
         role,
         nonce,
@@ -549,7 +568,7 @@ fn is_tls_error(_: &std::io::Error) -> bool {
     false
 }
 
-async fn serve(inner: &Inner, conn: &Arc<Conn>, epoch: u64, stream: Box<dyn Stream>) -> String {
+async fn serve(inner: &dyn Owner, conn: &Arc<Conn>, epoch: u64, stream: Box<dyn Stream>) -> String {
     let (mut rd, mut wr) = tokio::io::split(stream);
     let read = async {
         let mut buf = vec![0u8; READ_BUF];
@@ -610,7 +629,7 @@ async fn serve(inner: &Inner, conn: &Arc<Conn>, epoch: u64, stream: Box<dyn Stre
                     return format!("write: {e}");
                 }
                 if buf.len() > MAX_WRITE_BUFFER {
-                    inner.changed.notify_waiters();
+                    inner.changed();
                 }
             }
             buf.clear();

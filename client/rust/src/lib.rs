@@ -61,6 +61,17 @@ pub use lease::Lease;
 pub use tls::TlsConfig;
 pub use wire::Code;
 
+/// Connection events (connected, lost, failed attempts, redirects, failed
+/// background releases; never a token) go to the `log` facade, target
+/// `ticketing`, with the cargo feature `log` (off by default: nothing is logged).
+#[cfg(feature = "log")]
+pub(crate) fn log(args: std::fmt::Arguments<'_>) {
+    log::info!(target: "ticketing", "{args}");
+}
+
+#[cfg(not(feature = "log"))]
+pub(crate) fn log(_args: std::fmt::Arguments<'_>) {}
+
 /// The crate version.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 

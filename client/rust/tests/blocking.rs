@@ -157,3 +157,31 @@ fn lease_detach_and_expiring() {
     );
     c.close();
 }
+
+/// R11 for the blocking API: a cancelled token ends the call with Cancelled
+/// and leaves the key free (the testkit's rust-blocking cancel_queued cell
+/// checks the withdrawal of a queued acquire on the server's queue).
+#[test]
+fn acquire_cancellable_withdraws() {
+    let _w = watchdog("acquire_cancellable_withdraws", BOUND);
+    let (_rt, s) = server();
+    let c = connect(&s);
+    let holder = c.acquire("blk/cancel", Duration::from_secs(30), S).unwrap();
+    let cancel = ticketing::blocking::CancelToken::new();
+    let waiter = {
+        let (c, cancel) = (c.clone(), cancel.clone());
+        std::thread::spawn(move || c.acquire_cancellable("blk/cancel", Duration::from_secs(30), Duration::from_secs(30), &cancel))
+    };
+    cancel.cancel();
+    assert_eq!(waiter.join().unwrap().unwrap_err(), Error::Cancelled);
+    assert!(cancel.is_cancelled());
+    // Started with a cancelled token: fails at once.
+    assert_eq!(
+        c.acquire_cancellable("blk/cancel2", Duration::from_secs(30), S, &cancel)
+            .unwrap_err(),
+        Error::Cancelled
+    );
+    holder.release().unwrap();
+    assert!(c.try_acquire("blk/cancel", S).unwrap().is_some(), "no grant left behind");
+    c.close();
+}

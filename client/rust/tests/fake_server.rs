@@ -38,6 +38,7 @@ async fn bad_arguments_fail_before_sending() {
         assert!(matches!(&e, Error::Invalid(i) if i.code.is_none()), "{key:?}: {e:?}");
     }
     assert!(matches!(c.release(b"", 1).await, Err(Error::Invalid(_))));
+    assert!(matches!(c.release(b"k", 0).await, Err(Error::Invalid(_))), "R8: token 0 refused");
     assert!(Config::builder().build().is_err());
     assert!(Config::builder().addr("nohost").build().is_err());
     c.close().await;
@@ -200,7 +201,7 @@ async fn lost_connection_after_send_is_indeterminate_never_retried() {
     loop {
         match f.try_next(Duration::from_millis(300)).await {
             Some(common::Event::Request(r, _)) => panic!("unexpected request {r:?}"),
-            Some(common::Event::Connected(_)) => continue,
+            Some(common::Event::Connected(_) | common::Event::Rejected(_)) => continue,
             None => break,
         }
     }
@@ -483,7 +484,7 @@ async fn reconnects_after_loss_and_stays_usable() {
                     ctl.close();
                 }
             }
-            Some(common::Event::Request(..)) => {}
+            Some(common::Event::Request(..) | common::Event::Rejected(_)) => {}
             None => panic!("no reconnect"),
         }
     }
@@ -622,5 +623,59 @@ async fn silent_server_acquire_ends_indeterminate_and_is_withdrawn() {
         .unwrap();
     assert_eq!(e.unwrap_err(), Error::Indeterminate);
     assert_eq!(ticketing::DEFAULT_ANSWER_ALLOWANCE, Duration::from_secs(3));
+    c.close().await;
+}
+
+/// R4: once the connections are down and the server answers REJECT
+/// AUTH_FAILED (a rotated token), an acquire waiting for a connection fails
+/// with Auth at once, not after its wait or the connect timeout.
+#[tokio::test]
+async fn rejected_credentials_fail_a_waiting_acquire_fast() {
+    let _w = common::watchdog("rejected_credentials_fail_a_waiting_acquire_fast", common::TEST_BOUND);
+    let mut f = Fake::start(Mode {
+        reject_after: Some(2),
+        ..Mode::default()
+    })
+    .await;
+    let c = Client::connect(
+        cfg(&f.addr)
+            .connect_timeout(Duration::from_secs(5))
+            .backoff(Duration::from_millis(20), Duration::from_millis(40))
+            .build()
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    // Both connections up, then cut: every reconnect is rejected.
+    let mut ctls = Vec::new();
+    while ctls.len() < 2 {
+        match f.try_next(Duration::from_secs(10)).await {
+            Some(common::Event::Connected(ctl)) => ctls.push(ctl),
+            Some(_) => {}
+            None => panic!("the client did not open two connections"),
+        }
+    }
+    for ctl in &ctls {
+        ctl.close();
+    }
+    // Wait until both connections' reconnects were rejected (both are down).
+    let mut rejected = std::collections::HashSet::new();
+    while rejected.len() < 2 {
+        match f.try_next(Duration::from_secs(10)).await {
+            Some(common::Event::Rejected(n)) => {
+                rejected.insert(n);
+            }
+            Some(_) => {}
+            None => panic!("no rejected reconnects"),
+        }
+    }
+    let t = std::time::Instant::now();
+    let e = c.acquire("k", S, Duration::from_secs(8)).await.unwrap_err();
+    assert!(matches!(e, Error::Auth(Some(Code::AUTH_FAILED))), "{e:?}");
+    assert!(
+        t.elapsed() < Duration::from_secs(4),
+        "took {:?}: not the 5 s connect budget",
+        t.elapsed()
+    );
     c.close().await;
 }

@@ -20,6 +20,8 @@ pub struct Mode {
     pub reject: Option<Code>,
     /// max_inflight of WELCOME (default 1024).
     pub max_inflight: Option<u32>,
+    /// REJECT AUTH_FAILED every connection after the first this many.
+    pub reject_after: Option<usize>,
 }
 
 /// One request received by the fake server.
@@ -72,6 +74,8 @@ pub fn resp<'a>(req_id: u32, status: Status, code: Code, queued: u16, value: u64
 
 pub enum Event {
     Connected(Ctl),
+    /// A handshake this server rejected (connection number).
+    Rejected(usize),
     Request(Req, Ctl),
 }
 
@@ -100,7 +104,7 @@ impl Fake {
         loop {
             match tokio::time::timeout(Duration::from_secs(10), self.rx.recv()).await {
                 Ok(Some(Event::Request(r, c))) => return (r, c),
-                Ok(Some(Event::Connected(_))) => continue,
+                Ok(Some(Event::Connected(_) | Event::Rejected(_))) => continue,
                 Ok(None) => panic!("fake server gone"),
                 Err(_) => panic!("no request within 10 s"),
             }
@@ -139,7 +143,8 @@ async fn serve(mut s: tokio::net::TcpStream, n: usize, mode: Mode, etx: mpsc::Un
         max_inflight: mode.max_inflight.unwrap_or(1024),
         proof: [0; 32],
     };
-    if let Some(c) = mode.reject {
+    let reject = mode.reject.or(mode.reject_after.filter(|&k| n > k).map(|_| Code::AUTH_FAILED));
+    if let Some(c) = reject {
         w = wire::Welcome {
             status: b'E',
             code: c,
@@ -163,6 +168,7 @@ async fn serve(mut s: tokio::net::TcpStream, n: usize, mode: Mode, etx: mpsc::Un
     wire::append_welcome(&mut b, &w);
     let _ = s.write_all(&b).await;
     if !w.accepted() {
+        let _ = etx.send(Event::Rejected(n));
         return;
     }
     let (tx, mut crx) = mpsc::unbounded_channel::<Option<Vec<u8>>>();
