@@ -22,7 +22,8 @@ import (
 type AcquireOptions struct {
 	Conn             ConnOptions
 	Output           string
-	Key              string
+	Key              string   // the key, or a key set's keys joined by ","
+	Keys             []string // the key set (protocol.md §12.2), or the one key
 	Lease            time.Duration
 	Wait             time.Duration // 0: try once (-n)
 	ConflictExitCode int           // exit code when not acquired because the wait timed out
@@ -35,10 +36,11 @@ type AcquireOptions struct {
 // acquireJSON is acquire's --output json. The token is a string: fencing
 // tokens exceed 2^53, which JSON tools that use doubles would round.
 type acquireJSON struct {
-	Key      string `json:"key"`
-	Token    string `json:"token"`
-	LeaseMS  int64  `json:"lease_ms"`
-	Deadline string `json:"deadline"` // RFC 3339, the conservative local end of the lease
+	Key      string   `json:"key"`
+	Keys     []string `json:"keys,omitempty"` // a key set's keys
+	Token    string   `json:"token"`
+	LeaseMS  int64    `json:"lease_ms"`
+	Deadline string   `json:"deadline"` // RFC 3339, the conservative local end of the lease
 }
 
 const lockFlagsHelp = `Durations take Go syntax (30s, 1m30s, 250ms) or plain seconds (2.5).`
@@ -49,7 +51,7 @@ func newCmdAcquire(fac *Factory, runF func(context.Context, *IO, *AcquireOptions
 		runF = runAcquire
 	}
 	cmd := &cobra.Command{
-		Use:   "acquire KEY [--lease D] [--wait D | -n]",
+		Use:   "acquire KEY [KEY...] [--lease D] [--wait D | -n]",
 		Short: "Take a lock and print its fencing token",
 		Long: `Take the lock on KEY and print its fencing token alone on stdout.
 
@@ -58,6 +60,10 @@ called (from any process) or when its lease runs out. Pass the token to
 every resource the lock protects, which must reject tokens lower than the
 highest it has seen.
 
+Several KEYs (2 to 16) are one key set (protocol 1.1): all taken at once
+under one token and one lease, and released together with
+` + "`ticketing release KEY... TOKEN`" + `; sets never deadlock however they overlap.
+
 Waits up to --wait for the lock (FIFO); -n tries once. Not acquired: exit 3
 (timed out; -E changes it) or 4 (busy). A signal while waiting withdraws the
 wait and exits 128+N.
@@ -65,8 +71,9 @@ wait and exits 128+N.
 ` + lockFlagsHelp + "\n\n" + exitCodesHelp,
 		Example: `  token=$(ticketing acquire backups/db --lease 10m --wait 30s) || exit
   token=$(ticketing acquire jobs/nightly -n -E 75) || { rc=$?; [ "$rc" -eq 75 ] && exit 0; exit "$rc"; }   # held: skip quietly
-  ticketing acquire k -o json | jq -r .token`,
-		Args: cobra.ExactArgs(1),
+  ticketing acquire k -o json | jq -r .token
+  token=$(ticketing acquire acct/17 acct/42 --lease 30s) || exit   # both accounts, one token`,
+		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts, err := acquireOptions(fac, cmd, args)
 			if err != nil {
@@ -138,9 +145,12 @@ func acquireOptions(fac *Factory, cmd *cobra.Command, args []string) (*AcquireOp
 	if err != nil {
 		return nil, err
 	}
-	opts := &AcquireOptions{Key: args[0], Signals: fac.Signals}
-	la, err := lockOptions(cmd, v, opts.Key)
+	opts := &AcquireOptions{Key: strings.Join(args, ","), Keys: args, Signals: fac.Signals}
+	la, err := lockOptions(cmd, v, args[0])
 	if err != nil {
+		return nil, err
+	}
+	if err := checkKeySet(args); err != nil {
 		return nil, err
 	}
 	opts.Lease, opts.Wait, opts.ConflictExitCode, opts.ConflictSet = la.Lease, la.Wait, la.ConflictExitCode, la.ConflictSet
@@ -162,7 +172,8 @@ const drainBudget = 5 * time.Second
 // arrives. It returns the client (to close) and the lock, or the signal
 // that interrupted it, or the error. On error the client is closed.
 func acquireLock(ctx context.Context, connect func(context.Context) (lockClient, error), signals signalSource,
-	key string, lease, wait time.Duration) (lockClient, heldLock, error) {
+	keys []string, lease, wait time.Duration) (lockClient, heldLock, error) {
+	key := strings.Join(keys, ",")
 	if ctx == nil {
 		ctx = context.Background()
 	}
@@ -173,7 +184,13 @@ func acquireLock(ctx context.Context, connect func(context.Context) (lockClient,
 	cl, err := connect(ctx)
 	var l heldLock
 	if err == nil {
-		l, err = cl.Acquire(ctx, key, lease, wait)
+		if len(keys) == 1 {
+			l, err = cl.Acquire(ctx, keys[0], lease, wait)
+		} else if sl, ok := cl.(setLocker); ok {
+			l, err = sl.AcquireSet(ctx, keys, lease, wait)
+		} else {
+			err = client.ErrUnsupported
+		}
 	}
 	sig := w.stop()
 	stopSigs()
@@ -236,14 +253,19 @@ func runAcquire(ctx context.Context, ios *IO, opts *AcquireOptions) error {
 	if opts.Signals == nil {
 		opts.Signals = osSignals
 	}
-	cl, l, err := acquireLock(ctx, opts.Connect, opts.Signals, opts.Key, opts.Lease, opts.Wait)
+	cl, l, err := acquireLock(ctx, opts.Connect, opts.Signals, opts.keys(), opts.Lease, opts.Wait)
 	if err != nil {
 		return notAcquired(namedLimit(err, opts.Lease, opts.Wait), opts.Key, opts.Wait, opts.ConflictExitCode, opts.ConflictSet)
 	}
 	defer cl.Close()
 	if opts.Output == "json" {
+		var keys []string
+		if len(opts.Keys) > 1 {
+			keys = opts.Keys
+		}
 		return writeJSON(ios, acquireJSON{
 			Key:      l.Key(),
+			Keys:     keys,
 			Token:    strconv.FormatUint(l.Token(), 10),
 			LeaseMS:  opts.Lease.Milliseconds(),
 			Deadline: l.Deadline().UTC().Format(time.RFC3339Nano),
@@ -251,6 +273,32 @@ func runAcquire(ctx context.Context, ios *IO, opts *AcquireOptions) error {
 	}
 	_, err = fmt.Fprintln(ios.Out, l.Token())
 	return err
+}
+
+func (o *AcquireOptions) keys() []string {
+	if len(o.Keys) == 0 {
+		return []string{o.Key}
+	}
+	return o.Keys
+}
+
+// checkKeySet checks the keys of acquire, run and release: one key, or a key
+// set of 2 to 16 distinct keys (protocol.md §12.2).
+func checkKeySet(keys []string) error {
+	if len(keys) > wire.MaxSetKeys {
+		return usageError("%d keys: a key set has at most %d", len(keys), wire.MaxSetKeys)
+	}
+	for i, k := range keys {
+		if !wire.ValidKey([]byte(k)) {
+			return usageError("key %s: want 1..%d bytes of UTF-8 without control characters", shortKey(k), wire.MaxKeyLen)
+		}
+		for _, o := range keys[:i] {
+			if o == k {
+				return usageError("key %s given twice: the keys of a set are distinct", shortKey(k))
+			}
+		}
+	}
+	return nil
 }
 
 // writeJSON writes v as indented JSON and a newline.

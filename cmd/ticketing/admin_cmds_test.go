@@ -161,10 +161,10 @@ func TestLocksRun(t *testing.T) {
 	if len(lines) != 3 {
 		t.Fatalf("want header + 2 rows:\n%s", out)
 	}
-	if f := strings.Fields(lines[0]); strings.Join(f, " ") != "KEY TOKEN LEASE LEFT QUEUE OLDEST WAITER" {
+	if f := strings.Fields(lines[0]); strings.Join(f, " ") != "KEY TOKEN LEASE LEFT QUEUE OLDEST WAITER HOLDER SET" {
 		t.Errorf("header %q", lines[0])
 	}
-	if f := strings.Fields(lines[1]); len(f) != 5 || f[0] != "jobs/deep" || f[1] != fmt.Sprint(uint64(1)<<61) || f[2] != "29.5s" || f[3] != "4" || f[4] != "1.2s" && f[4] != "1.3s" {
+	if f := strings.Fields(lines[1]); len(f) != 7 || f[5] != "-" || f[6] != "-" || f[0] != "jobs/deep" || f[1] != fmt.Sprint(uint64(1)<<61) || f[2] != "29.5s" || f[3] != "4" || f[4] != "1.2s" && f[4] != "1.3s" {
 		t.Errorf("row %q", lines[1])
 	}
 	if strings.ContainsAny(out.String(), "\x1b\u202e") || !strings.Contains(lines[2], `"evil\x1b[2Jkey\u202e"`) {

@@ -277,6 +277,13 @@ type lockClient interface {
 	Close() error
 }
 
+// setLocker is what acquire, release and run use for key sets (protocol.md
+// §12.2); a lockClient without it cannot take sets.
+type setLocker interface {
+	AcquireSet(ctx context.Context, keys []string, lease, wait time.Duration) (heldLock, error)
+	ReleaseSet(ctx context.Context, keys []string, token uint64) error
+}
+
 // heldLock is a granted lock (*client.Lock).
 type heldLock interface {
 	Key() string
@@ -323,6 +330,14 @@ func adminDialer(o ConnOptions) func(context.Context, []string) (adminClient, er
 }
 
 type realLockClient struct{ *client.Client }
+
+func (c realLockClient) AcquireSet(ctx context.Context, keys []string, lease, wait time.Duration) (heldLock, error) {
+	l, err := c.Client.AcquireSet(ctx, keys, lease, wait)
+	if err != nil {
+		return nil, err
+	}
+	return l, nil
+}
 
 func (c realLockClient) Acquire(ctx context.Context, key string, lease, wait time.Duration) (heldLock, error) {
 	l, err := c.Client.Acquire(ctx, key, lease, wait)

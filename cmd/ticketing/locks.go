@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -125,7 +126,7 @@ func runLocks(ctx context.Context, ios *IO, opts *LocksOptions) error {
 
 // locksTable is the text form of a locks reply.
 func locksTable(locks []wire.LockEntry) (header []string, rows [][]string) {
-	header = []string{"KEY", "TOKEN", "LEASE LEFT", "QUEUE", "OLDEST WAITER"}
+	header = []string{"KEY", "TOKEN", "LEASE LEFT", "QUEUE", "OLDEST WAITER", "HOLDER", "SET"}
 	for _, e := range locks {
 		oldest := "-"
 		if e.QueueDepth > 0 {
@@ -137,9 +138,39 @@ func locksTable(locks []wire.LockEntry) (header []string, rows [][]string) {
 			fmtMS(e.LeaseRemainingMS),
 			strconv.Itoa(e.QueueDepth),
 			oldest,
+			holderText(e.Holder),
+			setText(e.Set),
 		})
 	}
 	return header, rows
+}
+
+// holderText is a holder's label and address (protocol.md §12.3), "-" when
+// the server names neither (a 1.0 server, or no label and no address).
+func holderText(h *wire.ConnInfo) string {
+	if h == nil || h.Label == "" && h.Addr == "" {
+		return "-"
+	}
+	switch {
+	case h.Label == "":
+		return h.Addr
+	case h.Addr == "":
+		return admin.EscapeKey(h.Label)
+	}
+	return admin.EscapeKey(h.Label) + " @" + h.Addr
+}
+
+// setText lists the keys of the key set holding a key: every row of a set
+// shows the same list, so the set reads as one holder.
+func setText(set []string) string {
+	if len(set) == 0 {
+		return "-"
+	}
+	ks := make([]string, len(set))
+	for i, k := range set {
+		ks[i] = admin.EscapeKey(k)
+	}
+	return strings.Join(ks, ",")
 }
 
 // locksJSON is locks' --output json: the server's reply (protocol.md §8)
@@ -161,6 +192,10 @@ type lockEntryJSON struct {
 	LeaseRemainingMS  int64  `json:"lease_remaining_ms"`
 	QueueDepth        int    `json:"queue_depth"`
 	OldestWaiterAgeMS int64  `json:"oldest_waiter_age_ms"`
+	// protocol 1.1 (§12.3): who holds it, the holding set, the first waiters
+	Holder  *wire.ConnInfo    `json:"holder,omitempty"`
+	Set     []string          `json:"set,omitempty"`
+	Waiters []wire.WaiterInfo `json:"waiters,omitempty"`
 }
 
 func locksOut(lr wire.LocksReply) locksJSON {
@@ -169,6 +204,7 @@ func locksOut(lr wire.LocksReply) locksJSON {
 		out.Locks = append(out.Locks, lockEntryJSON{
 			Key: e.Key, Token: strconv.FormatUint(e.Token, 10), LeaseRemainingMS: e.LeaseRemainingMS,
 			QueueDepth: e.QueueDepth, OldestWaiterAgeMS: e.OldestWaiterAgeMS,
+			Holder: e.Holder, Set: e.Set, Waiters: e.Waiters,
 		})
 	}
 	return out

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ticketing/ticketing/admin"
+	"github.com/ticketing/ticketing/client"
 	"github.com/ticketing/ticketing/client/wire"
 )
 
@@ -18,6 +19,7 @@ import (
 type ReleaseOptions struct {
 	Conn      ConnOptions
 	Key       string
+	Keys      []string // a key set (protocol.md §12.2), nil for one key
 	Token     uint64
 	FromStdin bool // TOKEN was "-": read it from stdin
 
@@ -30,10 +32,11 @@ func newCmdRelease(fac *Factory, runF func(context.Context, *IO, *ReleaseOptions
 		runF = runRelease
 	}
 	cmd := &cobra.Command{
-		Use:   "release KEY TOKEN",
+		Use:   "release KEY [KEY...] TOKEN",
 		Short: "Release a lock by its fencing token",
 		Long: `Release the lock on KEY held under TOKEN. Any process that knows the token
-may release it. TOKEN is what acquire printed, in either output format (the
+may release it. Several KEYs release a key set (exactly the keys acquired
+together, in any order). TOKEN is what acquire printed, in either output format (the
 token, or its JSON); "-" reads it from stdin.
 
 Exit 0 when released; 6 when TOKEN does not hold KEY (already released, or
@@ -44,8 +47,9 @@ budget) says, before exit 5.
 
 ` + exitCodesHelp,
 		Example: `  ticketing release backups/db "$token"
-  ticketing acquire k | ticketing release k -`,
-		Args: cobra.ExactArgs(2),
+  ticketing acquire k | ticketing release k -
+  ticketing release acct/17 acct/42 "$token"`,
+		Args: cobra.MinimumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts, err := releaseOptions(fac, cmd, args)
 			if err != nil {
@@ -63,13 +67,20 @@ func releaseOptions(fac *Factory, cmd *cobra.Command, args []string) (*ReleaseOp
 	if err != nil {
 		return nil, err
 	}
-	opts := &ReleaseOptions{Key: args[0]}
+	keys, tok := args[:len(args)-1], args[len(args)-1]
+	opts := &ReleaseOptions{Key: keys[0]}
 	if !wire.ValidKey([]byte(opts.Key)) {
 		return nil, usageError("key %s: want 1..250 bytes of UTF-8 without control characters", admin.EscapeKey(opts.Key))
 	}
-	if args[1] == "-" {
+	if len(keys) > 1 {
+		if err := checkKeySet(keys); err != nil {
+			return nil, err
+		}
+		opts.Keys, opts.Key = keys, strings.Join(keys, ",")
+	}
+	if tok == "-" {
 		opts.FromStdin = true
-	} else if opts.Token, err = tokenArg(args[1], opts.Key, "TOKEN"); err != nil {
+	} else if opts.Token, err = tokenArg(tok, opts.Key, "TOKEN"); err != nil {
 		return nil, err
 	}
 	if opts.Conn, err = fac.Conn(cmd, v); err != nil {
@@ -149,6 +160,13 @@ func runRelease(ctx context.Context, ios *IO, opts *ReleaseOptions) error {
 		return err
 	}
 	defer cl.Close()
+	if len(opts.Keys) > 1 {
+		sl, ok := cl.(setLocker)
+		if !ok {
+			return client.ErrUnsupported
+		}
+		return sl.ReleaseSet(ctx, opts.Keys, token)
+	}
 	if err := cl.Release(ctx, opts.Key, token); err != nil {
 		return err
 	}

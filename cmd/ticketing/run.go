@@ -34,7 +34,8 @@ const (
 // RunOptions is `ticketing run` after flags and environment are merged.
 type RunOptions struct {
 	Conn             ConnOptions
-	Key              string
+	Key              string   // the key, or a key set's keys joined by ","
+	Keys             []string // the key set (protocol.md §12.2), or the one key
 	Lease            time.Duration
 	Wait             time.Duration
 	ConflictExitCode int
@@ -54,7 +55,7 @@ func newCmdRun(fac *Factory, runF func(context.Context, *IO, *RunOptions) error)
 		runF = runRun
 	}
 	cmd := &cobra.Command{
-		Use:   "run KEY [flags] -- CMD [ARGS...]",
+		Use:   "run KEY [KEY...] [flags] -- CMD [ARGS...]",
 		Short: "Run a command while holding a lock",
 		Long: `Acquire the lock on KEY, run CMD directly (no shell) in its own process
 group, release the lock when CMD exits, and exit with CMD's code (128+N when
@@ -100,18 +101,28 @@ starting CMD.
 	return cmd
 }
 
+func (o *RunOptions) keys() []string {
+	if len(o.Keys) == 0 {
+		return []string{o.Key}
+	}
+	return o.Keys
+}
+
 func runOptions(fac *Factory, cmd *cobra.Command, args []string) (*RunOptions, error) {
 	dash := cmd.ArgsLenAtDash()
-	if dash != 1 || len(args) < 2 {
-		return nil, usageError("usage: ticketing run KEY [flags] -- CMD [ARGS...] (the -- is required)")
+	if dash < 1 || len(args) <= dash {
+		return nil, usageError("usage: ticketing run KEY [KEY...] [flags] -- CMD [ARGS...] (the -- is required)")
 	}
 	v, err := fac.Config(cmd)
 	if err != nil {
 		return nil, err
 	}
-	opts := &RunOptions{Key: args[0], Command: args[1:], Env: os.Environ(), Signals: fac.Signals}
-	la, err := lockOptions(cmd, v, opts.Key)
+	opts := &RunOptions{Key: strings.Join(args[:dash], ","), Keys: args[:dash], Command: args[dash:], Env: os.Environ(), Signals: fac.Signals}
+	la, err := lockOptions(cmd, v, args[0])
 	if err != nil {
+		return nil, err
+	}
+	if err := checkKeySet(opts.Keys); err != nil {
 		return nil, err
 	}
 	opts.Lease, opts.Wait, opts.ConflictExitCode, opts.ConflictSet = la.Lease, la.Wait, la.ConflictExitCode, la.ConflictSet
@@ -211,7 +222,7 @@ func runRun(ctx context.Context, ios *IO, opts *RunOptions) error {
 	sigs, stopSigs := opts.Signals()
 	defer stopSigs()
 	cl, l, err := acquireLock(ctx, opts.Connect, func() (<-chan os.Signal, func()) { return sigs, func() {} },
-		opts.Key, opts.Lease, opts.Wait)
+		opts.keys(), opts.Lease, opts.Wait)
 	if err != nil {
 		return notAcquired(namedLimit(err, opts.Lease, opts.Wait), opts.Key, opts.Wait, opts.ConflictExitCode, opts.ConflictSet)
 	}

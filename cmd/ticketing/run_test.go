@@ -35,7 +35,7 @@ func TestNewCmdRun(t *testing.T) {
 		{name: "margin leaves no time after SIGKILL", argv: []string{"k", "--lease", "1m", "--kill-grace", "2s", "--lease-margin", "2s", "--", "true"}, wantCode: ExitUsage},
 		{name: "-- required", argv: []string{"k", "true"}, wantCode: ExitUsage},
 		{name: "no command", argv: []string{"k", "--"}, wantCode: ExitUsage},
-		{name: "two args before --", argv: []string{"k", "x", "--", "true"}, wantCode: ExitUsage},
+		{name: "a key twice before --", argv: []string{"k", "k", "--", "true"}, wantCode: ExitUsage}, // two keys are a key set (protocol 1.1)
 		{name: "margin not below lease", argv: []string{"k", "--lease", "2s", "--lease-margin", "2s", "--", "true"}, wantCode: ExitUsage},
 		{name: "bad grace", argv: []string{"k", "--kill-grace", "x", "--", "true"}, wantCode: ExitUsage},
 	}

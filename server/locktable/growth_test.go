@@ -3,6 +3,7 @@ package locktable
 import (
 	"fmt"
 	"testing"
+	"time"
 )
 
 // TestIndexResizeIncremental proves that the index grows and shrinks
@@ -57,5 +58,33 @@ func TestIndexResizeIncremental(t *testing.T) {
 	if resizes < 3 || worst > uint64(step) || tb.n != 0 || len(tb.slots) > 64 {
 		t.Fatalf("shrink: %d resizes, at most %d entries migrated by one release (want ≤ %d), %d entries and %d slots left",
 			resizes, worst, step, tb.n, len(tb.slots))
+	}
+}
+
+// TestShiftLeasesReheaps: leases and waits share one timer heap (issue #29
+// item 6), so ShiftLeases, which moves only the leases, must restore the heap
+// order: after the shift every wait (deadline 50–149 ms) fires before every
+// lease (10–109 ms, moved by +1 s), in deadline order.
+func TestShiftLeasesReheaps(t *testing.T) {
+	sink := &recSink{}
+	tb := New(Limits{}, NewCounter(first), &SharedCounts{}, sink)
+	for i := range 100 {
+		key := fmt.Appendf(nil, "shift/%03d", i)
+		if e := tb.Acquire(t0, own(1, uint32(i+1)), key, uint32(10+(i*37)%100), 0); e.Token == 0 {
+			t.Fatalf("key %d: %+v", i, e)
+		}
+		if e := tb.Acquire(t0, own(2, uint32(i+1)), key, 1000, uint32(50+(i*53)%100)); e.Status != Queued {
+			t.Fatalf("waiter %d: %+v", i, e)
+		}
+	}
+	tb.ShiftLeases(int64(time.Second))
+	if err := tb.CheckInvariants(); err != nil {
+		t.Fatal(err)
+	}
+	if n := tb.Advance(t0 + 150*ms); n != 100 || tb.Waiters() != 0 || tb.Holders() != 100 {
+		t.Fatalf("advance to 150 ms: %d applied, %d waiters, %d holders; want 100 timeouts, every lease kept", n, tb.Waiters(), tb.Holders())
+	}
+	if n := tb.Advance(t0 + 1109*ms); n != 100 || tb.Holders() != 0 {
+		t.Fatalf("advance past the shifted leases: %d applied, %d holders", n, tb.Holders())
 	}
 }

@@ -326,18 +326,11 @@ export class Client {
         switch (c.status) {
           case Status.Granted: {
             const token = c.value;
+            // The lease releases with the key bytes and label checked and
+            // built here (no second encoding per release).
             const lease = new Lease(
-              set
-                ? (o) =>
-                    this.#releases.release(
-                      errKey ?? kb,
-                      kb,
-                      token,
-                      o,
-                      set,
-                      label,
-                    )
-                : (o) => this.release(key as string | Uint8Array, token, o),
+              (o) =>
+                this.#releases.release(errKey ?? kb, kb, token, o, set, label),
               key,
               c.value,
               c.sent + c.queued * QUEUED_UNIT_MS + leaseMs,

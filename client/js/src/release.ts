@@ -69,21 +69,7 @@ export class Releases {
     // R7: a closed client fails at once, with Closed: nothing was sent.
     if (this.pool.closed)
       throw new ClosedError(`release ${label}: client closed`, { key });
-    const st: RelState = {
-      key: kb,
-      keyText: key,
-      label,
-      set,
-      written: false,
-      token,
-      deadline: performance.now() + this.pool.releaseWindow,
-      maybe: false,
-      moves: 0,
-      retries: 0,
-      woken: { v: false },
-      ref: true,
-      cause: undefined,
-    };
+    const st = this.newState(kb, key, label, set, token, true);
     const signal = opts?.signal;
     if (!signal) return this.releaseAttempts(st);
     if (signal.aborted) {
@@ -120,6 +106,32 @@ export class Releases {
     }
   }
 
+  /** A release's state: its 5 s window starts now. */
+  private newState(
+    key: Uint8Array,
+    keyText: string | Uint8Array,
+    label: string,
+    set: KeySet | undefined,
+    token: bigint,
+    ref: boolean,
+  ): RelState {
+    return {
+      key,
+      keyText,
+      label,
+      set,
+      written: false,
+      token,
+      deadline: performance.now() + this.pool.releaseWindow,
+      maybe: false,
+      moves: 0,
+      retries: 0,
+      woken: { v: false },
+      ref,
+      cause: undefined,
+    };
+  }
+
   private adopt(job: Promise<void>): void {
     this.background++;
     job
@@ -147,21 +159,16 @@ export class Releases {
     set?: KeySet,
   ): void {
     this.compensations++;
-    const ok = this.releaseInBackground({
-      key,
-      keyText,
-      label: set ? setLabel(set) : keyLabel(keyText),
-      set,
-      written: false,
-      token,
-      deadline: performance.now() + this.pool.releaseWindow,
-      maybe: false,
-      moves: 0,
-      retries: 0,
-      woken: { v: false },
-      ref: false,
-      cause: undefined,
-    });
+    const ok = this.releaseInBackground(
+      this.newState(
+        key,
+        keyText,
+        set ? setLabel(set) : keyLabel(keyText),
+        set,
+        token,
+        false,
+      ),
+    );
     if (!ok) {
       this.pool.log.warn?.(
         "ticketing: release queue full; an abandoned grant stays held until its lease ends",

@@ -41,6 +41,7 @@ def error_result(cid: Any, e: BaseException) -> dict[str, Any]:
         (ticketing.ProtocolError, "protocol"),
         (ticketing.InsufficientLease, "insufficient_lease"),
         (_Unsupported, "unsupported"),
+        (ticketing.NotSupported, "unsupported"),
     ]
     if isinstance(e, ticketing.NoLeader):
         # as the Go driver: no leader within the hop limit and the wait = busy NO_QUORUM
@@ -167,9 +168,16 @@ class Driver:
         return {"remaining_ms": int(lease.remaining() * 1000)}
 
     def cmd_acquire_set(self, cmd: dict[str, Any]) -> dict[str, Any]:
-        raise _Unsupported("key sets (protocol 1.1) are not implemented by the Python client yet")
+        c = self.need()
+        tok = self.cancels[cmd["id"]]
+        keys = list(cmd["keys"])
+        lease = c.acquire_set(keys, lease=_secs(cmd["lease_ms"]), wait=_secs(cmd.get("wait_ms", 0)), cancel=tok)
+        self.leases[str(lease.token)] = lease
+        return {"token": str(lease.token), "deadline_in_ms": int(lease.remaining() * 1000)}
 
-    cmd_release_set = cmd_acquire_set
+    def cmd_release_set(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        self.need().release_set(list(cmd["keys"]), int(cmd["token"]))
+        return {}
 
     def cmd_release(self, cmd: dict[str, Any]) -> dict[str, Any]:
         self.need().release(self.key(cmd), int(cmd["token"]))
@@ -220,7 +228,7 @@ class Driver:
             except ValueError as e:
                 print(f"driver: bad line: {e}", file=sys.stderr)
                 continue
-            if cmd.get("cmd") in ("acquire", "try_acquire", "with_lock"):
+            if cmd.get("cmd") in ("acquire", "try_acquire", "with_lock", "acquire_set"):
                 with self.lock:
                     self.cancels[cmd.get("id")] = ticketing.CancelToken()
             # connect and close act on the one client: later commands start

@@ -12,7 +12,7 @@ import sys
 import threading
 from typing import Any
 
-from driver import _Deliberate, _secs, _Unsupported, emit, error_result, make_tls
+from driver import _Deliberate, _secs, emit, error_result, make_tls
 
 import ticketing
 
@@ -127,9 +127,15 @@ class AioDriver:
         return {"remaining_ms": int(lease.remaining() * 1000)}
 
     async def cmd_acquire_set(self, cmd: dict[str, Any]) -> dict[str, Any]:
-        raise _Unsupported("key sets (protocol 1.1) are not implemented by the Python client yet")
+        lease = await self.need().acquire_set(
+            list(cmd["keys"]), lease=_secs(cmd["lease_ms"]), wait=_secs(cmd.get("wait_ms", 0))
+        )
+        self.leases[str(lease.token)] = lease
+        return {"token": str(lease.token), "deadline_in_ms": int(lease.remaining() * 1000)}
 
-    cmd_release_set = cmd_acquire_set
+    async def cmd_release_set(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        await self.need().release_set(list(cmd["keys"]), int(cmd["token"]))
+        return {}
 
     async def cmd_release(self, cmd: dict[str, Any]) -> dict[str, Any]:
         await self.need().release(self.key(cmd), int(cmd["token"]))

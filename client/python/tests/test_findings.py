@@ -189,3 +189,31 @@ def test_connection_label_is_visible_in_locks(server: Server) -> None:
         assert isinstance(holder, dict)
         label = str(holder.get("label", ""))
         assert label.startswith("billing ") and f"/{os.getpid()} python/" in label, rows
+
+
+def test_key_sets_one_token_all_or_nothing(server: Server) -> None:
+    a, b = k("set-a"), k("set-b")
+    with ticketing.Client(server.addr) as c, ticketing.Client(server.addr) as d:
+        single = c.acquire(b, lease=10)
+        with pytest.raises(ticketing.LockTimeout):
+            d.acquire_set([a, b], lease=5, wait=0)  # b is held: not a, not b
+        la = d.try_acquire(a, lease=1)  # a stayed free
+        assert la is not None
+        la.release()
+        single.release()
+        s = d.acquire_set([a, b], lease=5)
+        assert s.keys == (a, b) and s.token > single.token
+        with pytest.raises(ticketing.LockTimeout):
+            c.acquire(a, lease=1)
+        assert d.release(s) is True and d.release(s) is False
+        with pytest.raises(ticketing.InvalidArgument, match="distinct"):
+            d.acquire_set([a, a], lease=1)
+        with pytest.raises(ticketing.InvalidArgument, match=r"2\.\.16"):
+            d.acquire_set([a], lease=1)
+
+        async def main() -> None:
+            async with ticketing.AsyncClient(server.addr) as ac:
+                sl = await ac.acquire_set([a, b], lease=5, wait=1)
+                assert await ac.release_set([a, b], sl.token)
+
+        asyncio.run(main())

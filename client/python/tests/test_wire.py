@@ -279,3 +279,12 @@ def test_labels_are_cut_at_a_character_boundary() -> None:
     assert w.cut_label("é" * 40) == ("é" * 32).encode()  # 64 bytes, never half a character
     assert len(w.cut_label("a" * 100)) == w.MAX_LABEL
     assert w.cut_label("a\nb") == b"a?b"
+
+
+def test_golden_v1_1_key_sets() -> None:
+    body = w.set_body([b"acct/17", b"acct/42"])
+    assert w.encode_acquire_set(0x0A, 2, body, 30000, 5000) == load11("req_acquire_set.hex")
+    assert w.encode_release_set(0x0B, 2, body, 0x18BCFE5680000009) == load11("req_release_set.hex")
+    bad, _ = w.decode_response(load11("resp_error_bad_keyset.hex"))
+    assert bad is not None and w.code_name(bad.code) == "BAD_KEYSET" and bad.payload == b"duplicate key in set"
+    assert w.fits(w.OP_ACQUIRE_SET, w.ST_GRANTED) and w.fits(w.OP_RELEASE_SET, w.ST_NOT_HOLDER)

@@ -208,7 +208,7 @@ class LeaseBase:
     small margin for clock rate differences); past it the lock may belong to
     someone else."""
 
-    __slots__ = ("_ending", "_released", "deadline", "key", "key_bytes", "lease_ms", "token")
+    __slots__ = ("_body", "_ending", "_released", "deadline", "key", "key_bytes", "keys", "lease_ms", "token")
 
     def __init__(self, key: bytes, token: int, deadline: float, lease_ms: int) -> None:
         self.key_bytes = key
@@ -218,6 +218,8 @@ class LeaseBase:
         self.lease_ms = lease_ms
         self._released = False
         self._ending: list[Callable[[], None]] = []  # fired once released (R12)
+        self.keys: tuple[str, ...] = (self.key,)  # every key of a key set (protocol 1.1), else (key,)
+        self._body = b""  # a key set's X body
 
     def remaining(self) -> float:
         """Seconds until the local deadline (negative once past it)."""
@@ -250,10 +252,14 @@ class LeaseBase:
 class ReleaseState:
     """Interprets the answers to one release's attempts (client/release.go)."""
 
-    __slots__ = ("deadline", "key", "maybe", "moves", "retries", "token", "woken")
+    __slots__ = ("body", "deadline", "key", "maybe", "moves", "nkeys", "retries", "token", "woken")
 
-    def __init__(self, key: bytes, token: int, window: float = RELEASE_WINDOW) -> None:
-        self.key = key
+    def __init__(
+        self, key: bytes, token: int, window: float = RELEASE_WINDOW, body: bytes = b"", nkeys: int = 0
+    ) -> None:
+        self.key = key  # a set's first key
+        self.body = body  # a set's keys (X body), else b""
+        self.nkeys = nkeys  # the keys of a set, 0 for one key
         self.token = token
         self.deadline = time.monotonic() + window
         self.maybe = False  # an earlier attempt may have been executed
@@ -310,8 +316,14 @@ class ReleaseState:
             return False, redirect_delay(self.retries), None
         return True, 0.0, server_error(code, payload, what=at)
 
+    @property
+    def op(self) -> int:
+        return _wire.OP_RELEASE_SET if self.nkeys else _wire.OP_RELEASE
+
     def at(self, addr: str = "") -> str:
         k = repr(self.key.decode("utf-8", "replace"))
+        if self.nkeys:
+            k = f"the set of {self.nkeys} keys from {k}"
         return f"release {k} on {addr}" if addr else f"release {k}"
 
     def give_up(self, cause: BaseException | None = None) -> Indeterminate:

@@ -65,6 +65,7 @@ from .errors import (
     LockBusy,
     LockTimeout,
     NoLeader,
+    NotSupported,
     ProtocolError,
     TicketingError,
     TLSError,
@@ -81,6 +82,10 @@ UP = 1
 ENQ_OK = 0
 ENQ_DOWN = 1  # not connected (or its write buffer is over its bound)
 ENQ_FULL = 2  # connected, but all of max_inflight is in use
+ENQ_UNSUPPORTED = 3  # the server does not announce the call's feature (key sets)
+
+ACQUIRES = (_wire.OP_ACQUIRE, _wire.OP_ACQUIRE_SET)
+SET_OPS = (_wire.OP_ACQUIRE_SET, _wire.OP_RELEASE_SET)
 
 READ_ONLY_ADMIN = ("status", "locks", "time", "members")
 
@@ -121,6 +126,7 @@ class Call:
         "fail_err",
         "job",
         "key",
+        "nkeys",
         "op",
         "overdue",
         "owner",
@@ -150,6 +156,7 @@ class Call:
         self.pending = False
         self.owner = OWNER_CALLER
         self.overdue = False  # no answer within wait + the answer allowance (R2)
+        self.nkeys = 0  # S/X: the number of keys in body
         self.job: Any = None  # the blocking releaser's job
         self.status = 0
         self.code = 0
@@ -161,7 +168,7 @@ class Call:
         self.waiter: Any = None  # a locked threading.Lock, or an asyncio.Future
 
     def granted(self) -> bool:
-        return self.fail == FAIL_NONE and self.op == _wire.OP_ACQUIRE and self.status == _wire.ST_GRANTED
+        return self.fail == FAIL_NONE and self.op in ACQUIRES and self.status == _wire.ST_GRANTED
 
 
 class ConnCore:
@@ -183,6 +190,7 @@ class ConnCore:
         self.taken = 0
         self.cfg_err: TicketingError | None = None  # the last attempt failed auth or TLS (R4)
         self.features = 0  # protocol 1.1 feature bits the server announced (§12.1)
+        self.features_known = False
 
     def note_failed(self, cl: ClientCore[Any], err: TicketingError) -> None:
         self.failures += 1  # written by this connection's own thread/task only
@@ -197,6 +205,7 @@ class ConnCore:
     def up_locked(self, w: _wire.Welcome) -> None:
         self.cfg_err = None
         self.features = 0
+        self.features_known = False
         self.state = UP
         self.ever_up = True
         self.failures = 0
@@ -209,6 +218,11 @@ class ConnCore:
     def admit_locked(self, c: Call, backlog: int = 0) -> int:
         if self.state != UP or len(self.wbuf) + backlog > MAX_WRITE_BUFFER:
             return ENQ_DOWN
+        if c.op in SET_OPS:
+            if not self.features_known:
+                return ENQ_DOWN  # wait for the feature pong (§12.1)
+            if not self.features & _wire.FEATURE_KEY_SETS:
+                return ENQ_UNSUPPORTED
         if c.counts and self.inflight >= self.max_inflight:
             return ENQ_FULL
         return ENQ_OK
@@ -237,6 +251,13 @@ class ConnCore:
             if c.a2 and c.budget:  # sent after waiting for a connection: only the wait left
                 c.a2 = max(0, min(c.a2, int((c.budget - now) * 1000)))
             self.wbuf += _wire.encode_acquire(rid, c.key, c.a1, c.a2)
+        elif op == _wire.OP_ACQUIRE_SET:
+            c.sent = now = time.monotonic()
+            if c.a2 and c.budget:
+                c.a2 = max(0, min(c.a2, int((c.budget - now) * 1000)))
+            self.wbuf += _wire.encode_acquire_set(rid, c.nkeys, c.body, c.a1, c.a2)
+        elif op == _wire.OP_RELEASE_SET:
+            self.wbuf += _wire.encode_release_set(rid, c.nkeys, c.body, c.a1)
         elif op == _wire.OP_RELEASE:
             self.wbuf += _wire.encode_release(rid, c.key, c.a1)
         elif op == _wire.OP_CANCEL:
@@ -310,7 +331,7 @@ class ConnCore:
         if not c.pending or c.owner != OWNER_CALLER:
             return None
         c.owner = OWNER_ABANDONED
-        if c.op != _wire.OP_ACQUIRE or not (c.counts or withdraw) or self.state != UP:
+        if c.op not in ACQUIRES or not (c.counts or withdraw) or self.state != UP:
             return False
         cancel.owner = OWNER_DROPPED
         self.enqueue_locked(cancel)
@@ -490,6 +511,8 @@ class ClientCore(Generic[C]):
             return
         if c.op == _wire.OP_PING and c.status == _wire.ST_PONG:
             cn.features = c.queued
+            cn.features_known = True
+            self._leader_changed()  # calls waiting for the features go on
             if c.queued & _wire.FEATURE_LABELS:
                 lb = self._label_bytes()
                 if lb:
@@ -529,8 +552,12 @@ class ClientCore(Generic[C]):
     def _release_completed(self, c: Call) -> None:
         """c belongs to a background release."""
 
-    def _compensate(self, key: bytes, token: int) -> None:
+    def _compensate(self, key: bytes, token: int, body: bytes = b"", nkeys: int = 0) -> None:
         raise NotImplementedError
+
+    def _compensate_call(self, c: Call) -> None:
+        """Release the grant of c, whose caller is gone."""
+        self._compensate(c.key, c.value, c.body if c.nkeys else b"", c.nkeys)
 
     def _new_call(self, op: int, key: bytes, a1: int = 0, a2: int = 0, body: bytes = b"") -> Call:
         raise NotImplementedError
@@ -583,31 +610,29 @@ class ClientCore(Generic[C]):
         """How long c may wait for a connection: an acquire until its wait's
         end (R1), or up to 1 s past it while a connection is still being
         opened for the first time."""
-        if c.op == _wire.OP_ACQUIRE and any(cn.connecting() for cn in self._conns):
-            return give_up + FIRST_CONNECT_GRACE
+        if c.op in ACQUIRES and any(
+            cn.connecting() or (c.op in SET_OPS and cn.state == UP and not cn.features_known) for cn in self._conns
+        ):
+            return give_up + FIRST_CONNECT_GRACE  # (a set also waits for the feature pong, §12.1)
         return give_up
 
     def _try_enqueue(self, c: Call) -> tuple[int, C | None, Any]:
         """Queue c without waiting: the known leader first, then round robin.
         (result, the connection, what its front end needs to flush)."""
         r = next(self._rr)
-        res = ENQ_DOWN
         ep = self._leader
         if ep is not None:
-            conns = ep.conns
-            n = len(conns)
-            for i in range(n):
-                cn = conns[(r + i) % n]
-                e, x = self._enqueue(cn, c)
-                if e == ENQ_OK:
-                    return e, cn, x
-                if e == ENQ_FULL:
-                    res = ENQ_FULL
+            got = self._enqueue_among(ep.conns, r, c)
             # the leader is up but full, or still connecting for the first
             # time: wait for it rather than ask a follower (which answers M)
-            if res == ENQ_FULL or ep.connecting():
-                return res, None, None
-        conns = self._conns
+            if got[0] in (ENQ_OK, ENQ_FULL) or ep.connecting():
+                return got
+        return self._enqueue_among(self._conns, r, c)
+
+    def _enqueue_among(self, conns: list[C], r: int, c: Call) -> tuple[int, C | None, Any]:
+        """Round robin over conns from r: the first that takes c, else why
+        none did (FULL before UNSUPPORTED before DOWN)."""
+        res = ENQ_DOWN
         n = len(conns)
         for i in range(n):
             cn = conns[(r + i) % n]
@@ -616,7 +641,26 @@ class ClientCore(Generic[C]):
                 return e, cn, x
             if e == ENQ_FULL:
                 res = ENQ_FULL
+            elif e == ENQ_UNSUPPORTED and res == ENQ_DOWN:
+                res = e
         return res, None, None
+
+    def _wait_budget(self, c: Call, e: int, give_up: float, slot_give_up: float) -> float:
+        """c could not be queued (e): the seconds it may still wait, or the
+        error that ends it now (R4/R5 configuration errors, NotSupported,
+        NoSlot, the connect error)."""
+        if e != ENQ_FULL:
+            cfg = self._config_error()
+            if cfg is not None:  # R4/R5: a configuration error fails waiting calls at once
+                raise cfg
+        if e == ENQ_UNSUPPORTED:
+            raise NotSupported("the server does not support key sets (protocol 1.1, KEY_SETS)")
+        d = (slot_give_up if e == ENQ_FULL else self._conn_limit(c, give_up)) - time.monotonic()
+        if d <= 0:
+            if e == ENQ_FULL:
+                raise NoSlot()
+            raise self._connect_error()
+        return d
 
     def _follow(self, addr: str) -> None:
         """Remember the leader named by an M answer (protocol.md §7); an
@@ -658,7 +702,7 @@ class ClientCore(Generic[C]):
         elif o == OWNER_ABANDONED:
             if c.granted():
                 # the caller gave up, but the grant won the race: release it ourselves
-                self._compensate(c.key, c.value)
+                self._compensate_call(c)
         elif o == OWNER_RELEASER:
             self._release_completed(c)
         elif o == OWNER_SETUP:
@@ -667,21 +711,38 @@ class ClientCore(Generic[C]):
     # ------------------------------------------------------------ operations
 
     async def _acquire(
-        self, kb: bytes, lease_ms: int, wait_ms: int, cancel: CancelToken | None, min_remaining: float | None = None
+        self,
+        kb: bytes,
+        lease_ms: int,
+        wait_ms: int,
+        cancel: CancelToken | None,
+        min_remaining: float | None = None,
+        keys: list[bytes] | None = None,
     ) -> tuple[int, float]:
         """(token, local deadline) of a granted acquire; retried only when
         its request was never written or answered M, within the wait. Every
         error names the key and the server (edge rule R15)."""
+        what = (
+            f"acquire {show_key(kb)}" if keys is None else f"acquire_set {[k.decode('utf-8', 'replace') for k in keys]}"
+        )
         try:
-            return await self._acquire_loop(kb, lease_ms, wait_ms, cancel, min_remaining)
+            return await self._acquire_loop(kb, lease_ms, wait_ms, cancel, min_remaining, keys, what)
         except TicketingError as e:
             if e._where:
                 raise
-            raise where(e, f"acquire {show_key(kb)}") from e.__cause__
+            raise where(e, what) from e.__cause__
 
     async def _acquire_loop(
-        self, kb: bytes, lease_ms: int, wait_ms: int, cancel: CancelToken | None, min_remaining: float | None
+        self,
+        kb: bytes,
+        lease_ms: int,
+        wait_ms: int,
+        cancel: CancelToken | None,
+        min_remaining: float | None,
+        keys: list[bytes] | None,
+        what: str,
     ) -> tuple[int, float]:
+        body = b"" if keys is None else _wire.set_body(keys)
         start = time.monotonic()
         budget_end = start + wait_ms / 1000
         conn_give_up = budget_end  # R1: the wait bounds the whole call, connecting included
@@ -690,7 +751,11 @@ class ClientCore(Generic[C]):
         while True:
             if cancel is not None and cancel.cancelled:
                 raise Cancelled("cancelled")
-            c = self._new_call(_wire.OP_ACQUIRE, kb, lease_ms, wait_ms)
+            if keys is None:
+                c = self._new_call(_wire.OP_ACQUIRE, kb, lease_ms, wait_ms)
+            else:
+                c = self._new_call(_wire.OP_ACQUIRE_SET, kb, lease_ms, wait_ms, body)
+                c.nkeys = len(keys)
             c.counts = wait_ms > 0
             try:
                 await self._send(c, conn_give_up, budget_end, cancel)
@@ -700,7 +765,7 @@ class ClientCore(Generic[C]):
             due = c.sent + c.a2 / 1000 + self._answer_allowance
             if not await self._wait_call(c, cancel, due):
                 raise Cancelled("cancelled")
-            at = f"acquire {show_key(kb)} on {c.conn.addr}"
+            at = f"{what} on {c.conn.addr}"
             if c.overdue:
                 raise where(
                     Indeterminate(
@@ -711,7 +776,7 @@ class ClientCore(Generic[C]):
                 )
             if cancel is not None and cancel.cancelled:
                 if c.granted():
-                    self._compensate(kb, c.value)
+                    self._compensate_call(c)
                 raise Cancelled("cancelled")
             if c.fail != FAIL_NONE:
                 if c.fail == FAIL_LOST:
@@ -731,7 +796,9 @@ class ClientCore(Generic[C]):
                         left = deadline - time.monotonic()
                         if left < min_remaining:  # R14: released at once, the work not started
                             try:
-                                await self._release(ReleaseState(kb, c.value))
+                                await self._release(
+                                    ReleaseState(kb, c.value, body=body, nkeys=len(keys) if keys else 0)
+                                )
                             except TicketingError as e:  # the lease ends it
                                 log.warning("ticketing: release of an insufficient lease failed: %s", e)
                             raise where(
@@ -777,7 +844,8 @@ class ClientCore(Generic[C]):
         while True:
             if time.monotonic() >= s.deadline:
                 raise s.give_up(cause)
-            c = self._new_call(_wire.OP_RELEASE, s.key, s.token)
+            c = self._new_call(s.op, s.key, s.token, 0, s.body)
+            c.nkeys = s.nkeys
             try:
                 await self._send(c, s.deadline, s.deadline, None)
             except ClientClosed:
@@ -864,6 +932,27 @@ def admin_body(cmd: str, args: dict[str, object]) -> tuple[bytes, bool]:
     if not cmd or len(body) > _wire.MAX_ADMIN_BODY:
         raise InvalidArgument("bad admin command")
     return body, cmd in READ_ONLY_ADMIN
+
+
+def set_keys(keys: object) -> list[bytes]:
+    """The keys of a set, checked before sending (protocol.md §12.2)."""
+    if isinstance(keys, (str, bytes)) or not isinstance(keys, (list, tuple)):
+        raise InvalidArgument(f"keys must be a list of 2..{_wire.MAX_SET_KEYS} keys")
+    kbs = [key_bytes(k) for k in keys]
+    if not 2 <= len(kbs) <= _wire.MAX_SET_KEYS:
+        raise InvalidArgument(f"keys must be 2..{_wire.MAX_SET_KEYS} keys (got {len(kbs)})")
+    if len(set(kbs)) != len(kbs):
+        raise InvalidArgument(f"keys must be distinct (1 of {len(kbs)} appears twice)")
+    return kbs
+
+
+def release_state(lease: LeaseBase | Key, token: int | None) -> tuple[ReleaseState, LeaseBase | None]:
+    """release(lease) or release(key, token): its state and the lease."""
+    if isinstance(lease, LeaseBase):
+        n = len(lease.keys) if lease._body else 0
+        return ReleaseState(lease.key_bytes, lease.token, body=lease._body, nkeys=n), lease
+    kb, tok, _ = release_args(lease, token)
+    return ReleaseState(kb, tok), None
 
 
 def release_args(lease: LeaseBase | Key, token: int | None) -> tuple[bytes, int, LeaseBase | None]:

@@ -36,6 +36,9 @@ HELLO_MAGIC = b"TKTS"
 
 # Protocol 1.1 (protocol.md §12)
 OP_LABEL = 0x4C  # 'L'
+OP_ACQUIRE_SET = 0x53  # 'S' (§12.2)
+OP_RELEASE_SET = 0x58  # 'X'
+MAX_SET_KEYS = 16
 PING_FEATURES = 1  # a ping's arg asking for the feature bits (§12.1)
 FEATURE_KEY_SETS = 0x0001
 FEATURE_LABELS = 0x0002
@@ -166,6 +169,19 @@ def encode_cancel(req_id: int, key: bytes, target: int) -> bytes:
 def encode_ping(req_id: int, arg: int = 0) -> bytes:
     """P; arg PING_FEATURES asks a 1.1 server for its feature bits (§12.1)."""
     return _HDR.pack(OP_PING, 0, 0, req_id, arg)
+
+
+def set_body(keys: list[bytes]) -> bytes:
+    """The body of S and X: each key as key_len (u8) and its bytes (§12.2)."""
+    return b"".join(bytes((len(k),)) + k for k in keys)
+
+
+def encode_acquire_set(req_id: int, count: int, body: bytes, lease_ms: int, wait_ms: int) -> bytes:
+    return _ACQ.pack(OP_ACQUIRE_SET, count, len(body), req_id, lease_ms, wait_ms) + body
+
+
+def encode_release_set(req_id: int, count: int, body: bytes, token: int) -> bytes:
+    return _HDR.pack(OP_RELEASE_SET, count, len(body), req_id, token) + body
 
 
 def encode_label(req_id: int, label: bytes) -> bytes:
@@ -397,9 +413,9 @@ def fits(op: int, status: int) -> bool:
     """Whether status is a possible answer to op (protocol.md §3)."""
     if status == ST_ERROR:
         return True
-    if op == OP_ACQUIRE:
+    if op in (OP_ACQUIRE, OP_ACQUIRE_SET):
         return status in (ST_GRANTED, ST_TIMEOUT, ST_BUSY, ST_MOVED, ST_UNKNOWN)
-    if op in (OP_RELEASE, OP_CANCEL):
+    if op in (OP_RELEASE, OP_CANCEL, OP_RELEASE_SET):
         return status in (ST_RELEASED, ST_NOT_HOLDER, ST_MOVED, ST_UNKNOWN)
     if op == OP_PING:
         return status == ST_PONG

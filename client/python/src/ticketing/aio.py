@@ -380,8 +380,8 @@ class AsyncClient(_core.ClientCore[_AConn]):
     def _push(self, cn: _AConn, c: Call) -> None:
         cn.enqueue(c)
 
-    def _compensate(self, key: bytes, token: int) -> None:
-        self._background_release(ReleaseState(key, token), compensation=True)
+    def _compensate(self, key: bytes, token: int, body: bytes = b"", nkeys: int = 0) -> None:
+        self._background_release(ReleaseState(key, token, body=body, nkeys=nkeys), compensation=True)
 
     def _release_later(self, s: ReleaseState) -> None:
         self._background_release(s)
@@ -485,15 +485,7 @@ class AsyncClient(_core.ClientCore[_AConn]):
                 return
             if self._closed:
                 raise ClientClosed("client closed")
-            if e != _core.ENQ_FULL:
-                cfg = self._config_error()
-                if cfg is not None:  # R4/R5: a configuration error fails waiting calls at once
-                    raise cfg
-            d = (slot_give_up if e == _core.ENQ_FULL else self._conn_limit(c, give_up)) - time.monotonic()
-            if d <= 0:
-                if e == _core.ENQ_FULL:
-                    raise _core.NoSlot()
-                raise self._connect_error()
+            d = self._wait_budget(c, e, give_up, slot_give_up)
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(ev.wait(), d)
 
@@ -523,7 +515,7 @@ class AsyncClient(_core.ClientCore[_AConn]):
             abandoned = isinstance(cn, _AConn) and cn.abandon(c)
             if not abandoned and c.granted():
                 # answered meanwhile: a grant that won the race is released
-                self._compensate(c.key, c.value)
+                self._compensate_call(c)
             raise
         finally:
             if timer is not None:
@@ -571,6 +563,29 @@ class AsyncClient(_core.ClientCore[_AConn]):
         token, deadline = await self._acquire(kb, lease_ms, wait_ms, None, mr)
         return AsyncLease(self, kb, token, deadline, lease_ms)
 
+    async def acquire_set(
+        self, keys: Sequence[Key], *, lease: Duration, wait: Duration = 0, min_remaining: Duration | None = None
+    ) -> AsyncLease:
+        """Acquire 2..16 distinct keys at once (see Client.acquire_set)."""
+        kbs = _core.set_keys(keys)
+        lease_ms = millis(lease, "lease", minimum=1)
+        wait_ms = millis(wait, "wait")
+        mr = None if min_remaining is None else millis(min_remaining, "min_remaining") / 1000
+        self._ensure_started()
+        token, deadline = await self._acquire(kbs[0], lease_ms, wait_ms, None, mr, kbs)
+        out = AsyncLease(self, kbs[0], token, deadline, lease_ms)
+        out.keys = tuple(k.decode("utf-8") for k in kbs)
+        out._body = _wire.set_body(kbs)
+        return out
+
+    async def release_set(self, keys: Sequence[Key], token: int) -> bool:
+        """Release the set of keys acquired with token (see Client.release_set)."""
+        kbs = _core.set_keys(keys)
+        _core.release_args(kbs[0], token)
+        self._ensure_started()
+        await self._release(ReleaseState(kbs[0], token, body=_wire.set_body(kbs), nkeys=len(kbs)))
+        return True
+
     async def try_acquire(self, key: Key, *, lease: Duration, wait: Duration = 0) -> AsyncLease | None:
         """acquire, but "not acquired within the wait" is None (R13)."""
         try:
@@ -601,11 +616,11 @@ class AsyncClient(_core.ClientCore[_AConn]):
         ``await release(key, token)``; False for a lease already released.
         When the awaiting task is cancelled, the release goes on in the
         background (for at most 5 s)."""
-        kb, tok, lease_obj = _core.release_args(lease, token)
+        st, lease_obj = _core.release_state(lease, token)
         if lease_obj is not None and lease_obj._released:
             return False
         self._ensure_started()
-        await self._release(ReleaseState(kb, tok))
+        await self._release(st)
         if lease_obj is not None:
             lease_obj._mark_released()
         return True

@@ -48,7 +48,7 @@ from ._common import (
     reconnect_delay,
     seconds,
 )
-from ._core import ENQ_OK, UP, Call, NoSlot, run_sync
+from ._core import ENQ_OK, UP, Call, run_sync
 from .errors import (
     Cancelled,
     ClientClosed,
@@ -444,8 +444,8 @@ class Client(_core.ClientCore[_Conn]):
         if e == ENQ_OK and tr is not None:
             cn.flush(tr)
 
-    def _compensate(self, key: bytes, token: int) -> None:
-        job = _Job(ReleaseState(key, token), compensation=True)
+    def _compensate(self, key: bytes, token: int, body: bytes = b"", nkeys: int = 0) -> None:
+        job = _Job(ReleaseState(key, token, body=body, nkeys=nkeys), compensation=True)
         if not self._releaser.submit(job):
             log.warning("ticketing: release queue full; an abandoned grant stays held until its lease ends")
 
@@ -568,15 +568,7 @@ class Client(_core.ClientCore[_Conn]):
                     raise ClientClosed("client closed")
                 if cancel is not None and cancel.cancelled:
                     raise Cancelled("cancelled")
-                if e != _core.ENQ_FULL:
-                    cfg = self._config_error()
-                    if cfg is not None:  # R4/R5: a configuration error fails waiting calls at once
-                        raise cfg
-                d = (slot_give_up if e == _core.ENQ_FULL else self._conn_limit(c, give_up)) - time.monotonic()
-                if d <= 0:
-                    if e == _core.ENQ_FULL:
-                        raise NoSlot()
-                    raise self._connect_error()
+                d = self._wait_budget(c, e, give_up, slot_give_up)
                 with self._cond:
                     if self._gen == g:
                         self._cond.wait(d)
@@ -636,7 +628,7 @@ class Client(_core.ClientCore[_Conn]):
             if not self._cancel_call(c):
                 c.waiter.acquire()
                 if c.granted():
-                    self._compensate(c.key, c.value)
+                    self._compensate_call(c)
             raise
         finally:
             if cb is not None and cancel is not None:
@@ -708,6 +700,40 @@ class Client(_core.ClientCore[_Conn]):
         token, deadline = run_sync(self._acquire(kb, lease_ms, wait_ms, cancel, mr))
         return Lease(self, kb, token, deadline, lease_ms)
 
+    def acquire_set(
+        self,
+        keys: Sequence[Key],
+        *,
+        lease: Duration,
+        wait: Duration = 0,
+        cancel: CancelToken | None = None,
+        min_remaining: Duration | None = None,
+    ) -> Lease:
+        """Acquire 2..16 distinct keys at once (protocol 1.1 key sets,
+        docs/protocol.md §12.2): one lease, one wait, one fencing token for
+        all of them, no deadlock whatever the order. Raises as acquire, and
+        NotSupported when the server does not announce key sets. The Lease's
+        ``keys`` lists them; ``release(lease)`` releases the whole set."""
+        kbs = _core.set_keys(keys)
+        lease_ms = millis(lease, "lease", minimum=1)
+        wait_ms = millis(wait, "wait")
+        mr = None if min_remaining is None else millis(min_remaining, "min_remaining") / 1000
+        self._check()
+        token, deadline = run_sync(self._acquire(kbs[0], lease_ms, wait_ms, cancel, mr, kbs))
+        out = Lease(self, kbs[0], token, deadline, lease_ms)
+        out.keys = tuple(k.decode("utf-8") for k in kbs)
+        out._body = _wire.set_body(kbs)
+        return out
+
+    def release_set(self, keys: Sequence[Key], token: int) -> bool:
+        """Release the set of keys acquired with token (X); True after O.
+        Raises NotHolder when token does not hold exactly these keys."""
+        kbs = _core.set_keys(keys)
+        _core.release_args(kbs[0], token)  # the token's check
+        self._check()
+        run_sync(self._release(ReleaseState(kbs[0], token, body=_wire.set_body(kbs), nkeys=len(kbs))))
+        return True
+
     def try_acquire(
         self, key: Key, *, lease: Duration, wait: Duration = 0, cancel: CancelToken | None = None
     ) -> Lease | None:
@@ -735,11 +761,11 @@ class Client(_core.ClientCore[_Conn]):
         NotHolder (the key is free or held under another token),
         Indeterminate (no confirmation within 5 s: the lease ends it),
         InvalidArgument, ClientClosed (nothing was sent)."""
-        kb, tok, lease_obj = _core.release_args(lease, token)
+        st, lease_obj = _core.release_state(lease, token)
         if lease_obj is not None and lease_obj._released:
             return False
         self._check()
-        run_sync(self._release(ReleaseState(kb, tok)))
+        run_sync(self._release(st))
         if lease_obj is not None:
             lease_obj._mark_released()
         return True
@@ -903,7 +929,8 @@ class _Releaser:
                     self._finish(j, j.st.give_up())
                     continue
                 if j.call is None and now >= j.next:
-                    c = _blocking_call(_wire.OP_RELEASE, j.st.key, j.st.token)
+                    c = _blocking_call(j.st.op, j.st.key, j.st.token, 0, j.st.body)
+                    c.nkeys = j.st.nkeys
                     c.owner = OWNER_RELEASER
                     c.job = j
                     j.call = c  # before enqueue: the answer may come at once

@@ -54,6 +54,11 @@ class InsufficientLease(TicketingError):
     the lock at once. Do not start the work."""
 
 
+class NotSupported(TicketingError):
+    """The server does not announce the protocol 1.1 feature this call
+    needs (key sets): nothing was sent."""
+
+
 class NotHolder(TicketingError):
     """A release was answered N: the key is free or held under another token
     (the lease had ended)."""
