@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"reflect"
 	"strings"
@@ -96,10 +97,6 @@ func (c *conn) query(req *wire.Request) {
 			c.replyError(req.ReqID, wire.CodeNotPermitted)
 			return
 		}
-		if c.s.node == nil {
-			c.replyErrorMsg(req.ReqID, wire.CodeBadAdmin, "not a cluster")
-			return
-		}
 		c.clusterChange(req.ReqID, cmd, &q)
 		return
 	}
@@ -111,18 +108,12 @@ func (c *conn) query(req *wire.Request) {
 	case wire.CmdTime:
 		reply = &wire.TimeReply{UnixUS: c.s.now().UnixMicro()}
 	case wire.CmdMembers:
-		if c.s.node != nil {
-			ms, err := c.s.node.Members()
-			if err != nil {
-				c.replyErrorMsg(req.ReqID, wire.CodeInternal, err.Error())
-				return
-			}
-			reply = &wire.MembersReply{Members: ms}
-			break
+		ms, err := c.s.lock.members()
+		if err != nil {
+			c.replyErrorMsg(req.ReqID, wire.CodeInternal, err.Error())
+			return
 		}
-		reply = &wire.MembersReply{Members: []wire.Member{{
-			ID: c.s.cfg.NodeID, ClientAddr: c.s.Addr(), Role: wire.NodeSingle, Voter: true,
-		}}}
+		reply = &wire.MembersReply{Members: ms}
 	case wire.CmdLocks:
 		limit := wire.LocksDefaultLimit
 		if q.Limit != nil {
@@ -155,21 +146,19 @@ func (s *Server) Status() wire.StatusReply {
 		ctr.Add(t.Counters())
 		holders += int64(t.Holders())
 	})
+	ctr.Busy += s.busyExtra.Load()
+	ctr.Errors = s.errorsCount.Load()
+	ctr.AuthFailures = s.authFailCount.Load()
 	keys, waiters := s.lock.counts()
 	st := wire.StatusReply{
-		NodeID:      s.cfg.NodeID,
-		Role:        wire.NodeSingle,
-		UptimeMS:    time.Since(s.start).Milliseconds(),
-		Keys:        keys,
-		Holders:     holders,
-		Waiters:     waiters,
-		Connections: s.live.Load(),
-		Counters: wire.AdminCounters{
-			Grants: ctr.Grants, Handoffs: ctr.Handoffs, Timeouts: ctr.Timeouts,
-			Releases: ctr.Releases, NotHolder: ctr.NotHolder, Expiries: ctr.Expiries,
-			Busy: ctr.Busy + s.busyExtra.Load(), Errors: s.errorsCount.Load(), Cancels: ctr.Cancels,
-			AuthFailures: s.authFailCount.Load(),
-		},
+		NodeID:         s.cfg.NodeID,
+		Role:           wire.NodeSingle,
+		UptimeMS:       time.Since(s.start).Milliseconds(),
+		Keys:           keys,
+		Holders:        holders,
+		Waiters:        waiters,
+		Connections:    s.live.Load(),
+		Counters:       ctr,
 		Version:        s.cfg.Version,
 		Draining:       s.draining.Load(),
 		MaxKeys:        int64(s.cfg.MaxKeys),
@@ -177,9 +166,7 @@ func (s *Server) Status() wire.StatusReply {
 		MaxConnections: int64(s.cfg.MaxConnections),
 		CanGrant:       true,
 	}
-	if s.node != nil {
-		s.clusterStatus(&st)
-	}
+	s.lock.status(&st)
 	rec, until := s.grace.recovering(s.nanotime())
 	if rec {
 		st.RecoveringUntilMS = until.UnixMilli()
@@ -193,16 +180,10 @@ func (s *Server) Status() wire.StatusReply {
 		st.CanGrant, st.Reason = false, "at max_keys"
 	case s.live.Load() >= int64(s.cfg.MaxConnections):
 		st.CanGrant, st.Reason = false, "at max_connections"
-	case s.node != nil && s.node.Removed():
-		st.CanGrant, st.Reason = false, "removed from the cluster configuration ("+s.node.RemovedReason()+"): rejoin under a new id"
-	case s.node != nil && s.AdvertiseError() != "":
-		st.CanGrant, st.Reason = false, s.AdvertiseError()
-	case s.node != nil && st.Leader == "":
-		st.CanGrant, st.Reason = false, "no leader"
-	case s.node != nil && st.Role == wire.NodeLeader && !s.node.Serving():
-		st.CanGrant, st.Reason = false, "leader not serving yet"
-	case s.node != nil && st.Role == wire.NodeLeader && st.Clock != nil && !st.Clock.Healthy:
-		st.CanGrant, st.Reason = false, "clock unhealthy: "+st.Clock.Reason
+	default:
+		if r := s.lock.cantGrant(&st); r != "" {
+			st.CanGrant, st.Reason = false, r
+		}
 	}
 	return st
 }
@@ -230,14 +211,7 @@ func (s *Server) Locks(prefix string, limit int) wire.LocksReply {
 				label, addr := s.connLabel(w.Conn)
 				e.Waiters = append(e.Waiters, wire.WaiterInfo{Label: label, Addr: addr, WaitedMS: w.WaitedMS, Set: w.Set})
 			}
-			if s.node != nil {
-				// As the cluster enforces it (issue #13): an inherited
-				// lease by the InheritedDeadline rule.
-				if _, at, ok := t.HolderTimes(li.Key); ok {
-					d := s.node.EnforcedDeadline(li.Token, at)
-					e.LeaseRemainingMS = max(d-now, 0) / 1e6
-				}
-			}
+			e.LeaseRemainingMS = s.lock.leaseRemainingMS(t, &li, now)
 			if h.Len() < limit {
 				heap.Push(h, e)
 			} else if before(e, (*h)[0]) {
@@ -251,12 +225,7 @@ func (s *Server) Locks(prefix string, limit int) wire.LocksReply {
 	for i := len(out) - 1; i >= 0; i-- {
 		out[i] = heap.Pop(h).(wire.LockEntry)
 	}
-	unverified := false
-	if s.node != nil && s.node.Serving() {
-		ok, _ := s.node.ClockHealthy()
-		unverified = !ok
-	}
-	return wire.LocksReply{Total: total, Truncated: total > len(out), Locks: out, ClockUnverified: unverified}
+	return wire.LocksReply{Total: total, Truncated: total > len(out), Locks: out, ClockUnverified: s.lock.clockUnverified()}
 }
 
 // connLabel is the label and remote address of connection id ("" when it is
@@ -293,69 +262,45 @@ func (h *lockHeap) Pop() any {
 	return x
 }
 
-// clusterStatus fills the cluster members of `status`.
-func (s *Server) clusterStatus(st *wire.StatusReply) {
-	in := s.node.Info()
-	st.Role = in.Role
-	st.Leader = in.Leader
-	st.LeaderID = in.LeaderID
-	st.Term = in.Term
-	st.CommitIndex = in.CommitIndex
-	st.AppliedIndex = in.AppliedIndex
-	st.LastIndex = in.LastIndex
-	st.LastContactMS = in.LastContact
-	st.Incarnation = in.Incarnation
-	st.Durable = in.Durable
-	st.ClientAddr = in.ClientAddr
-	clk := in.Clock
-	st.Clock = &clk
-}
-
-// clusterChange runs add-node, remove-node or transfer-leader on the leader
-// (any other node answers M, protocol.md §7).
+// clusterChange answers add-node, remove-node or transfer-leader (§8).
+// The change itself may block for up to 60 s (a membership change commits
+// through the raft log; a transfer waits for the new leader), so it runs on
+// its own goroutine: the reader goes on with the connection's other
+// requests, and the answer is delivered like a queued acquire's. Its req_id
+// is outstanding meanwhile (§2.1 check 3).
 func (c *conn) clusterChange(reqID uint32, cmd string, q *adminQuery) {
-	n := c.s.node
-	if cmd != wire.CmdTransferLeader && !n.Serving() || cmd == wire.CmdTransferLeader && n.Info().Role != wire.NodeLeader {
-		c.wbuf = wire.AppendMoved(c.wbuf, reqID, n.LeaderClientAddr())
+	run, err := c.s.lock.change(cmd, q)
+	var mv *movedError
+	switch {
+	case errors.As(err, &mv):
+		c.wbuf = wire.AppendMoved(c.wbuf, reqID, mv.leader)
 		return
-	}
-	str := func(p *string) string {
-		if p == nil {
-			return ""
-		}
-		return *p
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	var err error
-	switch cmd {
-	case wire.CmdAddNode:
-		voter := q.Voter != nil && *q.Voter
-		err = n.AddNode(ctx, str(q.ID), str(q.PeerAddr), str(q.ClientAddr), voter)
-	case wire.CmdRemoveNode:
-		err = n.RemoveNode(ctx, str(q.ID))
-	case wire.CmdTransferLeader:
-		err = n.TransferLeader(str(q.ID))
-	}
-	if err != nil {
+	case err != nil:
 		c.replyErrorMsg(reqID, wire.CodeBadAdmin, err.Error())
 		return
 	}
-	var reply any
-	if cmd == wire.CmdTransferLeader {
-		// Wait (bounded) until a new leader is known.
-		for i := 0; i < 50 && n.LeaderClientAddr() == "" || i < 50 && n.Info().Role == wire.NodeLeader; i++ {
-			time.Sleep(20 * time.Millisecond)
+	c.addChange(reqID)
+	c.s.wg.Add(1)
+	go func() {
+		defer c.s.wg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		go func() {
+			select {
+			case <-c.s.closed: // Shutdown: stop waiting for the change
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		reply, err := run(ctx)
+		var frame []byte
+		if err != nil {
+			c.s.errorsCount.Add(1)
+			frame = wire.AppendError(nil, reqID, wire.CodeBadAdmin, err.Error())
+		} else {
+			out, _ := json.Marshal(reply)
+			frame = wire.AppendAdmin(nil, reqID, out)
 		}
-		reply = &wire.LeaderReply{Leader: n.LeaderClientAddr()}
-	} else {
-		ms, merr := n.Members()
-		if merr != nil {
-			c.replyErrorMsg(reqID, wire.CodeInternal, merr.Error())
-			return
-		}
-		reply = &wire.MembersReply{Members: ms}
-	}
-	out, _ := json.Marshal(reply)
-	c.wbuf = wire.AppendAdmin(c.wbuf, reqID, out)
+		c.deliverChange(reqID, frame)
+	}()
 }

@@ -2,8 +2,10 @@ package server
 
 import (
 	"context"
+	"errors"
 	"hash/maphash"
 	"math"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -48,7 +50,43 @@ type backend interface {
 	eachTable(fn func(t *locktable.Table, now int64))
 	// counts are the active keys and waiters (admin status, metrics).
 	counts() (keys, waiters int64)
+
+	// The admin queries' parts that depend on the mode (protocol.md §8).
+	// status fills the members of `status` the backend knows (role, raft
+	// indexes, clock); cantGrant is why it cannot grant now ("" when it
+	// can), asked once the server's own reasons (draining, limits) passed.
+	status(st *wire.StatusReply)
+	cantGrant(st *wire.StatusReply) string
+	// members is the `members` reply's list.
+	members() ([]wire.Member, error)
+	// leaseRemainingMS is a held lock's remaining lease as the backend
+	// enforces it (a cluster: the InheritedDeadline rule, issue #13).
+	leaseRemainingMS(t *locktable.Table, li *locktable.LockInfo, now int64) int64
+	// clockUnverified: `locks` cannot vouch for the leases (cluster clock
+	// not verified).
+	clockUnverified() bool
+	// change checks a changing admin command (add-node, remove-node,
+	// transfer-leader) can run here. It returns run, which makes the change
+	// (it may block until ctx ends) and returns the reply; or a
+	// *movedError (not the leader: answer M) or another error (answer E
+	// BAD_ADMIN).
+	change(cmd string, q *adminQuery) (run func(ctx context.Context) (any, error), err error)
+	// leaderAddr is the client address an M answer names ("" unknown).
+	leaderAddr() string
+	// handOff takes a raft stream accepted on the peer port (true), or
+	// leaves it a protocol connection (false).
+	handOff(pc net.Conn) bool
 }
+
+// errNotCluster answers a changing admin command on a single node (the
+// admin package matches the text, admin/members.go).
+var errNotCluster = errors.New("not a cluster")
+
+// movedError: a changing admin command reached a node that is not the
+// leader; the answer is M naming leader (protocol.md §7).
+type movedError struct{ leader string }
+
+func (e *movedError) Error() string { return "not the leader" }
 
 // tables is the single node's backend: keys sharded over Config.Shards lock
 // tables, each behind its own mutex with its own timer goroutine.
@@ -243,6 +281,28 @@ func (b *tables) eachTable(fn func(t *locktable.Table, now int64)) {
 }
 
 func (b *tables) counts() (keys, waiters int64) { return b.shared.Keys(), b.shared.Waiters() }
+
+func (b *tables) status(*wire.StatusReply) {}
+
+func (b *tables) cantGrant(*wire.StatusReply) string { return "" }
+
+func (b *tables) members() ([]wire.Member, error) {
+	return []wire.Member{{ID: b.s.cfg.NodeID, ClientAddr: b.s.Addr(), Role: wire.NodeSingle, Voter: true}}, nil
+}
+
+func (b *tables) leaseRemainingMS(_ *locktable.Table, li *locktable.LockInfo, _ int64) int64 {
+	return li.LeaseRemainingMS
+}
+
+func (b *tables) clockUnverified() bool { return false }
+
+func (b *tables) change(string, *adminQuery) (func(context.Context) (any, error), error) {
+	return nil, errNotCluster
+}
+
+func (b *tables) leaderAddr() string { return "" }
+
+func (b *tables) handOff(net.Conn) bool { return false }
 
 // rearm wakes the shard's timer goroutine when the table's earliest deadline
 // moved before the one it sleeps until. Call with sh.mu held.

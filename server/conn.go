@@ -58,6 +58,8 @@ type conn struct {
 	flushing   bool
 	broken     bool // write failed or connection torn down: discard output
 	pending    map[uint32]struct{}
+	changes    map[uint32]struct{} // on mu: changing admin commands running (admin.go clusterChange)
+	nChanges   atomic.Int32        // len(changes), read without mu
 	wake       chan struct{}
 	done       chan struct{}
 	stopping   atomic.Bool // server shutdown: discard further requests
@@ -602,13 +604,53 @@ func (c *conn) dropPending(reqID uint32) {
 // acquires (§2.1 check 3). Only the reader adds entries, so a zero count
 // means none without taking the lock.
 func (c *conn) outstanding(reqID uint32) bool {
-	if c.inflight.Load() == 0 {
+	if c.inflight.Load() == 0 && c.nChanges.Load() == 0 {
 		return false
 	}
 	c.mu.Lock()
 	_, ok := c.pending[reqID]
+	if !ok {
+		_, ok = c.changes[reqID]
+	}
 	c.mu.Unlock()
 	return ok
+}
+
+// addChange records reqID as a changing admin command running off the
+// reader; its answer comes through deliverChange. Called by the reader.
+func (c *conn) addChange(reqID uint32) {
+	c.mu.Lock()
+	if c.changes == nil {
+		c.changes = make(map[uint32]struct{})
+	}
+	c.changes[reqID] = struct{}{}
+	c.nChanges.Store(int32(len(c.changes)))
+	c.mu.Unlock()
+}
+
+// deliverChange queues the answer frame of a changing admin command, as
+// deliver does a queued acquire's (dropped when the connection is gone).
+func (c *conn) deliverChange(reqID uint32, frame []byte) {
+	c.mu.Lock()
+	if _, ok := c.changes[reqID]; !ok {
+		c.mu.Unlock()
+		return
+	}
+	delete(c.changes, reqID)
+	c.nChanges.Store(int32(len(c.changes)))
+	if c.broken {
+		c.mu.Unlock()
+		return
+	}
+	c.out = append(c.out, frame...)
+	idle := !c.flushing
+	c.mu.Unlock()
+	if idle {
+		select {
+		case c.wake <- struct{}{}:
+		default:
+		}
+	}
 }
 
 var errorText = map[wire.Code]string{
@@ -819,6 +861,8 @@ func (c *conn) teardown(fatal bool) {
 	c.mu.Lock()
 	clear(c.pending)
 	c.inflight.Store(0)
+	clear(c.changes)
+	c.nChanges.Store(0)
 	c.mu.Unlock()
 	if len(c.wbuf) > 0 {
 		c.flushBatch()

@@ -177,7 +177,6 @@ func (s *Server) startCluster(ctx context.Context) error {
 		return err
 	}
 	rb.node = node
-	s.node = node
 	s.lock = rb
 	s.wg.Add(2)
 	go s.servePeers(ln)
@@ -250,8 +249,7 @@ func (c *conn) handOffIfRaft() bool {
 	br := bufio.NewReaderSize(c.nc, 4096)
 	b, err := br.Peek(1)
 	pc := &cluster.PeekedConn{Conn: c.nc, R: br}
-	if err == nil && cluster.RaftStreamByte(b[0]) && c.s.node != nil {
-		c.s.node.HandOff(pc)
+	if err == nil && cluster.RaftStreamByte(b[0]) && c.s.lock.handOff(pc) {
 		return true
 	}
 	c.nc = pc
@@ -267,12 +265,7 @@ func (s *Server) newConnID() uint64 {
 }
 
 // leaderAddr is the client address an M answer names.
-func (s *Server) leaderAddr() string {
-	if s.node == nil {
-		return ""
-	}
-	return s.node.LeaderClientAddr()
-}
+func (s *Server) leaderAddr() string { return s.lock.leaderAddr() }
 
 // raftBackend is a cluster member's backend: lock requests go through the
 // raft log; the answer comes through Server.Deliver once the entry is
@@ -433,6 +426,108 @@ func (b *raftBackend) eachTable(fn func(t *locktable.Table, now int64)) {
 
 func (b *raftBackend) counts() (keys, waiters int64) { return b.node.FSM().Counts() }
 
+func (b *raftBackend) status(st *wire.StatusReply) {
+	in := b.node.Info()
+	st.Role = in.Role
+	st.Leader = in.Leader
+	st.LeaderID = in.LeaderID
+	st.Term = in.Term
+	st.CommitIndex = in.CommitIndex
+	st.AppliedIndex = in.AppliedIndex
+	st.LastIndex = in.LastIndex
+	st.LastContactMS = in.LastContact
+	st.Incarnation = in.Incarnation
+	st.Durable = in.Durable
+	st.ClientAddr = in.ClientAddr
+	clk := in.Clock
+	st.Clock = &clk
+}
+
+func (b *raftBackend) cantGrant(st *wire.StatusReply) string {
+	switch {
+	case b.node.Removed():
+		return "removed from the cluster configuration (" + b.node.RemovedReason() + "): rejoin under a new id"
+	case b.s.AdvertiseError() != "":
+		return b.s.AdvertiseError()
+	case st.Leader == "":
+		return "no leader"
+	case st.Role == wire.NodeLeader && !b.node.Serving():
+		return "leader not serving yet"
+	case st.Role == wire.NodeLeader && st.Clock != nil && !st.Clock.Healthy:
+		return "clock unhealthy: " + st.Clock.Reason
+	}
+	return ""
+}
+
+func (b *raftBackend) members() ([]wire.Member, error) { return b.node.Members() }
+
+func (b *raftBackend) leaseRemainingMS(t *locktable.Table, li *locktable.LockInfo, now int64) int64 {
+	// As the cluster enforces it (issue #13): an inherited lease by the
+	// InheritedDeadline rule.
+	if _, at, ok := t.HolderTimes(li.Key); ok {
+		d := b.node.EnforcedDeadline(li.Token, at)
+		return max(d-now, 0) / 1e6
+	}
+	return li.LeaseRemainingMS
+}
+
+func (b *raftBackend) clockUnverified() bool {
+	if !b.node.Serving() {
+		return false
+	}
+	ok, _ := b.node.ClockHealthy()
+	return !ok
+}
+
+// change: membership changes on the serving leader, a transfer on the
+// leader; any other node answers M (protocol.md §7).
+func (b *raftBackend) change(cmd string, q *adminQuery) (func(context.Context) (any, error), error) {
+	n := b.node
+	if cmd != wire.CmdTransferLeader && !n.Serving() || cmd == wire.CmdTransferLeader && n.Info().Role != wire.NodeLeader {
+		return nil, &movedError{leader: n.LeaderClientAddr()}
+	}
+	str := func(p *string) string {
+		if p == nil {
+			return ""
+		}
+		return *p
+	}
+	id, peer, client, voter := str(q.ID), str(q.PeerAddr), str(q.ClientAddr), q.Voter != nil && *q.Voter
+	return func(ctx context.Context) (any, error) {
+		var err error
+		switch cmd {
+		case wire.CmdAddNode:
+			err = n.AddNode(ctx, id, peer, client, voter)
+		case wire.CmdRemoveNode:
+			err = n.RemoveNode(ctx, id)
+		case wire.CmdTransferLeader:
+			err = n.TransferLeader(id)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if cmd == wire.CmdTransferLeader {
+			// Wait (bounded) until a new leader is known.
+			for i := 0; i < 50 && ctx.Err() == nil && (n.LeaderClientAddr() == "" || n.Info().Role == wire.NodeLeader); i++ {
+				time.Sleep(20 * time.Millisecond)
+			}
+			return &wire.LeaderReply{Leader: n.LeaderClientAddr()}, nil
+		}
+		ms, err := n.Members()
+		if err != nil {
+			return nil, err
+		}
+		return &wire.MembersReply{Members: ms}, nil
+	}, nil
+}
+
+func (b *raftBackend) leaderAddr() string { return b.node.LeaderClientAddr() }
+
+func (b *raftBackend) handOff(pc net.Conn) bool {
+	b.node.HandOff(pc)
+	return true
+}
+
 var _ backend = (*raftBackend)(nil)
 
 // movedGrace runs at the start of Shutdown, after a leader handed over: the
@@ -453,7 +548,7 @@ func (s *Server) movedGrace() {
 		if now-start >= int64(movedGraceMax) {
 			return
 		}
-		if now-max(start, s.lastMoved.Load()) >= int64(movedQuiet) && s.node.LeaderClientAddr() != "" {
+		if now-max(start, s.lastMoved.Load()) >= int64(movedQuiet) && s.leaderAddr() != "" {
 			return
 		}
 		if now-start >= int64(movedQuiet) && s.live.Load() == 0 {
@@ -493,7 +588,12 @@ func (s *Server) failPending(clean bool) {
 }
 
 // ClusterNode returns the raft node (nil on a single node).
-func (s *Server) ClusterNode() *cluster.Node { return s.node }
+func (s *Server) ClusterNode() *cluster.Node {
+	if rb, ok := s.lock.(*raftBackend); ok {
+		return rb.node
+	}
+	return nil
+}
 
 // PeerAddr returns the peer listener's address, "" on a single node.
 func (s *Server) PeerAddr() string {

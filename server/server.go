@@ -1,14 +1,18 @@
-// Package server is the single-node Ticketing lock server: the listener, the
-// protocol.md §1 handshake (HMAC challenge-response, optional TLS), the
-// pipelined connection loop, admin queries, metrics and graceful shutdown.
-// The lock rules live in server/locktable; the bytes in client/wire.
+// Package server is the Ticketing lock server, a single node or a cluster
+// member (server/cluster; the two are backends behind one seam, backend.go):
+// the listener, the protocol.md §1 handshake (HMAC challenge-response,
+// optional TLS), the pipelined connection loop, admin queries, metrics and
+// graceful shutdown. The lock rules live in server/locktable; the bytes in
+// client/wire.
 //
-// Concurrency. Keys are sharded over Config.Shards lock tables, each behind
-// its own mutex with its own timer goroutine. Each connection has a reader
+// Concurrency. On a single node, keys are sharded over Config.Shards lock
+// tables, each behind its own mutex with its own timer goroutine (a cluster
+// member has the raft FSM's one table). Each connection has a reader
 // goroutine, which decodes a batch of requests, applies them and flushes the
 // responses in one write, and a writer goroutine that flushes answers other
-// goroutines deliver to it (a handoff, a wait timeout). Lock order:
-// shard.mu → conn.mu → (nothing). Server.connsMu is never held with either.
+// goroutines deliver to it (a handoff, a wait timeout, a changing admin
+// command's answer). Lock order: shard.mu → conn.mu → (nothing).
+// Server.connsMu is never held with either.
 package server
 
 import (
@@ -40,7 +44,7 @@ var ErrServerClosed = errors.New("server: closed")
 // Wait deadlines get no slack: a waiter whose wait elapsed is never granted.
 const leaseSlack = time.Millisecond
 
-// Server is a running single-node lock server.
+// Server is a running lock server: a single node or a cluster member.
 type Server struct {
 	cfg    Config
 	log    *slog.Logger
@@ -67,8 +71,7 @@ type Server struct {
 	authFail           authFailures
 	authFailCount      atomic.Uint64 // handshakes answered REJECT AUTH_FAILED
 
-	// cluster mode (nil node: single node); the node is also s.lock
-	node        *cluster.Node
+	// cluster mode (the raft node is s.lock's); nil peerLn: single node
 	peerLn      net.Listener
 	incarnation uint32
 	limits      locktable.Limits
@@ -124,7 +127,6 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 			return nil, err
 		}
 	}
-	s.setListener(ln)
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()

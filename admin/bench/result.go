@@ -51,16 +51,10 @@ func RecordLatency(h *hdrhistogram.Histogram, d time.Duration) {
 }
 
 // ServerDelta is the change of the server's admin counters over the run.
+// The counters are wire.AdminCounters' (their JSON members inline).
 type ServerDelta struct {
-	Grants    uint64 `json:"grants"`
-	Handoffs  uint64 `json:"handoffs"`
-	Timeouts  uint64 `json:"timeouts"`
-	Releases  uint64 `json:"releases"`
-	NotHolder uint64 `json:"not_holder"`
-	Expiries  uint64 `json:"expiries"`
-	Busy      uint64 `json:"busy"`
-	Errors    uint64 `json:"errors"`
-	KeysAfter int64  `json:"keys_after"`
+	wire.AdminCounters
+	KeysAfter int64 `json:"keys_after"`
 }
 
 // Fairness is the hot-key FIFO check: with Contenders slots all queueing on

@@ -375,12 +375,7 @@ func (r *run) finish(ctx context.Context, acq *hdrhistogram.Histogram) {
 	}
 	if r.before != nil {
 		if after, err := queryStatus(ctx, cfg); err == nil {
-			a, b := after.Counters, r.before.Counters
-			res.Server = &ServerDelta{
-				Grants: a.Grants - b.Grants, Handoffs: a.Handoffs - b.Handoffs, Timeouts: a.Timeouts - b.Timeouts,
-				Releases: a.Releases - b.Releases, NotHolder: a.NotHolder - b.NotHolder, Expiries: a.Expiries - b.Expiries,
-				Busy: a.Busy - b.Busy, Errors: a.Errors - b.Errors, KeysAfter: after.Keys,
-			}
+			res.Server = &ServerDelta{AdminCounters: after.Counters.Since(r.before.Counters), KeysAfter: after.Keys}
 			if res.Server.Handoffs > 0 {
 				// the handoffs happened before the stop (plus the drain)
 				res.HandoffsPerS = float64(res.Server.Handoffs) / res.Seconds

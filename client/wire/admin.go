@@ -32,7 +32,10 @@ const (
 	LocksMaxLimit     = 10000
 )
 
-// AdminCounters are the cumulative counters of `status`.
+// AdminCounters are the cumulative counters of `status`: the one list of the
+// server's counters. The lock table counts the events of its own (every
+// member but Errors and AuthFailures, server/locktable Counters); the server
+// adds the rest; admin/bench reports the change over a run.
 type AdminCounters struct {
 	Grants    uint64 `json:"grants"`
 	Handoffs  uint64 `json:"handoffs"`
@@ -46,6 +49,30 @@ type AdminCounters struct {
 	// AuthFailures counts handshakes answered REJECT AUTH_FAILED (a wrong
 	// token): token guessing shows here.
 	AuthFailures uint64 `json:"auth_failures"`
+}
+
+// Add accumulates o into c.
+func (c *AdminCounters) Add(o AdminCounters) {
+	c.Grants += o.Grants
+	c.Handoffs += o.Handoffs
+	c.Timeouts += o.Timeouts
+	c.Releases += o.Releases
+	c.NotHolder += o.NotHolder
+	c.Expiries += o.Expiries
+	c.Busy += o.Busy
+	c.Errors += o.Errors
+	c.Cancels += o.Cancels
+	c.AuthFailures += o.AuthFailures
+}
+
+// Since is the change from an earlier reading b to c.
+func (c AdminCounters) Since(b AdminCounters) AdminCounters {
+	return AdminCounters{
+		Grants: c.Grants - b.Grants, Handoffs: c.Handoffs - b.Handoffs, Timeouts: c.Timeouts - b.Timeouts,
+		Releases: c.Releases - b.Releases, NotHolder: c.NotHolder - b.NotHolder, Expiries: c.Expiries - b.Expiries,
+		Busy: c.Busy - b.Busy, Errors: c.Errors - b.Errors, Cancels: c.Cancels - b.Cancels,
+		AuthFailures: c.AuthFailures - b.AuthFailures,
+	}
 }
 
 // StatusReply is the reply to `status`.

@@ -18,7 +18,19 @@ import (
 	"github.com/ticketing/ticketing/client/wire"
 )
 
-func newCmdBench(fac *Factory) *cobra.Command {
+// BenchOptions is `ticketing bench` after flags and environment are merged.
+type BenchOptions struct {
+	Config     bench.Config // checked (Validate); Addr is set by the run
+	Addrs      []string     // --addr: the run drives the leader found through them
+	Output     string       // text or json
+	CPUProfile string       // the load generator's CPU profile ("" none)
+}
+
+func newCmdBench(fac *Factory, runF func(context.Context, *IO, *BenchOptions) error) *cobra.Command {
+	ios := fac.IO
+	if runF == nil {
+		runF = runBench
+	}
 	def := bench.DefaultConfig()
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -60,7 +72,11 @@ Examples:
   ticketing bench --mode fill --keys 1000000 --conns 4 --pipeline 256 --server-pid $(pidof ticketing)`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runBench(fac, cmd)
+			opts, err := benchOptions(fac, cmd)
+			if err != nil {
+				return err
+			}
+			return runF(cmd.Context(), ios, opts)
 		},
 	}
 	f := cmd.Flags()
@@ -95,20 +111,20 @@ Examples:
 	return cmd
 }
 
-func runBench(fac *Factory, cmd *cobra.Command) error {
+func benchOptions(fac *Factory, cmd *cobra.Command) (*BenchOptions, error) {
 	ios := fac.IO
 	v, err := fac.Config(cmd)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	cfg := bench.DefaultConfig()
 	st := newSettings(cmd, v)
 	addrs := setting(st, "addr", parseAddrList)
 	if cfg.Token, err = readSecret(v, "token", "token-file"); err != nil {
-		return err
+		return nil, err
 	}
 	if cfg.AdminToken, err = readSecret(v, "admin-token", "admin-token-file"); err != nil {
-		return err
+		return nil, err
 	}
 	switch st.oneOf("role", "client", "admin", "1", "2") {
 	case "client", "1":
@@ -137,20 +153,25 @@ func runBench(fac *Factory, cmd *cobra.Command) error {
 	output := st.oneOf("output", "text", "json")
 	progress := st.bool("progress")
 	if st.err != nil {
-		return st.err
+		return nil, st.err
 	}
 	if progress {
 		cfg.Progress = ios.ErrOut
 		cfg.ProgressTTY = isTerminal(ios.ErrOut)
 	}
 	if err := cfg.Validate(); err != nil {
-		return withExit(ExitUsage, err)
+		return nil, withExit(ExitUsage, err)
 	}
-	ctx := cmd.Context()
+	return &BenchOptions{Config: cfg, Addrs: addrs, Output: output, CPUProfile: v.GetString("cpuprofile")}, nil
+}
+
+func runBench(ctx context.Context, ios *IO, opts *BenchOptions) error {
+	cfg, addrs, output := opts.Config, opts.Addrs, opts.Output
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	if p := v.GetString("cpuprofile"); p != "" {
+	var err error
+	if p := opts.CPUProfile; p != "" {
 		f, err := os.Create(p)
 		if err != nil {
 			return usageError("--cpuprofile: %v", err)
@@ -239,9 +260,19 @@ func isTerminal(w any) bool {
 	return err == nil
 }
 
-func newCmdBenchReport(fac *Factory) *cobra.Command {
+// BenchReportOptions is `ticketing bench-report` after flags are parsed.
+type BenchReportOptions struct {
+	Files   []string // JSON results of ticketing bench
+	Oneline bool     // one line per run
+	Budget  bool     // add the budget table
+}
+
+func newCmdBenchReport(fac *Factory, runF func(context.Context, *IO, *BenchReportOptions) error) *cobra.Command {
 	ios := fac.IO
-	var oneline, budget bool
+	if runF == nil {
+		runF = runBenchReport
+	}
+	opts := &BenchReportOptions{}
 	cmd := &cobra.Command{
 		Use:    "bench-report FILE...",
 		Short:  "Tabulate `ticketing bench --output json` results (used by scripts/bench-*.sh)",
@@ -253,37 +284,42 @@ the spread, latency quantiles, peak server RSS and the ratio of the first
 target of each workload to the others (ticketing ÷ redis, ticketing ÷ floor).
 --budget adds the budget table (docs/benchmarks.md); --oneline prints one
 line per run instead.`,
-		RunE: func(_ *cobra.Command, args []string) error {
-			var all []*bench.Result
-			for _, name := range args {
-				f, err := os.Open(name)
-				if err != nil {
-					return usageError("%v", err)
-				}
-				rs, err := bench.ReadResults(f)
-				f.Close()
-				if err != nil {
-					return fmt.Errorf("%s: %w", name, err)
-				}
-				all = append(all, rs...)
-			}
-			if oneline {
-				for _, r := range all {
-					fmt.Fprintln(ios.Out, r.Oneline())
-				}
-				return nil
-			}
-			if err := bench.Compare(ios.Out, all); err != nil {
-				return err
-			}
-			if budget {
-				fmt.Fprintln(ios.Out)
-				return bench.WriteBudget(ios.Out, all)
-			}
-			return nil
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts.Files = args
+			return runF(cmd.Context(), ios, opts)
 		},
 	}
-	cmd.Flags().BoolVar(&oneline, "oneline", false, "one line per run")
-	cmd.Flags().BoolVar(&budget, "budget", false, "add the budget table")
+	cmd.Flags().BoolVar(&opts.Oneline, "oneline", false, "one line per run")
+	cmd.Flags().BoolVar(&opts.Budget, "budget", false, "add the budget table")
 	return cmd
+}
+
+func runBenchReport(_ context.Context, ios *IO, opts *BenchReportOptions) error {
+	var all []*bench.Result
+	for _, name := range opts.Files {
+		f, err := os.Open(name)
+		if err != nil {
+			return usageError("%v", err)
+		}
+		rs, err := bench.ReadResults(f)
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		all = append(all, rs...)
+	}
+	if opts.Oneline {
+		for _, r := range all {
+			fmt.Fprintln(ios.Out, r.Oneline())
+		}
+		return nil
+	}
+	if err := bench.Compare(ios.Out, all); err != nil {
+		return err
+	}
+	if opts.Budget {
+		fmt.Fprintln(ios.Out)
+		return bench.WriteBudget(ios.Out, all)
+	}
+	return nil
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"regexp"
 	"strings"
 
@@ -12,8 +13,11 @@ import (
 // The command is thin: flags into deploy.Options; planning, rendering and
 // writing are package deploy's.
 
-func newCmdDeploy(fac *Factory) *cobra.Command {
+func newCmdDeploy(fac *Factory, runF func(context.Context, *IO, *deploy.Options) error) *cobra.Command {
 	ios := fac.IO
+	if runF == nil {
+		runF = runDeploy
+	}
 	cmd := &cobra.Command{
 		Use:   "deploy --nodes HOST[,HOST...] [--format env|shell|docker|compose|systemd] [--tls-dir DIR] [--out DIR]",
 		Short: "Generate the configuration and start commands of a 1-, 3- or 5-node deployment",
@@ -65,7 +69,7 @@ takes a node out of the deployment (client.env, compose) after
 			if err != nil {
 				return err
 			}
-			return deploy.Run(deploy.Streams{Out: ios.Out, ErrOut: ios.ErrOut}, opts)
+			return runF(cmd.Context(), ios, opts)
 		},
 	}
 	f := cmd.Flags()
@@ -88,6 +92,10 @@ takes a node out of the deployment (client.env, compose) after
 		return deploy.Formats, cobra.ShellCompDirectiveNoFileComp
 	})
 	return cmd
+}
+
+func runDeploy(_ context.Context, ios *IO, opts *deploy.Options) error {
+	return deploy.Run(deploy.Streams{Out: ios.Out, ErrOut: ios.ErrOut}, opts)
 }
 
 // defaultImage is the tag `make image` gives this version's image

@@ -30,8 +30,6 @@ import (
 var (
 	// ErrNotLeader: this node is not the serving leader; answer M.
 	ErrNotLeader = errors.New("cluster: not the leader")
-	// ErrNotCluster is never returned by a Node; the single-node server uses it.
-	ErrNotCluster = errors.New("cluster: not a cluster")
 	// ErrMembership: a membership change failed or another is in progress.
 	ErrMembership = errors.New("cluster: membership change refused")
 	// ErrClockSkew: leadership was not handed to a node whose clock this

@@ -86,29 +86,13 @@ type Counts interface {
 	Waiters() int64
 }
 
-// Counters are cumulative event counts of one table (admin `status`, §8).
-type Counters struct {
-	Grants    uint64 // every G (first grants and handoffs)
-	Handoffs  uint64 // grants to a queued waiter (release or expiry handoff)
-	Timeouts  uint64 // every T
-	Releases  uint64 // every O to a release
-	NotHolder uint64 // every N
-	Expiries  uint64 // leases that ran out
-	Busy      uint64 // every B
-	Cancels   uint64 // waiters withdrawn by C
-}
-
-// Add accumulates o into c.
-func (c *Counters) Add(o Counters) {
-	c.Grants += o.Grants
-	c.Handoffs += o.Handoffs
-	c.Timeouts += o.Timeouts
-	c.Releases += o.Releases
-	c.NotHolder += o.NotHolder
-	c.Expiries += o.Expiries
-	c.Busy += o.Busy
-	c.Cancels += o.Cancels
-}
+// Counters are cumulative event counts of one table (admin `status`, §8):
+// the list is client/wire's AdminCounters. A table counts Grants (every G:
+// first grants and handoffs), Handoffs (grants to a queued waiter), Timeouts
+// (every T), Releases (every O to a release), NotHolder (every N), Expiries
+// (leases that ran out), Busy (every B) and Cancels (waiters withdrawn by C);
+// Errors and AuthFailures are the server's.
+type Counters = wire.AdminCounters
 
 // Table is one lock table (or one shard of it).
 type Table struct {

@@ -233,6 +233,23 @@ namespace Ticketing
             catch (LockTimeoutException) { return null; }
         }
 
+        /// <summary>
+        /// A timed try (R13): waits up to wait like AcquireAsync, but "not acquired within the
+        /// wait" is null, not LockTimeoutException.
+        /// </summary>
+        public async Task<Lease> TryAcquireAsync(string key, TimeSpan lease, TimeSpan wait, CancellationToken ct = default(CancellationToken))
+        {
+            try { return await AcquireAsync(key, lease, wait, ct).ConfigureAwait(false); }
+            catch (LockTimeoutException) { return null; }
+        }
+
+        /// <summary>Synchronous timed try: the Lease, or null when not acquired within wait.</summary>
+        public Lease TryAcquire(string key, TimeSpan lease, TimeSpan wait, CancellationToken ct = default(CancellationToken))
+        {
+            try { return Acquire(key, lease, wait, ct); }
+            catch (LockTimeoutException) { return null; }
+        }
+
         /// <summary>Synchronous TryAcquire: the Lease, or null when the key is held.</summary>
         public Lease TryAcquire(string key, TimeSpan lease, CancellationToken ct = default(CancellationToken))
         {

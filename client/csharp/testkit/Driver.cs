@@ -95,6 +95,8 @@ static class Driver
         }
     }
 
+    static readonly System.Collections.Concurrent.ConcurrentDictionary<string, Lease> Leases = new System.Collections.Concurrent.ConcurrentDictionary<string, Lease>();
+
     static async Task<Dictionary<string, object>> Perform(string cmd, Dictionary<string, object> m, CancellationToken ct)
     {
         switch (cmd)
@@ -103,7 +105,23 @@ static class Driver
             case "acquire":
                 {
                     var lease = await Client.AcquireAsync(Key(m), Ms(m, "lease_ms"), Ms(m, "wait_ms"), ct);
+                    Leases[lease.Token.ToString(CultureInfo.InvariantCulture)] = lease;
                     return new Dictionary<string, object> { { "token", lease.Token.ToString(CultureInfo.InvariantCulture) }, { "deadline_in_ms", (long)Math.Floor(lease.Remaining.TotalMilliseconds) } };
+                }
+            case "try_acquire":
+                {
+                    var lease = await Client.TryAcquireAsync(Encoding.UTF8.GetString(Key(m)), Ms(m, "lease_ms"), Ms(m, "wait_ms"), ct);
+                    if (lease == null) return new Dictionary<string, object> { { "acquired", false } };
+                    Leases[lease.Token.ToString(CultureInfo.InvariantCulture)] = lease;
+                    return new Dictionary<string, object> { { "acquired", true }, { "token", lease.Token.ToString(CultureInfo.InvariantCulture) } };
+                }
+            case "release_lease":
+                {
+                    Lease lease;
+                    if (!Leases.TryGetValue((string)m["token"], out lease)) throw new InvalidOperationException("no lease with that token in this driver");
+                    bool already = lease.IsReleased;
+                    await lease.ReleaseAsync(ct);
+                    return new Dictionary<string, object> { { "already", already } };
                 }
             case "release":
                 await Client.ReleaseAsync(Key(m), ulong.Parse((string)m["token"], CultureInfo.InvariantCulture), ct);

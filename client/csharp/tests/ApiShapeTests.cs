@@ -1,4 +1,5 @@
 using System;
+using System.Linq;
 using System.Security.Authentication; // beside Ticketing: no CS0104 clash (issue 34 C# 3)
 using System.Threading;
 using NUnit.Framework;
@@ -62,6 +63,20 @@ namespace Ticketing.Tests
                 Assert.Throws<ObjectDisposedException>(() => c.Connect());
                 Assert.Throws<ObjectDisposedException>(() => c.Acquire("k", TimeSpan.FromSeconds(5), TimeSpan.Zero));
                 Assert.Less(sw.Elapsed.TotalSeconds, 2);
+            }
+        }
+
+        [Test]
+        public void ATimedTryReturnsNullOnTimeout()
+        {
+            // R13: "not acquired within the wait" as a value, sync and async.
+            using (var f = new FakeServer((s, r) => { if (r.Op == Wire.OpAcquire) FakeServer.Respond(s, Status.Timeout, r); }))
+            using (var c = new TicketingClient(new TicketingOptions { Addresses = new[] { f.Addr }, ConnectTimeout = TimeSpan.FromSeconds(2) }))
+            {
+                Assert.IsNull(c.TryAcquire("k", TimeSpan.FromSeconds(5), TimeSpan.FromMilliseconds(300)));
+                Assert.IsNull(c.TryAcquireAsync("k", TimeSpan.FromSeconds(5), TimeSpan.FromMilliseconds(300)).Result);
+                var sent = (uint)(f.Drain().First(r => r.Op == Wire.OpAcquire).Arg & 0xffffffff);
+                Assert.That(sent, Is.InRange(1u, 300u), "the wait is sent (less the time spent connecting)");
             }
         }
 

@@ -138,7 +138,7 @@ async fn run_cmd(st: Shared, out: Out, cmd: Value) {
             }
             ok_line(&id, Map::new())
         }
-        "acquire" | "release" | "with_lock" => {
+        "acquire" | "release" | "with_lock" | "try_acquire" => {
             let Some((client, mut gen)) = current(&st) else {
                 let _ = out.send(simple_err(&id, "closed", "no client (connect first)"));
                 return;
@@ -219,6 +219,10 @@ async fn op(api: &Api, id: &Value, name: &str, cmd: &Value, cancel: Option<ticke
             }
             Err(e) => err_line(id, &e),
         },
+        "try_acquire" => match client.try_acquire_for(&key, lease, wait).await {
+            Ok(l) => try_line(id, l.map(|l| l.detach())),
+            Err(e) => err_line(id, &e),
+        },
         "release" => {
             let token = cmd.get("token").and_then(|t| match t {
                 Value::String(s) => s.parse::<u64>().ok(),
@@ -259,6 +263,17 @@ async fn op(api: &Api, id: &Value, name: &str, cmd: &Value, cancel: Option<ticke
     }
 }
 
+/// try_acquire's answer (R13): acquired false, or true with the token (the
+/// lease detached: the runner releases it by token).
+fn try_line(id: &Value, token: Option<u64>) -> Value {
+    let mut m = Map::new();
+    m.insert("acquired".into(), token.is_some().into());
+    if let Some(t) = token {
+        m.insert("token".into(), t.to_string().into());
+    }
+    ok_line(id, m)
+}
+
 fn token_of(cmd: &Value) -> Option<u64> {
     cmd.get("token").and_then(|t| match t {
         Value::String(s) => s.parse::<u64>().ok(),
@@ -287,6 +302,10 @@ fn op_blocking(
                 let _ = l.detach();
                 ok_line(id, m)
             }
+            Err(e) => err_line(id, &e),
+        },
+        "try_acquire" => match client.try_acquire_for(&key, lease, wait) {
+            Ok(l) => try_line(id, l.map(|l| l.detach())),
             Err(e) => err_line(id, &e),
         },
         "release" => {

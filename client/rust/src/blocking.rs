@@ -194,6 +194,16 @@ impl Client {
         }
     }
 
+    /// See [`crate::Client::try_acquire_for`]: `Ok(None)` when not acquired
+    /// within `wait` (edge rule R13).
+    pub fn try_acquire_for(&self, key: impl AsRef<[u8]>, lease: Duration, wait: Duration) -> Result<Option<Lease>, Error> {
+        match self.acquire(key, lease, wait) {
+            Ok(l) => Ok(Some(l)),
+            Err(Error::Timeout) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
     /// See [`crate::Client::release`].
     pub fn release(&self, key: impl AsRef<[u8]>, token: u64) -> Result<(), Error> {
         let c = self.inner.clone();

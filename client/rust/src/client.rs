@@ -795,6 +795,17 @@ impl Client {
         }
     }
 
+    /// [`Client::acquire`] with a wait whose timeout is a value (edge rule
+    /// R13): `Ok(None)` when the lock was not acquired within `wait`; every
+    /// other failure is an error as for `acquire`.
+    pub async fn try_acquire_for(&self, key: impl AsRef<[u8]>, lease: Duration, wait: Duration) -> Result<Option<Lease>, Error> {
+        match self.acquire(key, lease, wait).await {
+            Ok(l) => Ok(Some(l)),
+            Err(Error::Timeout) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Releases the lock on `key` held with `token`, from any process that
     /// knows the token. `Ok` only when the server answered `O`;
     /// [`Error::NotHolder`] when the key is free or held under another token;

@@ -550,6 +550,27 @@ final class Conn {
     }
 
     /** Adds the operations of pending releases past their window to out (a new list when null). */
+    /**
+     * Adds the acquires written and unanswered past their wait plus the answer allowance (R2),
+     * counted from their write, to out (a new list when null).
+     */
+    List<Call> overdueAcquires(long now, long allowanceNanos, List<Call> out) {
+        mu.lock();
+        try {
+            for (Call c : pending.values()) {
+                if (c.acquire != null && now - (c.sentNanos + (c.arg & 0xffffffffL) * 1_000_000L + allowanceNanos) >= 0) {
+                    if (out == null) {
+                        out = new ArrayList<>();
+                    }
+                    out.add(c);
+                }
+            }
+        } finally {
+            mu.unlock();
+        }
+        return out;
+    }
+
     List<TicketingClient.ReleaseOp> expiredReleases(long now, List<TicketingClient.ReleaseOp> out) {
         mu.lock();
         try {

@@ -56,6 +56,7 @@ public final class TicketingClient implements AutoCloseable {
     final SSLContext ssl;
     final String serverName;
     final long connectTimeoutNanos;
+    final long answerAllowanceNanos;
     private final long backoffBaseNanos;
     private final long backoffCapNanos;
     private final Executor callbacks;
@@ -116,6 +117,7 @@ public final class TicketingClient implements AutoCloseable {
         private SSLContext ssl;
         private String serverName;
         private Duration connectTimeout = Duration.ofSeconds(5);
+        private Duration answerAllowance = Duration.ofSeconds(3);
         private Duration backoffBase = Duration.ofMillis(100);
         private Duration backoffCap = Duration.ofMillis(3200);
         private Executor executor;
@@ -202,6 +204,23 @@ public final class TicketingClient implements AutoCloseable {
         }
 
         /**
+         * How long past its wait an acquire that was written may stay unanswered (a silent
+         * server: stopped, partitioned) before it ends with {@link IndeterminateException} and
+         * is withdrawn with {@code C} (docs/architecture.md, R2); counted from the request's
+         * write. Default 3 s, as in every official client.
+         *
+         * @param allowance the allowance
+         * @return this builder
+         */
+        public Builder answerAllowance(Duration allowance) {
+            if (allowance.isNegative() || allowance.isZero()) {
+                throw new InvalidArgumentException("answer allowance must be positive");
+            }
+            this.answerAllowance = allowance;
+            return this;
+        }
+
+        /**
          * How long {@link #build()} (and any call, when no connection is up) waits for a
          * connection; default 5 s.
          *
@@ -283,6 +302,7 @@ public final class TicketingClient implements AutoCloseable {
         ssl = b.ssl;
         serverName = b.serverName;
         connectTimeoutNanos = b.connectTimeout.toNanos();
+        answerAllowanceNanos = b.answerAllowance.toNanos();
         backoffBaseNanos = b.backoffBase.toNanos();
         backoffCapNanos = b.backoffCap.toNanos();
         ScheduledThreadPoolExecutor s = new ScheduledThreadPoolExecutor(1, r -> {
@@ -316,6 +336,15 @@ public final class TicketingClient implements AutoCloseable {
         if (ownCallbacks != null) {
             for (Conn c : p.conns) {
                 c.kickStale(now, SWEEP_NANOS / 5);
+            }
+        }
+        List<Call> overdue = null;
+        for (Conn c : p.conns) {
+            overdue = c.overdueAcquires(now, answerAllowanceNanos, overdue);
+        }
+        if (overdue != null) {
+            for (Call c : overdue) {
+                c.acquire.overdue(c);
             }
         }
         if (releasing.get() == 0) {
@@ -675,6 +704,43 @@ public final class TicketingClient implements AutoCloseable {
     }
 
     /**
+     * A timed try (R13): waits up to {@code wait} like {@link #acquire(String, Duration, Duration)},
+     * but "not acquired within the wait" is an empty {@code Optional}, not an exception.
+     *
+     * @param key the key
+     * @param lease the lease
+     * @param wait how long to wait in the queue; zero: try once
+     * @return the lease, or empty when not acquired within the wait
+     * @throws InterruptedException the thread was interrupted (the acquire is withdrawn)
+     * @throws BusyException the server refused
+     * @throws IndeterminateException sent without a definite answer
+     */
+    public Optional<Lease> tryAcquire(String key, Duration lease, Duration wait) throws InterruptedException {
+        try {
+            return Optional.of(acquire(key, lease, wait));
+        } catch (AcquireTimeoutException e) {
+            return Optional.empty();
+        }
+    }
+
+    /**
+     * {@link #tryAcquire(String, Duration, Duration)} with a raw byte key.
+     *
+     * @param key the key bytes
+     * @param lease the lease
+     * @param wait the wait
+     * @return the lease, or empty when not acquired within the wait
+     * @throws InterruptedException the thread was interrupted (the acquire is withdrawn)
+     */
+    public Optional<Lease> tryAcquire(byte[] key, Duration lease, Duration wait) throws InterruptedException {
+        try {
+            return Optional.of(acquire(key, lease, wait));
+        } catch (AcquireTimeoutException e) {
+            return Optional.empty();
+        }
+    }
+
+    /**
      * {@link #tryAcquire(String, Duration)} with a raw byte key.
      *
      * @param key the key bytes
@@ -951,6 +1017,7 @@ public final class TicketingClient implements AutoCloseable {
             // Counts against max_inflight by the wait it was asked with, even once
             // shortened to 0 (a slot is what it has been waiting for).
             Call c = new Call(Wire.OP_ACQUIRE, key, (leaseMs << 32) | waitMs, waitMs > 0 || waitedForConnection && queues, this::onAnswer);
+            c.acquire = this;
             c.blocking = caller == Thread.currentThread();
             c.virtual = c.blocking && Conn.isVirtual(caller);
             int r = tryEnqueue(c);
@@ -977,6 +1044,26 @@ public final class TicketingClient implements AutoCloseable {
         }
 
         /** Withdraws; false when the result is already decided. */
+        /**
+         * The sweeper found c written and unanswered past its wait plus the answer allowance
+         * (R2): withdraws it (a grant that arrives later is released) and ends Indeterminate.
+         */
+        void overdue(Call c) {
+            lock.lock();
+            try {
+                if (finished || call != c) {
+                    return;
+                }
+                long waited = c.arg & 0xffffffffL;
+                c.conn.withdraw(c); // when answered meanwhile, onAnswer compensates a grant
+                fail(new IndeterminateException("no answer within " + (waited + answerAllowanceNanos / 1_000_000L)
+                        + " ms of the request's write (its wait " + waited + " ms + the answer allowance "
+                        + answerAllowanceNanos / 1_000_000L + " ms); withdrawn"));
+            } finally {
+                lock.unlock();
+            }
+        }
+
         boolean cancel() {
             lock.lock();
             try {

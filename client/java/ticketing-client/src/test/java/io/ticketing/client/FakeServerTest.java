@@ -150,6 +150,34 @@ class FakeServerTest {
     }
 
     @Test
+    void aTimedTryReturnsEmptyOnTimeout() throws Exception {
+        // R13: "not acquired within the wait" as a value; the wait is sent as asked.
+        try (FakeServer s = new FakeServer().script(r -> r.conn().send(Wire.ST_TIMEOUT, r.reqId(), 0)); TicketingClient c = client(s)) {
+            assertFalse(c.tryAcquire("k", LEASE, Duration.ofMillis(300)).isPresent());
+            long sent = s.next('A').arg() & 0xffffffffL;
+            assertTrue(sent > 0 && sent <= 300, "wait sent: " + sent);
+        }
+    }
+
+    @Test
+    void aSilentServerEndsTheAcquireIndeterminateAndWithdrawsIt() throws Exception {
+        // R2: written, unanswered past wait + the answer allowance (counted from the write):
+        // Indeterminate, withdrawn with C. The fake never answers acquires.
+        try (FakeServer s = new FakeServer();
+                TicketingClient c = TicketingClient.builder().addresses(s.addr).token(new String(s.token, StandardCharsets.UTF_8))
+                        .connectTimeout(Duration.ofSeconds(2)).answerAllowance(Duration.ofMillis(300)).build()) {
+            long t0 = System.nanoTime();
+            IndeterminateException e = assertThrows(IndeterminateException.class, () -> c.acquire("silent", LEASE, Duration.ofMillis(200)));
+            long ms = (System.nanoTime() - t0) / 1_000_000;
+            assertTrue(ms >= 450 && ms < 10_000, "ended after " + ms + " ms");
+            assertTrue(e.getMessage().contains("answer allowance") && e.getMessage().contains("\"silent\""), e.getMessage());
+            FakeServer.Req a = s.next('A');
+            FakeServer.Req cc = s.next('C');
+            assertEquals(a.reqId(), (int) (cc.arg() >>> 32));
+        }
+    }
+
+    @Test
     void timeoutAndTryAcquire() throws Exception {
         try (FakeServer s = new FakeServer().script(r -> r.conn().send(Wire.ST_TIMEOUT, r.reqId(), 0)); TicketingClient c = client(s)) {
             assertThrows(AcquireTimeoutException.class, () -> c.acquire("k", LEASE, WAIT));

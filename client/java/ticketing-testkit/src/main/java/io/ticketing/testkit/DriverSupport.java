@@ -168,6 +168,10 @@ public final class DriverSupport {
         if (to != null) {
             b.connectTimeout(Duration.ofMillis(((Number) to).longValue()));
         }
+        Object aa = cmd.get("answer_allowance_ms");
+        if (aa instanceof Number) {
+            b.answerAllowance(Duration.ofMillis(((Number) aa).longValue()));
+        }
         Object tls = cmd.get("tls");
         if (tls instanceof Map) {
             Map<?, ?> t = (Map<?, ?>) tls;

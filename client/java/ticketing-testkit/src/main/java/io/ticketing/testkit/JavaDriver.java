@@ -20,6 +20,7 @@ public final class JavaDriver {
     private static final boolean ASYNC = "async".equals(System.getenv("TESTKIT_VARIANT"));
     private final Map<Object, Thread> running = new ConcurrentHashMap<>();
     private final Map<Object, CompletableFuture<?>> futures = new ConcurrentHashMap<>();
+    private final Map<String, Lease> leases = new ConcurrentHashMap<>(); // by token, for release_lease
     private final Map<Object, Boolean> cancelled = new ConcurrentHashMap<>();
     private volatile TicketingClient client;
 
@@ -105,9 +106,48 @@ public final class JavaDriver {
             case "acquire":
                 run(id, () -> {
                     Lease l = acquire(id, DriverSupport.key(cmd), DriverSupport.ms(cmd, "lease_ms"), DriverSupport.ms(cmd, "wait_ms"));
+                    leases.put(l.tokenString(), l);
                     Map<String, Object> m = DriverSupport.ok(id);
                     m.put("token", l.tokenString());
                     m.put("deadline_in_ms", l.remaining().toMillis());
+                    return m;
+                });
+                return;
+            case "try_acquire":
+                run(id, () -> {
+                    Map<String, Object> m = DriverSupport.ok(id);
+                    java.util.Optional<Lease> o;
+                    if (ASYNC) {
+                        try {
+                            o = java.util.Optional.of(acquire(id, DriverSupport.key(cmd), DriverSupport.ms(cmd, "lease_ms"), DriverSupport.ms(cmd, "wait_ms")));
+                        } catch (io.ticketing.client.AcquireTimeoutException e) {
+                            o = java.util.Optional.empty();
+                        }
+                    } else {
+                        o = cl().tryAcquire(DriverSupport.key(cmd), DriverSupport.ms(cmd, "lease_ms"), DriverSupport.ms(cmd, "wait_ms"));
+                    }
+                    m.put("acquired", o.isPresent());
+                    if (o.isPresent()) {
+                        leases.put(o.get().tokenString(), o.get());
+                        m.put("token", o.get().tokenString());
+                    }
+                    return m;
+                });
+                return;
+            case "release_lease":
+                run(id, () -> {
+                    Lease l = leases.get(String.valueOf(cmd.get("token")));
+                    if (l == null) {
+                        return DriverSupport.err(id, "internal", -1, "no lease with that token in this driver");
+                    }
+                    boolean already = l.isReleased();
+                    if (ASYNC) {
+                        await(id, l.releaseAsync());
+                    } else {
+                        l.release();
+                    }
+                    Map<String, Object> m = DriverSupport.ok(id);
+                    m.put("already", already);
                     return m;
                 });
                 return;
