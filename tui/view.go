@@ -307,12 +307,13 @@ func (m *Model) viewKeys(w, rows int) []string {
 	if multi {
 		aw = m.addrWidth(w)
 	}
-	// HOLDER (protocol 1.1, §12.3): only when the server names holders, so
-	// a 1.0 server's table is unchanged; at most a third of the width.
+	// HOLDER (protocol 1.1, §12.3): only when the server names a holder of
+	// some row (a label, an address or a set), so a 1.0 server's table is
+	// unchanged; at most a third of the width.
 	hw := 0
 	for _, r := range rs {
-		if r.Holder != nil || len(r.Set) > 0 {
-			hw = max(hw, len("HOLDER"), ansi.StringWidth(holderText(&r.LockEntry)))
+		if ht := holderText(&r.LockEntry); ht != "-" {
+			hw = max(hw, len("HOLDER"), ansi.StringWidth(ht))
 		}
 	}
 	hw = min(hw, max(w/3, len("HOLDER")))
@@ -391,8 +392,10 @@ func (m *Model) viewKeys(w, rows int) []string {
 func holderText(e *wire.LockEntry) string {
 	who := ""
 	if h := e.Holder; h != nil {
-		who = escape(h.Label)
-		if h.Label == "" {
+		switch {
+		case h.Label != "":
+			who = escape(h.Label)
+		case h.Addr != "":
 			who = escape(h.Addr)
 		}
 	}
