@@ -129,7 +129,7 @@ func (c *conn) serve() {
 
 // tlsHintWait is how long a TLS listener waits for the client's first byte
 // before it answers a plaintext REJECT TLS_REQUIRED (protocol.md §12.4).
-const tlsHintWait = 500 * time.Millisecond
+const tlsHintWait = time.Second
 
 // tlsFirstByte waits up to tlsHintWait for the first byte of the client's
 // TLS handshake. A client that sent nothing is a plaintext one waiting for

@@ -198,7 +198,7 @@ func TestTLS(t *testing.T) {
 		}
 	})
 	t.Run("plaintext client waiting for HELLO", func(t *testing.T) {
-		// protocol.md §12.4: after 500 ms without a byte, the TLS listener
+		// protocol.md §12.4: after 1 s without a byte, the TLS listener
 		// writes the plaintext REJECT TLS_REQUIRED (reject_tls_required.hex)
 		// and closes
 		c := st.DialRaw(t, s.Addr(), nil)

@@ -230,7 +230,7 @@ func scR5(t *T) {
 	r := d.Connect(t.Env.Addrs, t.Env.Token, nil, 6000)
 	t.Expect(r, "a plaintext client to a TLS server", "tls")
 	if el := r.At.Sub(start); el > 3*time.Second {
-		t.Fatalf("plaintext to TLS failed after %v: the server's TLS_REQUIRED hint comes within 0.5 s", el)
+		t.Fatalf("plaintext to TLS failed after %v: the server's TLS_REQUIRED hint comes within 1 s", el)
 	}
 	if !strings.Contains(strings.ToLower(r.Message), "tls") {
 		t.Fatalf("the error does not say TLS is required: %s", r)

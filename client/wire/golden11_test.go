@@ -2,7 +2,6 @@ package wire_test
 
 import (
 	"bytes"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -17,15 +16,7 @@ const golden11Dir = "testdata/golden/v1_1"
 
 func readGolden11(tb testing.TB, name string) []byte {
 	tb.Helper()
-	text, err := os.ReadFile(filepath.Join(golden11Dir, name))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	b, err := parseHexFile(string(text))
-	if err != nil {
-		tb.Fatalf("%s: %v", name, err)
-	}
-	return b
+	return readGolden(tb, filepath.Join("v1_1", name))
 }
 
 type golden11 struct {
