@@ -9,6 +9,8 @@ import (
 
 	tea "charm.land/bubbletea/v2"
 	"github.com/charmbracelet/x/ansi"
+
+	"github.com/ticketing/ticketing/client/wire"
 )
 
 // View renders the dashboard in the alternate screen (tea.Model).
@@ -305,9 +307,22 @@ func (m *Model) viewKeys(w, rows int) []string {
 	if multi {
 		aw = m.addrWidth(w)
 	}
+	// HOLDER (protocol 1.1, §12.3): only when the server names a holder of
+	// some row (a label, an address or a set), so a 1.0 server's table is
+	// unchanged; at most a third of the width.
+	hw := 0
+	for _, r := range rs {
+		if ht := holderText(&r.LockEntry); ht != "-" {
+			hw = max(hw, len("HOLDER"), ansi.StringWidth(ht))
+		}
+	}
+	hw = min(hw, max(w/3, len("HOLDER")))
 	kw := w - tw - wLease - wDepth - wWait - 4
 	if multi {
 		kw -= aw + 1
+	}
+	if hw > 0 {
+		kw -= hw + 1
 	}
 	kw = max(kw, 8)
 	mark := func(title string, s sortMode, arrow string) string {
@@ -320,7 +335,11 @@ func (m *Model) viewKeys(w, rows int) []string {
 	if multi {
 		hdr = append(hdr, cell("NODE", aw, false))
 	}
-	hdr = append(hdr, cell(mark("KEY", sortKey, "▲"), kw, false), cell(mark("TOKEN", sortToken, "▼"), tw, true),
+	hdr = append(hdr, cell(mark("KEY", sortKey, "▲"), kw, false))
+	if hw > 0 {
+		hdr = append(hdr, cell("HOLDER", hw, false))
+	}
+	hdr = append(hdr, cell(mark("TOKEN", sortToken, "▼"), tw, true),
 		cell(mark("LEASE", sortLease, "▲"), wLease, true), cell(mark("DEPTH", sortDepth, "▼"), wDepth, true),
 		cell(mark("OLDEST WAIT", sortWait, "▼"), wWait, true))
 	out := []string{m.rule(w, title), m.st.header.Render(strings.Join(hdr, " "))}
@@ -353,13 +372,47 @@ func (m *Model) viewKeys(w, rows int) []string {
 			token = strconv.FormatUint(r.Token, 10)
 			lease = fmtDur(time.Duration(r.LeaseRemainingMS) * time.Millisecond)
 		}
-		c = append(c, cell(escape(r.Key), kw, false), cell(token, tw, true), cell(lease, wLease, true), depth, cell(wait, wWait, true))
+		c = append(c, cell(escape(r.Key), kw, false))
+		if hw > 0 {
+			c = append(c, cell(holderText(&r.LockEntry), hw, false))
+		}
+		c = append(c, cell(token, tw, true), cell(lease, wLease, true), depth, cell(wait, wWait, true))
 		out = append(out, strings.Join(c, " "))
 	}
 	for len(out) < rows+2 {
 		out = append(out, "")
 	}
 	return out
+}
+
+// holderText is who holds e (protocol.md §12.3): the connection's label, or
+// its address when it has none, then for a key set its keys joined by "+"
+// (every row of the set shows the same text, so the set reads as one
+// holder: "billing acct/17+acct/42"); "-" when the server names neither.
+func holderText(e *wire.LockEntry) string {
+	who := ""
+	if h := e.Holder; h != nil {
+		switch {
+		case h.Label != "":
+			who = escape(h.Label)
+		case h.Addr != "":
+			who = escape(h.Addr)
+		}
+	}
+	if len(e.Set) > 0 {
+		ks := make([]string, len(e.Set))
+		for i, k := range e.Set {
+			ks[i] = escape(k)
+		}
+		if who == "" {
+			return strings.Join(ks, "+")
+		}
+		return who + " " + strings.Join(ks, "+")
+	}
+	if who == "" {
+		return "-"
+	}
+	return who
 }
 
 func (m *Model) viewEvents(w, rows int) []string {

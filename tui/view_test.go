@@ -282,3 +282,45 @@ func TestFmtDur(t *testing.T) {
 		}
 	}
 }
+
+// Protocol 1.1 (issue 30): the keys table names each lock's holder, its
+// label or else its address, and a key set's keys as one holder on every
+// row of the set (protocol.md §12.3); a label is escaped like a key.
+func TestViewHolders(t *testing.T) {
+	h := newHarness(t, []string{addr1}, nil)
+	h.size(100, 20)
+	set := []string{"acct/17", "acct/42"}
+	billing := &wire.ConnInfo{Label: "billing", Addr: "10.1.2.3:51000"}
+	h.src.set(addr1, status(time.Minute, wire.AdminCounters{}),
+		wire.LockEntry{Key: "acct/17", Token: 900, LeaseRemainingMS: 30_000, QueueDepth: 1, OldestWaiterAgeMS: 2_000, Holder: billing, Set: set},
+		wire.LockEntry{Key: "acct/42", Token: 900, LeaseRemainingMS: 30_000, Holder: billing, Set: set},
+		wire.LockEntry{Key: "jobs/nightly", Token: 901, LeaseRemainingMS: 9_000, Holder: &wire.ConnInfo{Addr: "10.1.2.4:52000"}},
+		wire.LockEntry{Key: "shard/07", Token: 902, LeaseRemainingMS: 5_000, Holder: &wire.ConnInfo{Label: "evil\x1b[2J"}},
+		wire.LockEntry{Key: "old/1.0-row", Token: 903, LeaseRemainingMS: 1_000},
+		wire.LockEntry{Key: "gone/conn", Token: 904, LeaseRemainingMS: 1_000, Holder: &wire.ConnInfo{}})
+	h.start()
+	v := h.view()
+	checkFits(t, v, 100, 20)
+	p := plain(v)
+	for _, want := range []string{"HOLDER", "billing acct/17+acct/42", "10.1.2.4:52000", `"evil\x1b[2J"`} {
+		if !strings.Contains(p, want) {
+			t.Errorf("view lacks %q:\n%s", want, p)
+		}
+	}
+	if n := strings.Count(p, "billing acct/17+acct/42"); n != 2 {
+		t.Errorf("the set's holder is on %d rows, want 2 (each key of the set):\n%s", n, p)
+	}
+	if !strings.Contains(p, "gone/conn                                -") {
+		t.Errorf("a holder naming neither label nor address is not shown as -:\n%s", p)
+	}
+	golden(t, "holders-100x20", v)
+
+	// A server naming no holder (1.0, or only connections gone): no column.
+	h2 := newHarness(t, []string{addr1}, nil)
+	h2.size(100, 20)
+	h2.src.set(addr1, status(time.Minute, wire.AdminCounters{}), wire.LockEntry{Key: "gone/conn", Token: 904, Holder: &wire.ConnInfo{}})
+	h2.start()
+	if p := plain(h2.view()); strings.Contains(p, "HOLDER ") {
+		t.Errorf("HOLDER column without any holder named:\n%s", p)
+	}
+}
