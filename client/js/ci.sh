@@ -51,13 +51,14 @@ test)
   node_modules/.bin/prettier --check . >/dev/null || { node_modules/.bin/prettier --check .; exit 1; }
   echo "== tsc (strict): ESM, CJS, tests"
   node scripts/build.mjs
-  echo "== package-check: npm pack, install into a fresh project, the README's example (ESM, CJS, tsc --strict)"
-  bash scripts/package-check.sh
+  # The package check (npm pack into a fresh project) is `ci.sh package-check`,
+  # run once by `make test-packages`.
   echo "== node --test"
   node --test --test-concurrency=2 build/test/
   ;;
 package-check)
   export TICKETING_BIN="${TICKETING_BIN:-$repo/bin/ticketing}"
+  echo "== package-check: npm pack, install into a fresh project, the README's example (ESM, CJS, tsc --strict)"
   need_node || { echo "node >= 20 missing: apt-get install -y nodejs npm" >&2; exit 3; }
   deps
   bash scripts/package-check.sh
