@@ -140,18 +140,32 @@ func (b *tables) shardFor(key []byte) *shard {
 }
 
 func (b *tables) acquire(c *conn, now int64, req *wire.Request) {
+	b.route(c, now, req, (*tables).acquireLocked, false)
+}
+
+// lockedOp serves one request on sh, whose lock it holds and releases.
+type lockedOp func(b *tables, sh *shard, c *conn, now int64, req *wire.Request)
+
+// route runs op on the shard that holds req.Key: its own shard, or the set
+// table while key sets have moved keys there (checked under the shard lock:
+// a key moves only under it). After an op that may leave set keys idle
+// (tidy: release, cancel) on the set table, the idle ones move back.
+func (b *tables) route(c *conn, now int64, req *wire.Request, op lockedOp, tidy bool) {
 	sh := b.shardFor(req.Key)
 	sh.mu.Lock()
-	if b.nSetKeys.Load() != 0 { // checked under the shard lock: a key moves only under it
+	if b.nSetKeys.Load() != 0 {
 		sh.mu.Unlock()
 		b.setMu.RLock()
 		sh = b.routeLocked(req.Key)
 		sh.mu.Lock()
-		b.acquireLocked(sh, c, now, req)
+		op(b, sh, c, now, req)
 		b.setMu.RUnlock()
+		if tidy && sh == b.setSh {
+			b.tidySetKeys()
+		}
 		return
 	}
-	b.acquireLocked(sh, c, now, req)
+	op(b, sh, c, now, req)
 }
 
 // acquireLocked serves A on sh, whose lock it releases.
@@ -191,21 +205,7 @@ func (b *tables) acquireLocked(sh *shard, c *conn, now int64, req *wire.Request)
 }
 
 func (b *tables) release(c *conn, now int64, req *wire.Request) {
-	sh := b.shardFor(req.Key)
-	sh.mu.Lock()
-	if b.nSetKeys.Load() != 0 {
-		sh.mu.Unlock()
-		b.setMu.RLock()
-		sh = b.routeLocked(req.Key)
-		sh.mu.Lock()
-		b.releaseLocked(sh, c, now, req)
-		b.setMu.RUnlock()
-		if sh == b.setSh {
-			b.tidySetKeys()
-		}
-		return
-	}
-	b.releaseLocked(sh, c, now, req)
+	b.route(c, now, req, (*tables).releaseLocked, true)
 }
 
 func (b *tables) releaseLocked(sh *shard, c *conn, now int64, req *wire.Request) {
@@ -216,21 +216,7 @@ func (b *tables) releaseLocked(sh *shard, c *conn, now int64, req *wire.Request)
 }
 
 func (b *tables) cancel(c *conn, now int64, req *wire.Request) {
-	sh := b.shardFor(req.Key)
-	sh.mu.Lock()
-	if b.nSetKeys.Load() != 0 {
-		sh.mu.Unlock()
-		b.setMu.RLock()
-		sh = b.routeLocked(req.Key)
-		sh.mu.Lock()
-		b.cancelLocked(sh, c, now, req)
-		b.setMu.RUnlock()
-		if sh == b.setSh {
-			b.tidySetKeys()
-		}
-		return
-	}
-	b.cancelLocked(sh, c, now, req)
+	b.route(c, now, req, (*tables).cancelLocked, true)
 }
 
 func (b *tables) cancelLocked(sh *shard, c *conn, now int64, req *wire.Request) {
