@@ -277,42 +277,38 @@ type raftBackend struct {
 }
 
 func (b *raftBackend) acquire(c *conn, _ int64, req *wire.Request) {
+	if b.mayGrant(c, req) {
+		b.submit(c, req, cluster.OpAcquire)
+	}
+}
+
+// mayGrant runs the checks an acquire (A or S) passes before it is
+// proposed: this node serves, is not draining, its clock is healthy, and a
+// wait would not exceed max_inflight; otherwise it answers and says false.
+func (b *raftBackend) mayGrant(c *conn, req *wire.Request) bool {
 	if !b.serving(c, req) {
-		return
+		return false
 	}
 	if b.s.draining.Load() {
 		c.busy(req.ReqID, wire.CodeShuttingDown)
-		return
+		return false
 	}
 	if ok, _ := b.node.ClockHealthy(); !ok {
 		c.busy(req.ReqID, wire.CodeClockUnhealthy)
-		return
+		return false
 	}
 	if req.WaitMS() > 0 && c.inflight.Load() >= c.maxInflight {
 		c.busy(req.ReqID, wire.CodeOverloaded)
-		return
+		return false
 	}
-	b.submit(c, req, cluster.OpAcquire)
+	return true
 }
 
 // acquireSet submits an S as one replicated command (§12.2): key = count ‖ body.
 func (b *raftBackend) acquireSet(c *conn, _ int64, req *wire.Request, _ *wire.KeySet) {
-	if !b.serving(c, req) {
-		return
+	if b.mayGrant(c, req) {
+		b.submitSet(c, req, cluster.OpAcquireSet)
 	}
-	if b.s.draining.Load() {
-		c.busy(req.ReqID, wire.CodeShuttingDown)
-		return
-	}
-	if ok, _ := b.node.ClockHealthy(); !ok {
-		c.busy(req.ReqID, wire.CodeClockUnhealthy)
-		return
-	}
-	if req.WaitMS() > 0 && c.inflight.Load() >= c.maxInflight {
-		c.busy(req.ReqID, wire.CodeOverloaded)
-		return
-	}
-	b.submitSet(c, req, cluster.OpAcquireSet)
 }
 
 func (b *raftBackend) releaseSet(c *conn, _ int64, req *wire.Request, _ *wire.KeySet) {
