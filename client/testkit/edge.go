@@ -615,18 +615,7 @@ func scR16(t *T) {
 // scReleaseMoved: a release answered M (single mode's gap): the client
 // follows the hint and gets O from the leader; the follower saw it once.
 func scReleaseMoved(t *T) {
-	var leader string
-	g := newGranter(6000)
-	f := &fault.Fake{Token: fakeToken}
-	f.Handler = func(c *fault.Conn, r fault.Req) {
-		if r.Op == wire.OpRelease && c.Listener == 0 {
-			c.Send(wire.AppendMoved(nil, r.ReqID, leader))
-			return
-		}
-		g.handle(c, r)
-	}
-	addrs := startFake(t, f, 2)
-	leader = addrs[1]
+	f, addrs := movingFake(t, wire.OpRelease, 6000)
 	d := t.Driver(t.Lang)
 	d.MustConnect(addrs[:1], fakeToken, nil)
 	gr := d.MustAcquire("k", 10000, 0)

@@ -241,12 +241,15 @@ func scBusy(t *T) {
 	}
 }
 
-func scMovedFollowed(t *T) {
+// movingFake starts a fake server with two listeners whose first one (a
+// follower) answers op with M naming the second (the leader); everything
+// else, on either, is served by a granter whose first token is first+1.
+func movingFake(t *T, op wire.Op, first uint64) (*fault.Fake, []string) {
 	var leader string
 	f := &fault.Fake{Token: fakeToken}
-	g := newGranter(4241)
+	g := newGranter(first)
 	f.Handler = func(c *fault.Conn, r fault.Req) {
-		if r.Op == wire.OpAcquire && c.Listener == 0 {
+		if r.Op == op && c.Listener == 0 {
 			c.Send(wire.AppendMoved(nil, r.ReqID, leader))
 			return
 		}
@@ -254,6 +257,11 @@ func scMovedFollowed(t *T) {
 	}
 	addrs := startFake(t, f, 2)
 	leader = addrs[1]
+	return f, addrs
+}
+
+func scMovedFollowed(t *T) {
+	f, addrs := movingFake(t, wire.OpAcquire, 4241)
 	d := t.Driver(t.Lang)
 	d.MustConnect(addrs[:1], fakeToken, nil)
 	gr := d.MustAcquire("k", 1000, 5000)
