@@ -176,6 +176,7 @@ func TestEverySettingReadFromEverySource(t *testing.T) {
 func runSetting(t *testing.T, ctx context.Context, path, name, val, src string) (int, string, []string) {
 	t.Helper()
 	clearEnv(t)
+	t.Chdir(t.TempDir()) // a command that misses its probe writes nothing into the tree
 	args := strings.Fields(path)
 	var extra []string
 	switch src {
