@@ -100,7 +100,7 @@ func TestSetsAcrossLeaderChanges(t *testing.T) {
 				return
 			}
 			grants <- grant{i, l.Token(), nil} // before the release that lets the next one in
-			_ = l.Release(ctx) // checked below: fs/b ends free
+			_ = l.Release(ctx)                 // checked below: fs/b ends free
 		}()
 		depth(l2, "fs/b", i+1)
 	}
