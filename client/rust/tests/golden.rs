@@ -327,7 +327,8 @@ fn v1_1_requests_encode_byte_for_byte() {
 
 #[test]
 fn v1_1_responses_decode_and_reencode() {
-    let cases: &[(&str, Status, Code, u16, u32, u64, &[u8])] = &[
+    type Case = (&'static str, Status, Code, u16, u32, u64, &'static [u8]);
+    let cases: &[Case] = &[
         (
             "resp_pong_features.hex",
             Status::Pong,
