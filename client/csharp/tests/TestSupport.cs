@@ -126,6 +126,8 @@ namespace Ticketing.Tests
         readonly string token;
         readonly bool prove;
         readonly List<TcpClient> conns = new List<TcpClient>();
+        /// <summary>The 1.1 features the fake announces (none: a 1.0 server).</summary>
+        public Features Features { get; set; }
 
         public FakeServer(Action<Stream, Request> handler, string token = "", bool prove = true)
         {
@@ -184,6 +186,13 @@ namespace Ticketing.Tests
                         int m = Wire.ParseRequest(buf, off, end, out r);
                         if (m == 0) break;
                         off += m;
+                        if (r.Op == Wire.OpPing && r.Arg == Wire.PingArgFeatures)
+                        {
+                            // protocol 1.1 feature ping (§12.1): the fake speaks 1.0 unless told
+                            var pong = Wire.EncodeResponse(Status.Pong, Code.None, (ushort)Features, r.ReqId, 0, null);
+                            lock (s) s.Write(pong, 0, pong.Length);
+                            continue;
+                        }
                         Requests.Add(r);
                         if (handler != null) handler(s, r);
                     }
