@@ -120,23 +120,31 @@ func imageTag(v string) string {
 }
 
 func deployOptions(fac *Factory, cmd *cobra.Command) (*deploy.Options, error) {
-	f := cmd.Flags()
+	v, err := fac.Config(cmd)
+	if err != nil {
+		return nil, err
+	}
+	// Every setting from the flag or TICKETING_<NAME>, strictly (issue #28 item 1).
+	st := newSettings(cmd, v)
 	o := &deploy.Options{By: "ticketing " + versionString()}
-	nodes, _ := f.GetString("nodes")
-	o.Format, _ = f.GetString("format")
-	o.TLSDir, _ = f.GetString("tls-dir")
-	o.TLSKeyType, _ = f.GetString("tls-key-type")
-	o.Out, _ = f.GetString("out")
-	o.ShowSecrets, _ = f.GetBool("show-secrets")
-	o.Force, _ = f.GetBool("force")
-	o.ClientPort, _ = f.GetInt("client-port")
-	o.PeerPort, _ = f.GetInt("peer-port")
-	o.DataDir, _ = f.GetString("data-dir")
-	o.InMemory, _ = f.GetBool("in-memory")
-	o.Image, _ = f.GetString("image")
-	o.Binary, _ = f.GetString("binary")
-	o.Add, _ = f.GetString("add")
-	o.Remove, _ = f.GetString("remove")
+	nodes := st.str("nodes")
+	o.Format = st.oneOf("format", deploy.Formats...)
+	o.TLSDir = st.str("tls-dir")
+	o.TLSKeyType = st.oneOf("tls-key-type", deploy.KeyECDSA, deploy.KeyRSA)
+	o.Out = st.str("out")
+	o.ShowSecrets = st.bool("show-secrets")
+	o.Force = st.bool("force")
+	o.ClientPort = st.int("client-port")
+	o.PeerPort = st.int("peer-port")
+	o.DataDir = st.str("data-dir")
+	o.InMemory = st.bool("in-memory")
+	o.Image = st.str("image")
+	o.Binary = st.str("binary")
+	o.Add = st.str("add")
+	o.Remove = st.str("remove")
+	if st.err != nil {
+		return nil, st.err
+	}
 	for _, h := range strings.Split(nodes, ",") {
 		if h = strings.TrimSpace(h); h != "" {
 			o.Hosts = append(o.Hosts, h)

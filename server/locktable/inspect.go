@@ -107,3 +107,13 @@ func (t *Table) QueueOf(key string) []Owner {
 	}
 	return out
 }
+
+// HoldsOrWaits reports whether connection conn holds a key or has an
+// acquire queued in this table (the cluster's label table drops a closed
+// connection's label once it holds and waits for nothing).
+func (t *Table) HoldsOrWaits(conn uint64) bool {
+	if r := t.connIx[conn]; r != 0 && t.conns[r-1].refs > 0 {
+		return true
+	}
+	return t.byConn[conn] != nil
+}

@@ -7,7 +7,8 @@ import (
 
 // CheckInvariants verifies the table's internal consistency and returns the
 // first violation found, or nil. It walks every structure (O(keys + waiters +
-// timers)), so it is meant for tests, fuzzing and debug builds, not the hot path.
+// timers)). It lives in a _test.go file so that it is compiled only into the
+// package's tests and fuzz targets and never ships in a binary (issue 36 item 9).
 //
 // It checks: every entry is found by its key through the index, and the index
 // holds exactly the entries (hash bytes right, no slot cut off from its home
