@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"regexp"
-	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -72,22 +71,7 @@ takes a node out of the deployment (client.env, compose) after
 			return runF(cmd.Context(), ios, opts)
 		},
 	}
-	f := cmd.Flags()
-	f.String("nodes", "", "hosts of the nodes, comma-separated: HOST or HOST:CLIENT_PORT (1, 3 or 5)")
-	f.String("format", deploy.FormatEnv, "env, shell, docker, compose or systemd")
-	f.String("tls-key-type", deploy.KeyECDSA, "key type of the generated TLS certificates: ecdsa or rsa (the C# client on Mono needs rsa)")
-	f.String("tls-dir", "", "directory of the TLS files on each node (enables TLS; generated under --out/tls)")
-	f.String("out", "", "write the files into this directory (default: print the plan, secrets redacted)")
-	f.Bool("show-secrets", false, "also print the secrets (tokens) on stdout")
-	f.Bool("force", false, "replace the tokens in --out with fresh ones (token rotation; TLS files are kept)")
-	f.Int("client-port", 7470, "client port (nodes on the same host count up in steps of 2)")
-	f.Int("peer-port", 7471, "peer port (nodes on the same host count up in steps of 2)")
-	f.String("data-dir", "", "base of the nodes' data directories: durable raft state under DIR/ID (default /var/lib/ticketing; containers: a volume at /data)")
-	f.Bool("in-memory", false, "no data directory: a restarted node rejoins under a new id (docs/operations.md)")
-	f.String("image", defaultImage(), "container image (docker, compose), as make image tags it")
-	f.String("binary", "", "path of the ticketing binary on the nodes (default: ticketing on PATH; systemd: /usr/local/bin/ticketing)")
-	f.String("add", "", "add one node on `HOST` to the deployment in --out (joins a running cluster)")
-	f.String("remove", "", "take node `ID` out of the deployment in --out (after ticketing node remove)")
+	deploy.DefineFlags(cmd.Flags(), defaultImage())
 	_ = cmd.RegisterFlagCompletionFunc("format", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
 		return deploy.Formats, cobra.ShellCompDirectiveNoFileComp
 	})
@@ -126,29 +110,19 @@ func deployOptions(fac *Factory, cmd *cobra.Command) (*deploy.Options, error) {
 	}
 	// Every setting from the flag or TICKETING_<NAME>, strictly (issue #28 item 1).
 	st := newSettings(cmd, v)
-	o := &deploy.Options{By: "ticketing " + versionString()}
-	nodes := st.str("nodes")
-	o.Format = st.oneOf("format", deploy.Formats...)
-	o.TLSDir = st.str("tls-dir")
-	o.TLSKeyType = st.oneOf("tls-key-type", deploy.KeyECDSA, deploy.KeyRSA)
-	o.Out = st.str("out")
-	o.ShowSecrets = st.bool("show-secrets")
-	o.Force = st.bool("force")
-	o.ClientPort = st.int("client-port")
-	o.PeerPort = st.int("peer-port")
-	o.DataDir = st.str("data-dir")
-	o.InMemory = st.bool("in-memory")
-	o.Image = st.str("image")
-	o.Binary = st.str("binary")
-	o.Add = st.str("add")
-	o.Remove = st.str("remove")
+	o := deploy.OptionsFrom(deploySettings{st}, "ticketing "+versionString())
 	if st.err != nil {
 		return nil, st.err
 	}
-	for _, h := range strings.Split(nodes, ",") {
-		if h = strings.TrimSpace(h); h != "" {
-			o.Hosts = append(o.Hosts, h)
-		}
-	}
 	return o, nil
+}
+
+// deploySettings gives deploy.OptionsFrom the strict settings.
+type deploySettings struct{ st *settings }
+
+func (d deploySettings) Str(name string) string { return d.st.str(name) }
+func (d deploySettings) Bool(name string) bool  { return d.st.bool(name) }
+func (d deploySettings) Int(name string) int    { return d.st.int(name) }
+func (d deploySettings) OneOf(name string, values ...string) string {
+	return d.st.oneOf(name, values...)
 }
