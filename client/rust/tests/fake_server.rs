@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use common::{resp, Fake, Mode};
 use ticketing::wire::{Code, Status};
-use ticketing::{Client, Config, Error};
+use ticketing::{Client, Config, ErrorKind};
 
 const S: Duration = Duration::from_secs(1);
 
@@ -35,10 +35,16 @@ async fn bad_arguments_fail_before_sending() {
         (b"k", S, Duration::from_millis(u32::MAX as u64 + 1)),
     ] {
         let e = c.acquire(key, lease, wait).await.unwrap_err();
-        assert!(matches!(&e, Error::Invalid(i) if i.code.is_none()), "{key:?}: {e:?}");
+        assert!(matches!(e.kind(), ErrorKind::Invalid(i) if i.code.is_none()), "{key:?}: {e:?}");
     }
-    assert!(matches!(c.release(b"", 1).await, Err(Error::Invalid(_))));
-    assert!(matches!(c.release(b"k", 0).await, Err(Error::Invalid(_))), "R8: token 0 refused");
+    assert!(matches!(
+        c.release(b"", 1).await.map_err(|e| e.kind().clone()),
+        Err(ErrorKind::Invalid(_))
+    ));
+    assert!(
+        matches!(c.release(b"k", 0).await.map_err(|e| e.kind().clone()), Err(ErrorKind::Invalid(_))),
+        "R8: token 0 refused"
+    );
     assert!(Config::builder().build().is_err());
     assert!(Config::builder().addr("nohost").build().is_err());
     c.close().await;
@@ -70,14 +76,14 @@ async fn impostor_and_reject_are_auth_errors() {
     })
     .await;
     let e = Client::connect(cfg(&f.addr).token("s3cret").build().unwrap()).await.unwrap_err();
-    assert_eq!(e, Error::Auth(None));
+    assert_eq!(e, ErrorKind::Auth(None));
     let f = Fake::start(Mode {
         token: Some(b"s3cret".to_vec()),
         ..Mode::default()
     })
     .await;
     let e = Client::connect(cfg(&f.addr).token("wrong").build().unwrap()).await.unwrap_err();
-    assert_eq!(e, Error::Auth(Some(Code::AUTH_FAILED)));
+    assert_eq!(e, ErrorKind::Auth(Some(Code::AUTH_FAILED)));
     assert_eq!(e.code(), Some(Code::AUTH_FAILED));
     let f = Fake::start(Mode {
         token: Some(b"s3cret".to_vec()),
@@ -105,7 +111,7 @@ async fn reject_overloaded_is_busy() {
     )
     .await
     .unwrap_err();
-    assert_eq!(e, Error::Busy(Code::OVERLOADED));
+    assert_eq!(e, ErrorKind::Busy(Code::OVERLOADED));
 }
 
 #[tokio::test]
@@ -124,7 +130,7 @@ async fn connect_timeout_names_the_cause() {
     )
     .await
     .unwrap_err();
-    assert!(matches!(e, Error::Connect(_)), "{e:?}");
+    assert!(matches!(e.kind(), ErrorKind::Connect(_)), "{e:?}");
 }
 
 #[tokio::test]
@@ -162,7 +168,7 @@ async fn busy_is_returned_at_once_and_not_retried() {
     });
     let (r, ctl) = f.next_req().await;
     ctl.status(r.req_id, Status::Busy, Code::QUEUE_FULL);
-    assert_eq!(a.await.unwrap().unwrap_err(), Error::Busy(Code::QUEUE_FULL));
+    assert_eq!(a.await.unwrap().unwrap_err(), ErrorKind::Busy(Code::QUEUE_FULL));
     assert!(f.try_next(Duration::from_millis(200)).await.is_none(), "B was retried");
     c.close().await;
 }
@@ -180,7 +186,7 @@ async fn server_errors_keep_their_code() {
     ctl.send(resp(r.req_id, Status::Error, Code::BAD_LEASE, 0, 0, b"lease too long"));
     let e = a.await.unwrap().unwrap_err();
     assert_eq!(e.code(), Some(Code::BAD_LEASE));
-    assert!(matches!(e, Error::Invalid(_)));
+    assert!(matches!(e.kind(), ErrorKind::Invalid(_)));
     c.close().await;
 }
 
@@ -196,7 +202,7 @@ async fn lost_connection_after_send_is_indeterminate_never_retried() {
     let (r, ctl) = f.next_req().await;
     assert_eq!(r.op, b'A');
     ctl.close();
-    assert_eq!(a.await.unwrap().unwrap_err(), Error::Indeterminate);
+    assert_eq!(a.await.unwrap().unwrap_err(), ErrorKind::Indeterminate);
     // Never retried: no further acquire arrives.
     loop {
         match f.try_next(Duration::from_millis(300)).await {
@@ -219,7 +225,7 @@ async fn unknown_outcome_is_indeterminate() {
     });
     let (r, ctl) = f.next_req().await;
     ctl.status(r.req_id, Status::Unknown, Code::NO_QUORUM);
-    assert_eq!(a.await.unwrap().unwrap_err(), Error::Indeterminate);
+    assert_eq!(a.await.unwrap().unwrap_err(), ErrorKind::Indeterminate);
     c.close().await;
 }
 
@@ -253,7 +259,7 @@ async fn protocol_violation_drops_the_connection() {
     });
     let (_r, ctl) = f.next_req().await;
     ctl.raw(vec![b'Z'; 16]); // not a status
-    assert_eq!(a.await.unwrap().unwrap_err(), Error::Indeterminate);
+    assert_eq!(a.await.unwrap().unwrap_err(), ErrorKind::Indeterminate);
     // An oversized payload announcement is refused too, without allocating it.
     let a = tokio::spawn({
         let c = c.clone();
@@ -263,7 +269,7 @@ async fn protocol_violation_drops_the_connection() {
     let mut b = vec![b'J', 0, 0, 0, 0, 0, 0, 1];
     b.extend_from_slice(&u64::MAX.to_be_bytes());
     ctl.raw(b);
-    assert_eq!(a.await.unwrap().unwrap_err(), Error::Indeterminate);
+    assert_eq!(a.await.unwrap().unwrap_err(), ErrorKind::Indeterminate);
     c.close().await;
 }
 
@@ -307,7 +313,7 @@ async fn moved_loop_is_bounded() {
             _ = async { while !a.is_finished() { tokio::time::sleep(Duration::from_millis(5)).await; } } => break,
         }
     }
-    assert_eq!(a.await.unwrap().unwrap_err(), Error::NoLeader);
+    assert_eq!(a.await.unwrap().unwrap_err(), ErrorKind::NoLeader);
     assert_eq!(n, 4, "hop limit 3, then give up (wait 0)");
     c.close().await;
 }
@@ -417,7 +423,7 @@ async fn release_is_retried_and_never_success_without_o() {
             ctl.close();
         }
     }
-    assert_eq!(t.await.unwrap().unwrap_err(), Error::Indeterminate);
+    assert_eq!(t.await.unwrap().unwrap_err(), ErrorKind::Indeterminate);
     assert!(attempts >= 2, "attempts {attempts}");
     assert!(started.elapsed() < Duration::from_secs(4));
     // After a lost attempt, N is indeterminate (the lost one may have released it).
@@ -430,7 +436,7 @@ async fn release_is_retried_and_never_success_without_o() {
     let (r2, ctl) = f.next_req().await;
     assert_eq!(r2.arg, r.arg);
     ctl.status(r2.req_id, Status::NotHolder, Code::NONE);
-    assert_eq!(t.await.unwrap().unwrap_err(), Error::Indeterminate);
+    assert_eq!(t.await.unwrap().unwrap_err(), ErrorKind::Indeterminate);
     // A clean N is NotHolder.
     let t = tokio::spawn({
         let c = c.clone();
@@ -438,7 +444,7 @@ async fn release_is_retried_and_never_success_without_o() {
     });
     let (r, ctl) = f.next_req().await;
     ctl.status(r.req_id, Status::NotHolder, Code::NONE);
-    assert_eq!(t.await.unwrap().unwrap_err(), Error::NotHolder);
+    assert_eq!(t.await.unwrap().unwrap_err(), ErrorKind::NotHolder);
     c.close().await;
 }
 
@@ -511,8 +517,8 @@ async fn close_fails_pending_calls() {
     });
     let _ = f.next_req().await;
     c.close().await;
-    assert_eq!(a.await.unwrap().unwrap_err(), Error::Closed);
-    assert_eq!(c.acquire("k", S, S).await.unwrap_err(), Error::Closed);
+    assert_eq!(a.await.unwrap().unwrap_err(), ErrorKind::Closed);
+    assert_eq!(c.acquire("k", S, S).await.unwrap_err(), ErrorKind::Closed);
 }
 
 #[tokio::test]
@@ -544,11 +550,11 @@ async fn max_inflight_waits_for_a_slot_within_the_wait() {
     c2.status(r2.req_id, Status::Timeout, Code::NONE);
     let mut timeouts = 0;
     for t in tasks {
-        match t.await.unwrap() {
+        match t.await.unwrap().map_err(|e| e.kind().clone()) {
             Ok(l) => {
                 let _ = l.detach();
             }
-            Err(Error::Timeout) | Err(Error::Closed) => timeouts += 1,
+            Err(ErrorKind::Timeout) | Err(ErrorKind::Closed) => timeouts += 1,
             Err(e) => panic!("{e:?}"),
         }
     }
@@ -604,7 +610,7 @@ async fn silent_server_acquire_ends_indeterminate_and_is_withdrawn() {
         .await
         .expect("acquire still pending")
         .unwrap();
-    assert_eq!(e.unwrap_err(), Error::Indeterminate);
+    assert_eq!(e.unwrap_err(), ErrorKind::Indeterminate);
     assert!(
         t.elapsed() >= Duration::from_millis(800),
         "not before wait + allowance: {:?}",
@@ -621,7 +627,7 @@ async fn silent_server_acquire_ends_indeterminate_and_is_withdrawn() {
         .await
         .expect("try-once still pending")
         .unwrap();
-    assert_eq!(e.unwrap_err(), Error::Indeterminate);
+    assert_eq!(e.unwrap_err(), ErrorKind::Indeterminate);
     assert_eq!(ticketing::DEFAULT_ANSWER_ALLOWANCE, Duration::from_secs(3));
     c.close().await;
 }
@@ -671,7 +677,7 @@ async fn rejected_credentials_fail_a_waiting_acquire_fast() {
     }
     let t = std::time::Instant::now();
     let e = c.acquire("k", S, Duration::from_secs(8)).await.unwrap_err();
-    assert!(matches!(e, Error::Auth(Some(Code::AUTH_FAILED))), "{e:?}");
+    assert!(matches!(e.kind(), ErrorKind::Auth(Some(Code::AUTH_FAILED))), "{e:?}");
     assert!(
         t.elapsed() < Duration::from_secs(4),
         "took {:?}: not the 5 s connect budget",
