@@ -977,11 +977,7 @@ public final class TicketingClient implements AutoCloseable {
      * @throws IndeterminateException sent without a definite answer
      */
     public Optional<Lease> tryAcquire(String key, Duration lease, Duration wait) throws InterruptedException {
-        try {
-            return Optional.of(acquire(key, lease, wait));
-        } catch (AcquireTimeoutException e) {
-            return Optional.empty();
-        }
+        return tryAcquire(keyBytes(key), lease, wait);
     }
 
     /**

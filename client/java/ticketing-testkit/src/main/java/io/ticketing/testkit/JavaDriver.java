@@ -123,14 +123,7 @@ public final class JavaDriver {
                 DriverSupport.emit(DriverSupport.info(id, ASYNC ? "java-async" : "java"));
                 return;
             case "acquire":
-                run(id, () -> {
-                    Lease l = acquire(id, cmd);
-                    leases.put(l.tokenString(), l);
-                    Map<String, Object> m = DriverSupport.ok(id);
-                    m.put("token", l.tokenString());
-                    m.put("deadline_in_ms", l.remaining().toMillis());
-                    return m;
-                });
+                run(id, () -> granted(id, acquire(id, cmd)));
                 return;
             case "try_acquire":
                 run(id, () -> {
@@ -191,12 +184,7 @@ public final class JavaDriver {
                     java.util.List<String> ks = DriverSupport.keys(cmd);
                     Duration lease = DriverSupport.ms(cmd, "lease_ms");
                     Duration wait = DriverSupport.ms(cmd, "wait_ms");
-                    Lease l = ASYNC ? await(id, cl().acquireSetAsync(ks, lease, wait)) : cl().acquireSet(ks, lease, wait);
-                    leases.put(l.tokenString(), l);
-                    Map<String, Object> m = DriverSupport.ok(id);
-                    m.put("token", l.tokenString());
-                    m.put("deadline_in_ms", l.remaining().toMillis());
-                    return m;
+                    return granted(id, ASYNC ? await(id, cl().acquireSetAsync(ks, lease, wait)) : cl().acquireSet(ks, lease, wait));
                 });
                 return;
             case "release_set":
@@ -266,6 +254,15 @@ public final class JavaDriver {
             default:
                 DriverSupport.emit(DriverSupport.err(id, "unsupported", -1, "unknown cmd " + name));
         }
+    }
+
+    /** The answer to a grant (kept by token for release_lease and lease_ending). */
+    private Map<String, Object> granted(Object id, Lease l) {
+        leases.put(l.tokenString(), l);
+        Map<String, Object> m = DriverSupport.ok(id);
+        m.put("token", l.tokenString());
+        m.put("deadline_in_ms", l.remaining().toMillis());
+        return m;
     }
 
     /** acquire / with_lock: the String API for a key given as a string (R8), min_remaining_ms (R14). */
