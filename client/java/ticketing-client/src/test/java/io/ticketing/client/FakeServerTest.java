@@ -144,6 +144,41 @@ class FakeServerTest {
         });
     }
 
+    /** drain() returns once a grant that won the race with a cancel is released (R10). */
+    @Test
+    void drainWaitsForTheCompensationOfACancelledAcquire() throws Exception {
+        java.util.concurrent.CountDownLatch answer = new java.util.concurrent.CountDownLatch(1);
+        java.util.concurrent.atomic.AtomicBoolean released = new java.util.concurrent.atomic.AtomicBoolean();
+        try (FakeServer s = new FakeServer()) {
+            s.script(r -> {
+                if (r.op() == 'A') {
+                    Thread t = new Thread(() -> {
+                        try {
+                            answer.await(10, TimeUnit.SECONDS);
+                            Thread.sleep(100); // the grant arrives after the cancel's C
+                            r.conn().send(Wire.ST_GRANTED, r.reqId(), 42);
+                        } catch (Exception e) {
+                            // connection over
+                        }
+                    });
+                    t.setDaemon(true);
+                    t.start();
+                } else if (r.op() == 'R') {
+                    released.set(r.arg() == 42);
+                    r.conn().send(Wire.ST_RELEASED, r.reqId(), 0);
+                }
+            });
+            try (TicketingClient c = client(s)) {
+                CompletableFuture<Lease> f = c.acquireAsync("k", LEASE, WAIT);
+                s.next('A');
+                f.cancel(true);
+                answer.countDown();
+                assertTrue(c.drain(Duration.ofSeconds(10)), "drain timed out");
+                assertTrue(released.get(), "drain returned before the compensating release was answered");
+            }
+        }
+    }
+
     /** Acquire and release chained in callbacks (the callback pool writes their frames). */
     @Test
     void chainedAsyncAcquireReleaseInCallbacks() throws Exception {

@@ -60,8 +60,12 @@ public final class JavaDriver {
         for (CompletableFuture<?> f : futures.values()) {
             f.cancel(true);
         }
-        for (Thread t : running.values()) {
-            t.interrupt();
+        if (!ASYNC) {
+            // (java-async: cancelling the futures ends every command; an interrupt could cut the
+            // scope's wait for its release, and close() would then drop the release.)
+            for (Thread t : running.values()) {
+                t.interrupt();
+            }
         }
         long end = System.nanoTime() + java.util.concurrent.TimeUnit.SECONDS.toNanos(10);
         for (Thread t : running.values()) {
@@ -72,6 +76,7 @@ public final class JavaDriver {
         }
         TicketingClient c = client;
         if (c != null) {
+            c.drain(Duration.ofSeconds(6)); // a grant that won the race with the cancel is released
             c.close();
         }
         System.out.flush();
