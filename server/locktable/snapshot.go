@@ -222,7 +222,36 @@ type Due struct {
 // (only the leader's clock decides, and the decision is replicated). The
 // order is unspecified; fn returning false stops early.
 func (t *Table) Due(now int64, fn func(Due) bool) {
-	t.due(0, now, fn)
+	if !t.due(0, now, fn) {
+		return
+	}
+	for l := range t.lanes {
+		ln := &t.lanes[l]
+		if ln.live == 0 {
+			continue
+		}
+		for _, x := range ln.items[ln.head:] {
+			if x == tombItem {
+				continue
+			}
+			if at, _, _ := t.key(x); at > now {
+				break // a lane is in deadline order
+			}
+			if !t.dueItem(x, fn) {
+				return
+			}
+		}
+	}
+}
+
+// dueItem calls fn for item x.
+func (t *Table) dueItem(x uint32, fn func(Due) bool) bool {
+	if x&waitBit == 0 {
+		e := t.ent(x)
+		return fn(Due{Kind: DueLease, Key: t.keyString(x), Token: e.token, At: e.lease, Grant: e.grant})
+	}
+	wt := t.waitRefs[x&^waitBit]
+	return fn(Due{Kind: DueWait, Key: t.keyString(wt.w.q.e), Owner: wt.w.owner, At: wt.at})
 }
 
 func (t *Table) due(p int, now int64, fn func(Due) bool) bool {
@@ -230,22 +259,11 @@ func (t *Table) due(p int, now int64, fn func(Due) bool) bool {
 		return true
 	}
 	x := t.timers[p]
-	if x&waitBit == 0 {
-		e := t.ent(x)
-		if e.lease > now {
-			return true
-		}
-		if !fn(Due{Kind: DueLease, Key: t.keyString(x), Token: e.token, At: e.lease, Grant: e.grant}) {
-			return false
-		}
-	} else {
-		wt := t.waitRefs[x&^waitBit]
-		if wt.at > now {
-			return true
-		}
-		if !fn(Due{Kind: DueWait, Key: t.keyString(wt.w.q.e), Owner: wt.w.owner, At: wt.at}) {
-			return false
-		}
+	if at, _, _ := t.key(x); at > now {
+		return true
+	}
+	if !t.dueItem(x, fn) {
+		return false
 	}
 	return t.due(2*p+1, now, fn) && t.due(2*p+2, now, fn)
 }
@@ -258,6 +276,7 @@ func (t *Table) ShiftLeases(delta int64) {
 	if delta == 0 {
 		return
 	}
+	t.allToHeap() // a lane mixing leases and waits would lose its order
 	for _, x := range t.timers {
 		if x&waitBit == 0 {
 			t.ent(x).lease += delta

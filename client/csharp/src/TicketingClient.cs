@@ -35,6 +35,10 @@ namespace Ticketing
         internal readonly X509Certificate2 ClientCertificate;
         readonly X509Certificate2 caCert;
         internal readonly TimeSpan ConnectTimeout;
+        internal readonly TimeSpan AnswerAllowance;
+        internal readonly byte[] LabelBytes;
+        /// <summary>A connection opened for the first time may be waited for this long past a shorter wait (R1).</summary>
+        internal static readonly TimeSpan FirstConnectGrace = TimeSpan.FromSeconds(1);
         internal Action<string, int, TimeSpan> OnReconnect;
         readonly Releaser releaser;
         readonly Watchdog watchdog;
@@ -76,6 +80,14 @@ namespace Ticketing
             foreach (var a in addresses) { string h; int p; SplitAddr(a, out h, out p); }
             if (options.ConnectTimeout <= TimeSpan.Zero) throw new TicketingArgumentException("ConnectTimeout must be positive", "ConnectTimeout");
             ConnectTimeout = options.ConnectTimeout;
+            if (options.AnswerAllowance <= TimeSpan.Zero) throw new TicketingArgumentException("AnswerAllowance " + options.AnswerAllowance + " must be positive (default 3 s)", "AnswerAllowance");
+            AnswerAllowance = options.AnswerAllowance;
+            if (options.Label != null)
+            {
+                LabelBytes = Wire.CutLabel(options.Label);
+                if (!Wire.ValidLabel(LabelBytes)) throw new TicketingArgumentException("Label must be UTF-8 without control characters (at most " + Wire.MaxLabelLen + " bytes are sent)", "Label");
+            }
+            else LabelBytes = Wire.CutLabel(DefaultLabel(options.AppName));
             TokenBytes = Encoding.UTF8.GetBytes(options.Token ?? "");
             log = options.Log;
             logger = options.Logger ?? TraceLogger.Instance;
@@ -105,6 +117,27 @@ namespace Ticketing
 
         internal bool IsClosed { get { return closed; } }
 
+        /// <summary>This client's version (in the default connection label).</summary>
+        public static string Version { get { return typeof(TicketingClient).Assembly.GetName().Version.ToString(3); } }
+
+        /// <summary>
+        /// The connection label sent without TicketingOptions.Label (protocol.md §12.3):
+        /// "&lt;host&gt;/&lt;pid&gt; csharp/&lt;version&gt;", with "&lt;appName&gt; " in front when appName is
+        /// not empty; cut to 64 bytes.
+        /// </summary>
+        public static string DefaultLabel(string appName = null)
+        {
+            string host;
+            try { host = System.Net.Dns.GetHostName(); }
+            catch (System.Net.Sockets.SocketException) { host = null; }
+            if (string.IsNullOrEmpty(host)) host = "unknown";
+            int pid;
+            using (var me = System.Diagnostics.Process.GetCurrentProcess()) pid = me.Id;
+            var l = host + "/" + pid + " csharp/" + Version;
+            if (!string.IsNullOrEmpty(appName)) l = appName + " " + l;
+            return Encoding.UTF8.GetString(Wire.CutLabel(l));
+        }
+
         /// <summary>Connections currently up (diagnostics).</summary>
         public int ConnectedCount { get { return pool.Conns.Count(c => c.IsUp); } }
 
@@ -124,8 +157,10 @@ namespace Ticketing
             {
                 long g = Interlocked.Read(ref gen);
                 if (pool.Conns.Any(c => c.IsUp)) return;
+                var cfg = ConfigError();
+                if (cfg != null) throw Rethrowable(cfg);
                 var err = LastError();
-                if (pool.Conns.All(c => c.Failures > 0) && (err is TicketingAuthenticationException || err is TicketingTlsException || err is TicketingProtocolException))
+                if (pool.Conns.All(c => c.Failures > 0) && err is TicketingProtocolException)
                     throw Rethrowable(err);
                 long left = limit - Clock.Now;
                 if (left <= 0) throw ConnectError();
@@ -144,27 +179,66 @@ namespace Ticketing
 
         /// <summary>
         /// Waits up to wait for the lock on key and returns a Lease of lease (both rounded up to
-        /// whole ms; wait zero tries once). Throws LockTimeoutException, LockBusyException
-        /// (refused at once, never retried), IndeterminateException (sent, no definite answer:
-        /// do NOT enter the critical section), TicketingConnectionException,
+        /// whole ms; wait zero tries once). The wait bounds the whole call, waiting for a
+        /// connection included (R1). Throws LockTimeoutException, LockBusyException (refused at
+        /// once, never retried), IndeterminateException (sent, no definite answer, also when the
+        /// server stays silent past the wait plus TicketingOptions.AnswerAllowance: do NOT enter
+        /// the critical section), TicketingConnectionException, TicketingAuthenticationException
+        /// and TicketingTlsException (at once when every connection failed that way),
         /// TicketingArgumentException, ObjectDisposedException. Cancelling ct withdraws a queued
         /// acquire (C) and releases a grant that won the race, then throws
-        /// OperationCanceledException.
+        /// OperationCanceledException. Messages name the key and the server.
         /// </summary>
         public Task<Lease> AcquireAsync(string key, TimeSpan lease, TimeSpan wait, CancellationToken ct = default(CancellationToken))
         {
-            return AcquireAsync(KeyBytes(key), lease, wait, ct);
+            return AcquireCoreAsync(new AcquireOp(this, KeyBytes(key), null, lease, wait, null), ct);
         }
 
         /// <summary>AcquireAsync with a raw byte key.</summary>
-        public async Task<Lease> AcquireAsync(byte[] key, TimeSpan lease, TimeSpan wait, CancellationToken ct = default(CancellationToken))
+        public Task<Lease> AcquireAsync(byte[] key, TimeSpan lease, TimeSpan wait, CancellationToken ct = default(CancellationToken))
         {
-            var op = new AcquireOp(this, key, lease, wait);
+            return AcquireCoreAsync(new AcquireOp(this, key, null, lease, wait, null), ct);
+        }
+
+        /// <summary>
+        /// AcquireAsync with options: AcquireOptions.MinRemaining fails the call with
+        /// InsufficientLeaseException (the grant released) when less of the lease is left (R14).
+        /// </summary>
+        public Task<Lease> AcquireAsync(string key, TimeSpan lease, TimeSpan wait, AcquireOptions options, CancellationToken ct = default(CancellationToken))
+        {
+            return AcquireCoreAsync(new AcquireOp(this, KeyBytes(key), null, lease, wait, options), ct);
+        }
+
+        /// <summary>
+        /// Acquires the 2–16 distinct keys as one set (protocol 1.1, §12.2): one lease, one wait,
+        /// one fencing token for all of them; queued on every key at once, granted when it heads
+        /// every queue. The Lease's Keys lists them; its release (or ReleaseSetAsync) frees all at
+        /// once. TicketingUnsupportedException when the server is 1.0 (nothing sent). Otherwise as
+        /// AcquireAsync.
+        /// </summary>
+        public Task<Lease> AcquireSetAsync(IEnumerable<string> keys, TimeSpan lease, TimeSpan wait, CancellationToken ct = default(CancellationToken))
+        {
+            return AcquireCoreAsync(new AcquireOp(this, null, SetKeys(keys), lease, wait, null), ct);
+        }
+
+        /// <summary>Synchronous AcquireSetAsync (blocks the calling thread only).</summary>
+        public Lease AcquireSet(IEnumerable<string> keys, TimeSpan lease, TimeSpan wait, CancellationToken ct = default(CancellationToken))
+        {
+            return AcquireCore(new AcquireOp(this, null, SetKeys(keys), lease, wait, null), ct);
+        }
+
+        async Task<Lease> AcquireCoreAsync(AcquireOp op, CancellationToken ct)
+        {
             while (true)
             {
                 ct.ThrowIfCancellationRequested();
                 var c = op.NewCall();
-                if (!SendAsyncReady(c, op.ConnGiveUp, op.BudgetEnd, ct)) await SendSlowAsync(c, op.ConnGiveUp, op.BudgetEnd, ct).ConfigureAwait(false);
+                try
+                {
+                    if (!SendAsyncReady(c, ct)) await SendSlowAsync(c, op.BudgetEnd, op.BudgetEnd, ct).ConfigureAwait(false);
+                }
+                catch (Exception e) when (e is TicketingException || e is LockTimeoutException) { throw op.Unsent(e); }
+                WatchAnswer(c);
                 var reg = ct.CanBeCanceled ? ct.Register(() => CancelCall(c)) : default(CancellationTokenRegistration);
                 try
                 {
@@ -174,11 +248,12 @@ namespace Ticketing
                 {
                     reg.Dispose();
                 }
+                if (c.TimedOut) throw op.Unanswered(c);
                 // The canceller and this caller race for an answered call: one claim wins.
                 if (c.Owner == Owner.Abandoned || Interlocked.CompareExchange(ref c.Claim, 1, 0) != 0)
                     throw new OperationCanceledException(ct);
                 var l = op.Outcome(c);
-                if (l != null) return l;
+                if (l != null) return op.Checked(l, c);
                 var d = op.BeforeRetry(c);
                 if (d > TimeSpan.Zero) await SleepRedirectAsync(d, op, ct).ConfigureAwait(false);
             }
@@ -187,19 +262,31 @@ namespace Ticketing
         /// <summary>Synchronous Acquire: blocks the calling thread only (no thread-pool work).</summary>
         public Lease Acquire(string key, TimeSpan lease, TimeSpan wait, CancellationToken ct = default(CancellationToken))
         {
-            return Acquire(KeyBytes(key), lease, wait, ct);
+            return AcquireCore(new AcquireOp(this, KeyBytes(key), null, lease, wait, null), ct);
         }
 
         /// <summary>Acquire with a raw byte key.</summary>
         public Lease Acquire(byte[] key, TimeSpan lease, TimeSpan wait, CancellationToken ct = default(CancellationToken))
         {
-            var op = new AcquireOp(this, key, lease, wait);
+            return AcquireCore(new AcquireOp(this, key, null, lease, wait, null), ct);
+        }
+
+        /// <summary>Synchronous Acquire with options (AcquireOptions.MinRemaining, R14).</summary>
+        public Lease Acquire(string key, TimeSpan lease, TimeSpan wait, AcquireOptions options, CancellationToken ct = default(CancellationToken))
+        {
+            return AcquireCore(new AcquireOp(this, KeyBytes(key), null, lease, wait, options), ct);
+        }
+
+        Lease AcquireCore(AcquireOp op, CancellationToken ct)
+        {
             while (true)
             {
                 ct.ThrowIfCancellationRequested();
                 var c = op.NewCall();
                 c.Sync = true;
-                Send(c, op.ConnGiveUp, op.BudgetEnd, ct);
+                try { Send(c, op.BudgetEnd, op.BudgetEnd, ct); }
+                catch (Exception e) when (e is TicketingException || e is LockTimeoutException) { throw op.Unsent(e); }
+                WatchAnswer(c);
                 try
                 {
                     c.Done.Task.Wait(ct);
@@ -211,12 +298,25 @@ namespace Ticketing
                     CancelCall(c);
                     throw;
                 }
+                if (c.TimedOut) throw op.Unanswered(c);
                 if (Interlocked.CompareExchange(ref c.Claim, 1, 0) != 0) throw new OperationCanceledException(ct);
                 var l = op.Outcome(c);
-                if (l != null) return l;
+                if (l != null) return op.Checked(l, c);
                 var d = op.BeforeRetry(c);
                 if (d > TimeSpan.Zero) SleepRedirect(d, op, ct);
             }
+        }
+
+        /// <summary>
+        /// R2: a written acquire is answered within the wait it carries plus the answer allowance,
+        /// counted from its write; the watchdog withdraws it (C) otherwise and the caller gets
+        /// Indeterminate (a late grant is released).
+        /// </summary>
+        void WatchAnswer(Call c)
+        {
+            c.WatchUntil = c.SentTicks + Clock.Ticks(TimeSpan.FromMilliseconds(c.A2) + AnswerAllowance);
+            c.AnswerDue = true;
+            watchdog.Watch(c);
         }
 
         /// <summary>One attempt (wait 0): the Lease, or null when the key is held.</summary>
@@ -271,47 +371,106 @@ namespace Ticketing
             }
             // Answered already: unless the caller took the answer first, a grant is released.
             if (Interlocked.CompareExchange(ref c.Claim, 2, 0) == 0 && c.Fail == Fail.None && c.Resp != null && c.Resp.Status == Status.Granted)
-                Compensate(c.Key, c.Resp.Value);
+                Compensate(c.Key, c.Keys, c.Resp.Value);
             return false;
+        }
+
+        /// <summary>The keys of a set, checked before anything is sent (R8): 2–16 distinct valid keys.</summary>
+        static byte[][] SetKeys(IEnumerable<string> keys)
+        {
+            if (keys == null) throw new TicketingArgumentException("keys must not be null", "keys");
+            var l = keys.Select(k => CheckKey(KeyBytes(k))).ToArray();
+            if (l.Length < Wire.MinSetKeys || l.Length > Wire.MaxSetKeys)
+                throw new TicketingArgumentException("keys: a set has " + Wire.MinSetKeys + " to " + Wire.MaxSetKeys + " keys, not " + l.Length, "keys");
+            var seen = new HashSet<string>();
+            foreach (var k in l)
+                if (!seen.Add(Convert.ToBase64String(k))) throw new TicketingArgumentException("keys: " + Describe(k) + " appears twice (a set's keys are distinct)", "keys");
+            return l;
+        }
+
+        /// <summary>A set's keys for messages.</summary>
+        internal static string DescribeSet(byte[][] keys)
+        {
+            return "{" + string.Join(", ", keys.Select(Describe)) + "}";
         }
 
         sealed class AcquireOp
         {
             readonly TicketingClient cl;
             public readonly byte[] Key;
+            public readonly byte[][] Keys;
             public readonly uint LeaseMs;
             public uint WaitMs;
-            public readonly long BudgetEnd, ConnGiveUp;
+            public readonly long BudgetEnd;
+            readonly TimeSpan minRemaining;
             int moves, rounds;
             public bool Woken;
             public Endpoint KnownLeader;
 
-            public AcquireOp(TicketingClient cl, byte[] key, TimeSpan lease, TimeSpan wait)
+            public AcquireOp(TicketingClient cl, byte[] key, byte[][] keys, TimeSpan lease, TimeSpan wait, AcquireOptions options)
             {
                 this.cl = cl;
-                Key = CheckKey(key);
+                Keys = keys;
+                Key = keys != null ? keys[0] : CheckKey(key);
                 LeaseMs = Millis(lease, "lease", 1);
                 WaitMs = Millis(wait, "wait", 0);
+                if (options != null && options.MinRemaining.HasValue)
+                {
+                    minRemaining = options.MinRemaining.Value;
+                    if (minRemaining < TimeSpan.Zero || minRemaining > lease)
+                        throw new TicketingArgumentException("MinRemaining " + minRemaining + " must be between 0 and the lease " + lease, "MinRemaining");
+                }
                 if (cl.closed) throw new ObjectDisposedException("TicketingClient");
-                long start = Clock.Now;
-                BudgetEnd = start + Clock.Ticks(TimeSpan.FromMilliseconds(WaitMs));
-                ConnGiveUp = Math.Max(start + Clock.Ticks(cl.ConnectTimeout), BudgetEnd);
+                BudgetEnd = Clock.Now + Clock.Ticks(TimeSpan.FromMilliseconds(WaitMs));
             }
 
             public Call NewCall()
             {
-                return new Call { Op = Wire.OpAcquire, Key = Key, A1 = LeaseMs, A2 = WaitMs, Counts = WaitMs > 0 };
+                return new Call { Op = Keys != null ? Wire.OpAcquireSet : Wire.OpAcquire, Key = Key, Keys = Keys, A1 = LeaseMs, A2 = WaitMs, Counts = WaitMs > 0 };
             }
 
-            string K { get { return Describe(Key); } }
+            string K { get { return Keys != null ? "set " + DescribeSet(Keys) : Describe(Key); } }
+
+            /// <summary>"acquire "k" at addr" (R15): the call and the server that answered it.</summary>
+            string At(Call c) { return "acquire " + K + " at " + (c.Conn != null ? c.Conn.Addr : cl.AddrList()); }
+
+            /// <summary>A failure before anything was sent, with the key and the addresses (R15).</summary>
+            public Exception Unsent(Exception e)
+            {
+                var what = "acquire " + K + " at " + cl.AddrList() + ": ";
+                if (e is LockTimeoutException) return new LockTimeoutException(what + e.Message);
+                if (e is TicketingUnsupportedException) return new TicketingUnsupportedException(what + e.Message);
+                if (e is TicketingAuthenticationException) return new TicketingAuthenticationException(what + e.Message, e);
+                if (e is TicketingTlsException) return new TicketingTlsException(what + e.Message, e);
+                if (e is NoLeaderException) return new NoLeaderException(what + e.Message);
+                if (e is TicketingConnectionException) return new TicketingConnectionException(what + e.Message, e);
+                return e;
+            }
+
+            /// <summary>R2: written, and no answer within its wait plus the allowance (withdrawn).</summary>
+            public Exception Unanswered(Call c)
+            {
+                return new IndeterminateException(At(c) + ": no answer within " + (c.A2 / 1000.0) + " s (its wait) + " + cl.AnswerAllowance.TotalSeconds
+                    + " s (the answer allowance) of the request's write; withdrawn, a late grant is released");
+            }
+
+            /// <summary>R14: a grant with less than the minimum working time left is released.</summary>
+            public Lease Checked(Lease l, Call c)
+            {
+                if (minRemaining <= TimeSpan.Zero) return l;
+                var rem = l.Remaining;
+                if (rem >= minRemaining) return l;
+                cl.Compensate(Key, Keys, l.Token);
+                throw new InsufficientLeaseException(At(c) + ": " + Math.Round(rem.TotalMilliseconds) + " ms of the lease left after the grant, below the minimum " + minRemaining.TotalMilliseconds + " ms; released");
+            }
 
             /// <summary>A Lease, null to retry, or throws.</summary>
             public Lease Outcome(Call c)
             {
                 if (c.Fail == Fail.Lost)
                 {
-                    if (c.FailErr is ObjectDisposedException) throw new IndeterminateException("acquire " + K + ": the client was closed after the request was written");
-                    throw new IndeterminateException("acquire " + K + ": connection lost after the request was written: " + c.FailErr.Message, c.FailErr);
+                    if (c.FailErr is ObjectDisposedException) throw new IndeterminateException(At(c) + ": the client was closed after the request was written");
+                    throw new IndeterminateException(At(c) + ": connection lost after the request was written: " + c.FailErr.Message, c.FailErr);
                 }
                 if (c.Fail == Fail.Unsent)
                 {
@@ -323,12 +482,12 @@ namespace Ticketing
                 {
                     case Status.Granted:
                         long deadline = c.SentTicks + Clock.Ticks(TimeSpan.FromMilliseconds(r.Queued * (double)Wire.QueuedUnitMs + LeaseMs));
-                        return new Lease(cl, Key, r.Value, deadline);
-                    case Status.Timeout: throw new LockTimeoutException("acquire " + K + ": timed out, not acquired");
-                    case Status.Busy: throw new LockBusyException(r.Code, "acquire " + K + ": busy (" + r.Code + "), not acquired");
-                    case Status.Unknown: throw new IndeterminateException("acquire " + K + ": the cluster could not confirm the commit");
+                        return new Lease(cl, Key, Keys, r.Value, deadline);
+                    case Status.Timeout: throw new LockTimeoutException(At(c) + ": timed out, not acquired");
+                    case Status.Busy: throw new LockBusyException(r.Code, At(c) + ": busy (" + r.Code + "), not acquired");
+                    case Status.Unknown: throw new IndeterminateException(At(c) + ": the cluster could not confirm the commit");
                     case Status.Moved: return null;
-                    default: throw ServerError(r, "acquire " + K);
+                    default: throw ServerError(r, At(c));
                 }
             }
 
@@ -346,7 +505,7 @@ namespace Ticketing
                         rounds++;
                         pause = cl.RedirectDelay(rounds);
                         if (WaitMs == 0 || Clock.Span(BudgetEnd - Clock.Now) <= pause)
-                            throw new NoLeaderException("acquire " + K + ": no leader: " + moves + " consecutive redirects" + (addr.Length == 0 ? " (no leader elected)" : " (last to " + addr + ")"));
+                            throw new NoLeaderException(At(c) + ": no leader: " + moves + " consecutive redirects" + (addr.Length == 0 ? " (no leader elected)" : " (last to " + addr + ")"));
                         KnownLeader = cl.leader;
                         moves = 0;
                     }
@@ -354,13 +513,12 @@ namespace Ticketing
                 if (WaitMs > 0)
                 {
                     double rem = Clock.Ms(BudgetEnd - Clock.Now);
-                    if (rem < 1) throw new LockTimeoutException("acquire " + K + ": timed out, not acquired");
+                    if (rem < 1) throw new LockTimeoutException(At(c) + ": timed out, not acquired");
                     WaitMs = (uint)Math.Floor(rem);
                 }
                 return pause;
             }
         }
-
         // ------------------------------------------------------------------
         // Release
 
@@ -377,21 +535,51 @@ namespace Ticketing
         }
 
         /// <summary>ReleaseAsync with a raw byte key.</summary>
-        public async Task ReleaseAsync(byte[] key, ulong token, CancellationToken ct = default(CancellationToken))
+        public Task ReleaseAsync(byte[] key, ulong token, CancellationToken ct = default(CancellationToken))
         {
             CheckToken(token);
+            return ReleaseCoreAsync(NewRelease(CheckKey(key), null, token), ct);
+        }
+
+        /// <summary>
+        /// Releases the set of keys held with token (protocol 1.1 X, §12.2): O only when token
+        /// holds exactly these keys (in any order), else NotHolderException. As ReleaseAsync.
+        /// </summary>
+        public Task ReleaseSetAsync(IEnumerable<string> keys, ulong token, CancellationToken ct = default(CancellationToken))
+        {
+            var k = SetKeys(keys);
+            CheckToken(token);
+            return ReleaseCoreAsync(NewRelease(k[0], k, token), ct);
+        }
+
+        /// <summary>Synchronous ReleaseSetAsync (blocks the calling thread only).</summary>
+        public void ReleaseSet(IEnumerable<string> keys, ulong token, CancellationToken ct = default(CancellationToken))
+        {
+            var k = SetKeys(keys);
+            CheckToken(token);
+            ReleaseCore(NewRelease(k[0], k, token), ct);
+        }
+
+        RelState NewRelease(byte[] key, byte[][] keys, ulong token)
+        {
+            var st = new RelState(key, keys, token, Clock.Now + Clock.Ticks(ReleaseWindow));
             // R7: closed before anything was sent: Closed (ObjectDisposedException), not Indeterminate.
-            if (closed) throw new ObjectDisposedException("TicketingClient", "release " + Describe(key) + ": the client was closed; nothing was sent");
-            var st = new RelState(CheckKey(key), token, Clock.Now + Clock.Ticks(ReleaseWindow));
+            if (closed) throw new ObjectDisposedException("TicketingClient", "release " + st.Name + ": the client was closed; nothing was sent");
+            return st;
+        }
+
+        internal async Task ReleaseCoreAsync(RelState st, CancellationToken ct)
+        {
             Exception cause = null;
             while (true)
             {
                 var c = NextReleaseAttempt(st, cause);
                 try
                 {
-                    if (!SendAsyncReady(c, st.Deadline, st.Deadline, ct)) await SendSlowAsync(c, st.Deadline, st.Deadline, ct).ConfigureAwait(false);
+                    if (!SendAsyncReady(c, ct)) await SendSlowAsync(c, st.Deadline, st.Deadline, ct).ConfigureAwait(false);
                 }
                 catch (TicketingConnectionException e) { throw new IndeterminateException(st.GiveUp(e), e); }
+                catch (TicketingUnsupportedException e) { throw new TicketingUnsupportedException("release " + st.Name + " at " + AddrList() + ": " + e.Message); }
                 catch (OperationCanceledException) { releaser.Submit(st); throw; }
                 // The window's end comes from the watchdog, cancellation from ct: no timer per call.
                 c.WatchUntil = st.Deadline;
@@ -425,9 +613,11 @@ namespace Ticketing
         public void Release(byte[] key, ulong token, CancellationToken ct = default(CancellationToken))
         {
             CheckToken(token);
-            // R7: closed before anything was sent: Closed (ObjectDisposedException), not Indeterminate.
-            if (closed) throw new ObjectDisposedException("TicketingClient", "release " + Describe(key) + ": the client was closed; nothing was sent");
-            var st = new RelState(CheckKey(key), token, Clock.Now + Clock.Ticks(ReleaseWindow));
+            ReleaseCore(NewRelease(CheckKey(key), null, token), ct);
+        }
+
+        internal void ReleaseCore(RelState st, CancellationToken ct)
+        {
             Exception cause = null;
             while (true)
             {
@@ -435,6 +625,7 @@ namespace Ticketing
                 c.Sync = true;
                 try { Send(c, st.Deadline, st.Deadline, ct); }
                 catch (TicketingConnectionException e) { throw new IndeterminateException(st.GiveUp(e), e); }
+                catch (TicketingUnsupportedException e) { throw new TicketingUnsupportedException("release " + st.Name + " at " + AddrList() + ": " + e.Message); }
                 catch (OperationCanceledException) { releaser.Submit(st); throw; }
                 bool answered;
                 try { answered = c.Done.Task.Wait((int)Math.Ceiling(Clock.Ms(Math.Max(0, st.Deadline - Clock.Now))), ct); }
@@ -453,9 +644,9 @@ namespace Ticketing
         /// <summary>The next attempt of a caller's release, or why there is none (closed, window over).</summary>
         Call NextReleaseAttempt(RelState st, Exception cause)
         {
-            if (closed) throw new IndeterminateException("release " + Describe(st.Key) + ": the client was closed");
+            if (closed) throw new IndeterminateException("release " + st.Name + ": the client was closed");
             if (Clock.Now >= st.Deadline) throw new IndeterminateException(st.GiveUp(cause));
-            return new Call { Op = Wire.OpRelease, Key = st.Key, TokenArg = st.Token };
+            return st.NewCall(Owner.Caller, null);
         }
 
         /// <summary>
@@ -480,17 +671,30 @@ namespace Ticketing
         internal sealed class RelState
         {
             public readonly byte[] Key;
+            public readonly byte[][] Keys; // a set (X), or null (R)
             public readonly ulong Token;
             public readonly long Deadline;
             public bool Maybe;
             public int Moves, Retries;
             public bool Woken;
+            public string LastAddr;
 
-            public RelState(byte[] key, ulong token, long deadline) { Key = key; Token = token; Deadline = deadline; }
+            public RelState(byte[] key, byte[][] keys, ulong token, long deadline) { Key = key; Keys = keys; Token = token; Deadline = deadline; }
+
+            /// <summary>The key, or the set, for messages.</summary>
+            public string Name { get { return Keys != null ? "set " + DescribeSet(Keys) : Describe(Key); } }
+
+            /// <summary>"release "k" at addr" (R15).</summary>
+            public string At(Call c) { return "release " + Name + " at " + (c != null && c.Conn != null ? c.Conn.Addr : LastAddr ?? "?"); }
+
+            public Call NewCall(Owner owner, Releaser.Job job)
+            {
+                return new Call { Op = Keys != null ? Wire.OpReleaseSet : Wire.OpRelease, Key = Key, Keys = Keys, TokenArg = Token, Owner = owner, Job = job };
+            }
 
             public string GiveUp(Exception cause)
             {
-                return "release " + Describe(Key) + ": not confirmed within " + ReleaseWindow.TotalSeconds + "s" + (cause != null ? ": " + cause.Message : "");
+                return At(null) + ": not confirmed within " + ReleaseWindow.TotalSeconds + "s" + (cause != null ? ": " + cause.Message : "");
             }
         }
 
@@ -499,9 +703,10 @@ namespace Ticketing
         {
             pause = TimeSpan.Zero;
             err = null;
+            if (c.Conn != null) st.LastAddr = c.Conn.Addr;
             if (c.Fail != Fail.None)
             {
-                if (closed) { err = new IndeterminateException("release " + Describe(st.Key) + ": the client was closed"); return true; }
+                if (closed) { err = new IndeterminateException(st.At(c) + ": the client was closed"); return true; }
                 if (c.Fail == Fail.Unsent) return false;
                 st.Maybe = true;
                 pause = RedirectDelay(++st.Retries);
@@ -513,8 +718,8 @@ namespace Ticketing
                 case Status.Released: return true;
                 case Status.NotHolder:
                     err = st.Maybe
-                        ? (Exception)new IndeterminateException("release " + Describe(st.Key) + ": the token no longer holds the key; an earlier unconfirmed attempt may have released it")
-                        : new NotHolderException("release " + Describe(st.Key) + ": not the holder (the key is free or held under another token)");
+                        ? (Exception)new IndeterminateException(st.At(c) + ": the token no longer holds the key; an earlier unconfirmed attempt may have released it")
+                        : new NotHolderException(st.At(c) + ": not the holder (" + (st.Keys != null ? "the set is not held under this token with exactly these keys" : "the key is free or held under another token") + ")");
                     return true;
                 case Status.Moved:
                     Follow(Encoding.ASCII.GetString(r.Payload ?? new byte[0]));
@@ -525,15 +730,16 @@ namespace Ticketing
                     pause = RedirectDelay(++st.Retries);
                     return false;
                 default:
-                    err = ServerError(r, "release " + Describe(st.Key));
+                    err = ServerError(r, st.At(c));
                     return true;
             }
         }
 
-        internal void Compensate(byte[] key, ulong token)
+        internal void Compensate(byte[] key, byte[][] keys, ulong token)
         {
-            if (!releaser.Submit(new RelState(key, token, Clock.Now + Clock.Ticks(ReleaseWindow))))
-                Log(TicketingLogLevel.Warning, "ticketing: release queue full; an abandoned grant of " + Describe(key) + " stays held until its lease ends");
+            var st = new RelState(key, keys, token, Clock.Now + Clock.Ticks(ReleaseWindow));
+            if (!releaser.Submit(st))
+                Log(TicketingLogLevel.Warning, "ticketing: release queue full; an abandoned grant of " + st.Name + " stays held until its lease ends");
         }
 
         // ------------------------------------------------------------------
@@ -552,7 +758,7 @@ namespace Ticketing
                 {
                     var e = ep.Conns[(r + i) % n].Enqueue(c);
                     if (e == Enq.Ok) return Enq.Ok;
-                    if (e == Enq.Full) res = Enq.Full;
+                    if (e == Enq.Full || (e == Enq.Unsupported && res == Enq.Down)) res = e;
                 }
                 if (res == Enq.Full || ep.Conns.Any(x => x.Connecting)) return res;
             }
@@ -561,7 +767,7 @@ namespace Ticketing
             {
                 var e = p.Conns[(r + i) % m].Enqueue(c);
                 if (e == Enq.Ok) return Enq.Ok;
-                if (e == Enq.Full) res = Enq.Full;
+                if (e == Enq.Full || (e == Enq.Unsupported && res == Enq.Down)) res = e;
             }
             return res;
         }
@@ -570,6 +776,7 @@ namespace Ticketing
         void Send(Call c, long giveUp, long slotGiveUp, CancellationToken ct)
         {
             bool waited = false;
+            long grace = Clock.Now + Clock.Ticks(FirstConnectGrace);
             while (true)
             {
                 long g = Interlocked.Read(ref gen);
@@ -577,16 +784,51 @@ namespace Ticketing
                 if (waited) ShortenWait(c, slotGiveUp);
                 var r = TryEnqueue(c);
                 if (r == Enq.Ok) return;
-                long left = (r == Enq.Full ? slotGiveUp : giveUp) - Clock.Now;
-                if (left <= 0)
-                {
-                    if (r == Enq.Full) throw new LockTimeoutException("acquire " + Describe(c.Key) + ": timed out waiting for a free max_inflight slot, not acquired");
-                    throw ConnectError();
-                }
+                long left = SendLimit(r, giveUp, slotGiveUp, grace) - Clock.Now;
+                if (left <= 0) throw NotSent(r);
                 WaitChange(g, Clock.Span(left), ct);
                 waited = true;
             }
         }
+
+        /// <summary>
+        /// Until when a call that could not be queued (r) waits: a free slot until slotGiveUp, a
+        /// connection until giveUp, or up to the first-connect grace while a connection is being
+        /// opened for the first time (R1). Throws at once when there is nothing to wait for: the
+        /// server lacks the feature, or every connection failed auth or TLS (R4, R5).
+        /// </summary>
+        long SendLimit(Enq r, long giveUp, long slotGiveUp, long grace)
+        {
+            if (r == Enq.Full) return slotGiveUp;
+            if (r == Enq.Unsupported) throw new TicketingUnsupportedException("not supported by this server (protocol 1.1 key sets; the server speaks 1.0); nothing was sent");
+            var cfg = ConfigError();
+            if (cfg != null) throw Rethrowable(cfg);
+            if (giveUp < grace && pool.Conns.Any(x => x.Connecting)) return grace;
+            return giveUp;
+        }
+
+        Exception NotSent(Enq r)
+        {
+            if (r == Enq.Full) return new LockTimeoutException("timed out waiting for a free max_inflight slot, not acquired");
+            return ConnectError();
+        }
+
+        /// <summary>The configuration error (auth, TLS) when no connection is up and every connection's last attempt failed with one.</summary>
+        Exception ConfigError()
+        {
+            Exception e = null;
+            foreach (var c in pool.Conns)
+            {
+                if (c.IsUp) return null;
+                var x = c.ConfigError;
+                if (x == null) return null;
+                e = x;
+            }
+            return e;
+        }
+
+        /// <summary>The client's addresses, for messages about a call no one server answered.</summary>
+        internal string AddrList() { return string.Join(",", addresses); }
 
         /// <summary>
         /// Time spent waiting for a connection or a slot comes out of the wait the acquire
@@ -594,12 +836,12 @@ namespace Ticketing
         /// </summary>
         static void ShortenWait(Call c, long slotGiveUp)
         {
-            if (c.Op != Wire.OpAcquire || !c.Counts) return;
+            if (!c.IsAcquire || !c.Counts) return;
             double rem = Math.Max(0, Math.Floor(Clock.Ms(slotGiveUp - Clock.Now)));
             if (rem < c.A2) c.A2 = (uint)rem;
         }
 
-        bool SendAsyncReady(Call c, long giveUp, long slotGiveUp, CancellationToken ct)
+        bool SendAsyncReady(Call c, CancellationToken ct)
         {
             if (closed) throw new ObjectDisposedException("TicketingClient");
             ct.ThrowIfCancellationRequested();
@@ -608,6 +850,7 @@ namespace Ticketing
 
         async Task SendSlowAsync(Call c, long giveUp, long slotGiveUp, CancellationToken ct)
         {
+            long grace = Clock.Now + Clock.Ticks(FirstConnectGrace);
             while (true)
             {
                 Task changed;
@@ -616,12 +859,8 @@ namespace Ticketing
                 ShortenWait(c, slotGiveUp); // the fast path already failed once: time has passed
                 var r = TryEnqueue(c);
                 if (r == Enq.Ok) return;
-                long left = (r == Enq.Full ? slotGiveUp : giveUp) - Clock.Now;
-                if (left <= 0)
-                {
-                    if (r == Enq.Full) throw new LockTimeoutException("acquire " + Describe(c.Key) + ": timed out waiting for a free max_inflight slot, not acquired");
-                    throw ConnectError();
-                }
+                long left = SendLimit(r, giveUp, slotGiveUp, grace) - Clock.Now;
+                if (left <= 0) throw NotSent(r);
                 await Task.WhenAny(changed, Task.Delay(Clock.Span(left), ct)).ConfigureAwait(false);
                 ct.ThrowIfCancellationRequested();
             }
@@ -732,7 +971,7 @@ namespace Ticketing
             {
                 case Owner.Caller: completions.Post(c, true); break;
                 case Owner.Abandoned:
-                    if (c.Fail == Fail.None && c.Resp.Status == Status.Granted) Compensate(c.Key, c.Resp.Value);
+                    if (c.Fail == Fail.None && c.Resp.Status == Status.Granted) Compensate(c.Key, c.Keys, c.Resp.Value);
                     break;
                 case Owner.Releaser: releaser.Completed(c); break;
             }
@@ -764,8 +1003,9 @@ namespace Ticketing
 
         static Exception Rethrowable(Exception e)
         {
+            var t = e as TicketingTlsException;
+            if (t != null) return new TicketingTlsException(e.Message, e, t.Config);
             if (e is TicketingAuthenticationException) return new TicketingAuthenticationException(e.Message, e);
-            if (e is TicketingTlsException) return new TicketingTlsException(e.Message, e);
             return new TicketingProtocolException(e.Message, e);
         }
 
@@ -852,7 +1092,7 @@ namespace Ticketing
         static TimeSpan Jitter(double s)
         {
             if (rng == null) rng = new Random(Guid.NewGuid().GetHashCode());
-            return TimeSpan.FromSeconds(s / 2 + rng.NextDouble() * s / 2);
+            return TimeSpan.FromSeconds(rng.NextDouble() * s); // full jitter (R16): uniform in [0, step]
         }
 
         internal bool SleepUnlessClosed(TimeSpan d)
