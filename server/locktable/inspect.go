@@ -48,7 +48,7 @@ func (t *Table) Locks(now int64, prefix string, fn func(LockInfo) bool) {
 		} else {
 			li = LockInfo{Key: t.keyString(i), Token: e.token, HolderConn: t.holderConn(e)}
 			if hs := t.sets[e.token]; hs != nil {
-				li.Set = hs.keys
+				li.Set = t.heldKeys(hs)
 			}
 			if r := e.lease - now; r > 0 {
 				li.LeaseRemainingMS = r / 1e6

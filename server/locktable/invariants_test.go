@@ -96,7 +96,7 @@ func (t *Table) CheckInvariants() error {
 			if other, dup := tokens[e.token]; dup && hs == nil {
 				return fmt.Errorf("keys %q and %q hold the same token %d", other, k, e.token)
 			}
-			if hs != nil && !slices.Contains(hs.keys, k) {
+			if hs != nil && !slices.Contains(hs.ents[:hs.n], i) {
 				return fmt.Errorf("key %q holds the token of a set without it", k)
 			}
 			tokens[e.token] = k
@@ -186,11 +186,17 @@ func (t *Table) CheckInvariants() error {
 	// key sets: every held set's keys hold its token; no waiting set is
 	// left grantable (at the head of all its keys, all of them blocked)
 	for tok, hs := range t.sets {
-		for _, k := range hs.keys {
-			if i := t.findString(k); i == noEntry || t.ent(i).token != tok {
-				return fmt.Errorf("held set %d: key %q does not hold its token", tok, k)
+		if hs.n < 2 || hs.n > len(hs.ents) {
+			return fmt.Errorf("held set %d: %d keys", tok, hs.n)
+		}
+		for k, i := range hs.ents[:hs.n] {
+			if i >= t.n || t.ent(i).token != tok || slices.Contains(hs.ents[:k], i) {
+				return fmt.Errorf("held set %d: entry %d does not hold its token (or twice)", tok, i)
 			}
 		}
+	}
+	if t.nFreeSets > t.limits.IdleCache {
+		return fmt.Errorf("free list holds %d held sets > %d", t.nFreeSets, t.limits.IdleCache)
 	}
 	for _, w := range t.waiters {
 		if s := w.set; s != nil {

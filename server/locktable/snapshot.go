@@ -2,7 +2,6 @@ package locktable
 
 import (
 	"fmt"
-	"slices"
 	"sort"
 
 	"github.com/ticketing/ticketing/client/wire"
@@ -64,7 +63,7 @@ func (t *Table) SnapshotUnordered() State {
 		} else {
 			ks = KeyState{Key: t.keyString(i), Token: e.token, Holder: t.holderConn(e), Grant: e.grant, Deadline: e.lease}
 			if hs := t.sets[e.token]; hs != nil {
-				ks.Set = hs.keys
+				ks.Set = t.heldKeys(hs)
 			}
 		}
 		if q := t.queueOf(i); q != nil {
@@ -99,6 +98,11 @@ func (t *Table) Restore(s State) error {
 		ws  []WaiterState
 	}
 	var pends []pend
+	type setPend struct {
+		tok  uint64
+		keys []string
+	}
+	var setKeys []setPend // keys of each held set, resolved to entries once all exist
 	for _, ks := range s.Keys {
 		if ks.Token == 0 && (len(ks.Waiters) == 0 || ks.Waiters[0].Set == nil) {
 			return fmt.Errorf("locktable: restore: key %q has no holder", ks.Key)
@@ -120,11 +124,27 @@ func (t *Table) Restore(s State) error {
 				if t.sets == nil {
 					t.sets = make(map[uint64]*heldSet)
 				}
-				t.sets[ks.Token] = &heldSet{keys: slices.Clone(ks.Set), conn: ks.Holder}
+				if len(ks.Set) > wire.MaxSetKeys {
+					return fmt.Errorf("locktable: restore: key set of %d keys", len(ks.Set))
+				}
+				hs := t.newHeldSet()
+				hs.n, hs.conn = len(ks.Set), ks.Holder
+				t.sets[ks.Token] = hs
+				setKeys = append(setKeys, setPend{ks.Token, ks.Set})
 			}
 		}
 		if len(ks.Waiters) > 0 {
 			pends = append(pends, pend{i, ks.Key, ks.Waiters})
+		}
+	}
+	for _, sp := range setKeys {
+		tok, hs := sp.tok, t.sets[sp.tok]
+		for k, key := range sp.keys {
+			i := t.findString(key)
+			if i == noEntry || t.ent(i).token != tok {
+				return fmt.Errorf("locktable: restore: key %q of a key set is not held by it", key)
+			}
+			hs.ents[k] = i
 		}
 	}
 	// Queue the waiters in an arrival order consistent with every queue: a

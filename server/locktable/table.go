@@ -147,8 +147,10 @@ type Table struct {
 	// falls back after a burst
 	freeWaiters  *waiter
 	freeQueues   *kqueue
+	freeSets     *heldSet
 	nFreeWaiters int
 	nFreeQueues  int
+	nFreeSets    int
 }
 
 // kqueue is the FIFO queue of one held key's waiters.
