@@ -214,16 +214,16 @@ func (e *e2e) lockEntry(key string) (wire.LockEntry, bool) {
 // waitQueue waits until key's queue has depth waiters.
 func (e *e2e) waitQueue(key string, depth int) {
 	e.t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if l, ok := e.lockEntry(key); ok && l.QueueDepth == depth {
-			return
-		}
-		if time.Now().After(deadline) {
-			e.t.Fatalf("queue of %q never reached %d", key, depth)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	e.waitEntry(key, fmt.Sprintf("a queue of %d", depth), func(l wire.LockEntry) bool { return l.QueueDepth == depth })
+}
+
+// waitEntry waits (20 s at most) until key's locks entry satisfies ok.
+func (e *e2e) waitEntry(key, what string, ok func(wire.LockEntry) bool) {
+	e.t.Helper()
+	waitFor(e.t, 20*time.Second, func() bool {
+		l, found := e.lockEntry(key)
+		return found && ok(l)
+	}, fmt.Sprintf("%q: %s", key, what))
 }
 
 func (e *e2e) readFile(name string) string {
@@ -327,7 +327,10 @@ func TestE2ERunWaitedLongerThanLease(t *testing.T) {
 	if len(row) < 7 || row[1] != strconv.FormatUint(holder, 10) || row[3] != "1" {
 		t.Errorf("locks row %q in\n%s", row, lp.out.String())
 	}
-	time.Sleep(time.Until(r.start.Add(lease + time.Second))) // wait longer than the lease
+	// run has waited longer than its lease: observed on the server's queue.
+	e.waitEntry("wl", "the waiter older than the lease", func(l wire.LockEntry) bool {
+		return l.QueueDepth == 1 && l.OldestWaiterAgeMS >= (lease+time.Second).Milliseconds()
+	})
 	e.expect(0, "release", "wl", strconv.FormatUint(holder, 10))
 	if code := r.wait(t); code != ExitLeaseLost {
 		t.Fatalf("run exit %d, want 9; stderr %s", code, r.err.String())
@@ -470,17 +473,7 @@ func TestE2ETokenFileAndAuth(t *testing.T) {
 	// A spawned `ticketing serve`, which logs the bound address.
 	w := newWorld(t, bin, "")
 	srv := w.start("", "serve", "--listen", "127.0.0.1:0", "--token-file", tf)
-	re := regexp.MustCompile(`msg=serving addr=(\S+)`)
-	var addr string
-	for deadline := time.Now().Add(20 * time.Second); addr == ""; {
-		if m := re.FindStringSubmatch(srv.err.String()); m != nil {
-			addr = m[1]
-		} else if time.Now().After(deadline) {
-			t.Fatalf("serve did not log its address: %s", srv.err.String())
-		} else {
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
+	addr := servingAddr(t, srv)
 	e := newWorld(t, bin, addr)
 
 	tok := e.token(e.expect(0, "acquire", "a", "--token-file", tf))

@@ -105,6 +105,10 @@ type fakeLocker struct {
 	lease      time.Duration // for the granted lock's deadline (default: the asked lease)
 	token      uint64
 	releaseErr error
+	// waiting, when set, is closed once a blocking Acquire waits: the test
+	// observes the wait instead of sleeping for it.
+	waiting     chan struct{}
+	waitingOnce sync.Once
 
 	acquired []string
 	released []uint64
@@ -123,6 +127,9 @@ func (f *fakeLocker) Acquire(ctx context.Context, key string, lease, wait time.D
 	}
 	f.mu.Unlock()
 	if block {
+		if f.waiting != nil {
+			f.waitingOnce.Do(func() { close(f.waiting) })
+		}
 		<-ctx.Done()
 		return nil, ctx.Err()
 	}
@@ -211,3 +218,16 @@ func testConn() ConnOptions {
 
 // hp is host:port.
 func hp(host string, port int) string { return net.JoinHostPort(host, strconv.Itoa(port)) }
+
+// waitFor is the package's one wait on an observation: it polls cond every
+// 20 ms until it holds, and fails the test after d (a generous bound: CI is
+// a loaded 2-core machine). No test orders events by sleeping.
+func waitFor(t testing.TB, d time.Duration, cond func() bool, what string) {
+	t.Helper()
+	for deadline := time.Now().Add(d); !cond(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
