@@ -488,13 +488,10 @@ func (cl *Client) complete(c *call) {
 	case ownerCaller:
 		c.done <- struct{}{}
 	case ownerAbandoned:
-		if c.op == wire.OpAcquire && c.fail == failNone && c.status == wire.StatusGranted {
+		if (c.op == wire.OpAcquire || c.op == wire.OpAcquireSet) && c.fail == failNone && c.status == wire.StatusGranted {
 			// The caller gave up, but the grant won the race (protocol.md §5
 			// "Cancel"): release that known token ourselves.
-			cl.compensate(c.key, c.value)
-		}
-		if c.op == wire.OpAcquireSet && c.fail == failNone && c.status == wire.StatusGranted {
-			cl.compensateSet(c.keys, c.value) // the same for a key set (§12.2)
+			cl.compensateGrant(c)
 		}
 		putCall(c)
 		cl.abandoned.Add(-1) // after compensate queued its release (Drain)

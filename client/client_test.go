@@ -498,7 +498,7 @@ func TestOutageThenTransparentSuccess(t *testing.T) {
 	eventually(t, "connections down", func() bool { return upCount(cl) == 0 })
 	// A wait that outlasts the outage (R3); wait 0 would fail ErrConnect at once (R1).
 	ch := goAcquire(cl, context.Background(), "k", time.Second, 5*time.Second)
-	time.Sleep(200 * time.Millisecond)
+	eventually(t, "the acquire waiting for a connection", func() bool { return cl.notify.waiting.Load() >= 1 })
 	fs2 := newFake(t, fakeOpts{addr: addr, handler: newFakeLocks().handle})
 	_ = fs2
 	r := recv(t, ch)

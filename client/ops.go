@@ -103,7 +103,7 @@ func (cl *Client) Acquire(ctx context.Context, key string, lease, wait time.Dura
 		if err := ctx.Err(); err != nil {
 			return nil, opErr("acquire", key, err)
 		}
-		l, moved, addr, err := cl.acquireOnce(ctx, key, leaseMS, waitMS, budgetEnd, budgetEnd)
+		l, moved, addr, err := cl.acquireOnce(ctx, key, nil, leaseMS, waitMS, budgetEnd, budgetEnd)
 		if err != nil {
 			if addr == "" {
 				addr = cl.addrs()
@@ -138,11 +138,16 @@ func (cl *Client) Acquire(ctx context.Context, key string, lease, wait time.Dura
 // acquireOnce sends one acquire and waits for its answer: the lock, or the
 // error to return, or (both nil) a retry: moved names the leader of an M
 // answer; nil moved means the request was never written. addr is the
-// server the request went to ("" when it was not sent).
-func (cl *Client) acquireOnce(ctx context.Context, key string, leaseMS, waitMS uint32, connGiveUp, budgetEnd time.Time) (l *Lock, moved *string, addr string, err error) {
+// server the request went to ("" when it was not sent). keys is nil for
+// one key (A); for a key set (S, protocol.md §12.2) it is the set, and key
+// its first key (the key a cancel names).
+func (cl *Client) acquireOnce(ctx context.Context, key string, keys []string, leaseMS, waitMS uint32, connGiveUp, budgetEnd time.Time) (l *Lock, moved *string, addr string, err error) {
 	c := getCall()
 	c.op = wire.OpAcquire
 	c.key = key
+	if keys != nil {
+		c.op, c.keys, c.need = wire.OpAcquireSet, keys, wire.FeatureKeySets
+	}
 	c.arg = wire.AcquireArg(leaseMS, waitMS)
 	c.counts = waitMS > 0
 	if err := cl.send(ctx, c, connGiveUp, budgetEnd); err != nil {
@@ -164,7 +169,7 @@ func (cl *Client) acquireOnce(ctx context.Context, key string, leaseMS, waitMS u
 		}
 		<-c.done // answered meanwhile
 		if c.fail == failNone && c.status == wire.StatusGranted {
-			cl.compensate(key, c.value)
+			cl.compensateGrant(c)
 		}
 		putCall(c)
 		return nil, nil, addr, ctx.Err()
@@ -193,6 +198,7 @@ func (cl *Client) acquireOnce(ctx context.Context, key string, leaseMS, waitMS u
 		return &Lock{
 			cl:       cl,
 			key:      key,
+			keys:     keys,
 			token:    c.value,
 			deadline: c.sent.Add(wire.QueuedDuration(c.queued) + time.Duration(leaseMS)*time.Millisecond),
 		}, nil, addr, nil

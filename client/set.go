@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -76,7 +75,7 @@ func (cl *Client) AcquireSet(ctx context.Context, keys []string, lease, wait tim
 		if err := ctx.Err(); err != nil {
 			return nil, opErr("acquire", name, err)
 		}
-		l, moved, err := cl.acquireSetOnce(ctx, keys, leaseMS, waitMS, connGiveUp, budgetEnd)
+		l, moved, _, err := cl.acquireOnce(ctx, keys[0], keys, leaseMS, waitMS, connGiveUp, budgetEnd)
 		if err != nil {
 			return nil, opErr("acquire", name, err)
 		}
@@ -103,72 +102,6 @@ func (cl *Client) TryAcquireSet(ctx context.Context, keys []string, lease time.D
 	return cl.AcquireSet(ctx, keys, lease, 0)
 }
 
-// acquireSetOnce is acquireOnce for S.
-func (cl *Client) acquireSetOnce(ctx context.Context, keys []string, leaseMS, waitMS uint32, connGiveUp, budgetEnd time.Time) (l *Lock, moved *string, err error) {
-	c := getCall()
-	c.op = wire.OpAcquireSet
-	c.key = keys[0] // a cancel names the set's first key (§12.2)
-	c.keys = keys
-	c.need = wire.FeatureKeySets
-	c.arg = wire.AcquireArg(leaseMS, waitMS)
-	c.counts = waitMS > 0
-	if err := cl.send(ctx, c, connGiveUp, budgetEnd); err != nil {
-		putCall(c)
-		if err == errNoSlot {
-			err = ErrTimeout
-		}
-		return nil, nil, err
-	}
-	select {
-	case <-c.done:
-	case <-ctx.Done():
-		if c.cn.abandon(c) {
-			return nil, nil, ctx.Err()
-		}
-		<-c.done
-		if c.fail == failNone && c.status == wire.StatusGranted {
-			cl.compensateSet(keys, c.value)
-		}
-		putCall(c)
-		return nil, nil, ctx.Err()
-	}
-	defer putCall(c)
-	if c.fail != failNone {
-		if c.fail == failLost {
-			if errors.Is(c.failErr, ErrClosed) {
-				return nil, nil, both(ErrIndeterminate, ErrClosed)
-			}
-			return nil, nil, fmt.Errorf("%w: connection lost after the request was written: %w", ErrIndeterminate, c.failErr)
-		}
-		if cl.closed.Load() {
-			return nil, nil, ErrClosed
-		}
-		return nil, nil, nil
-	}
-	switch c.status {
-	case wire.StatusGranted:
-		return &Lock{
-			cl:       cl,
-			key:      keys[0],
-			keys:     keys,
-			token:    c.value,
-			deadline: c.sent.Add(wire.QueuedDuration(c.queued) + time.Duration(leaseMS)*time.Millisecond),
-		}, nil, nil
-	case wire.StatusTimeout:
-		return nil, nil, ErrTimeout
-	case wire.StatusBusy:
-		return nil, nil, &BusyError{Code: c.code}
-	case wire.StatusUnknown:
-		return nil, nil, fmt.Errorf("%w: the cluster could not confirm the commit", ErrIndeterminate)
-	case wire.StatusError:
-		return nil, nil, &ProtocolError{Code: c.code, Msg: string(c.payload)}
-	case wire.StatusMoved:
-		addr := string(c.payload)
-		return nil, &addr, nil
-	}
-	return nil, nil, nil
-}
-
 // ReleaseSet releases the key set held with token (X, §12.2): keys must be
 // exactly the set's keys, in any order. Answers as Release: nil only on O;
 // ErrNotHolder when the token does not hold exactly these keys (a wrong or
@@ -182,6 +115,16 @@ func (cl *Client) ReleaseSet(ctx context.Context, keys []string, token uint64) e
 	_, err := cl.releaseWith(ctx, relState{key: name, keys: append([]string(nil), keys...), token: token,
 		deadline: time.Now().Add(cl.cfg.releaseWindow)})
 	return err
+}
+
+// compensateGrant releases, in the background, what a granted acquire call
+// (A or S) holds: its caller had already given up.
+func (cl *Client) compensateGrant(c *call) {
+	if c.op == wire.OpAcquireSet {
+		cl.compensateSet(c.keys, c.value)
+		return
+	}
+	cl.compensate(c.key, c.value)
 }
 
 // compensateSet releases, in the background, a key set granted to an

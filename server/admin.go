@@ -228,14 +228,16 @@ func (s *Server) Locks(prefix string, limit int) wire.LocksReply {
 	return wire.LocksReply{Total: total, Truncated: total > len(out), Locks: out, ClockUnverified: s.lock.clockUnverified()}
 }
 
-// connLabel is the label and remote address of connection id ("" when it is
-// not open on this node: closed, or another node's).
+// connLabel is the label and remote address of connection id: the open
+// connection's, else what the cluster replicated for it (a connection of
+// another node, or of an earlier leader: §12.3), else "".
 func (s *Server) connLabel(id uint64) (label, addr string) {
 	s.connsMu.RLock()
 	c := s.conns[id]
 	s.connsMu.RUnlock()
 	if c == nil {
-		return "", ""
+		label, addr, _ = s.lock.replicatedLabel(id)
+		return label, addr
 	}
 	return c.labelAddr()
 }

@@ -51,10 +51,9 @@ func TestAdminStatusFields(t *testing.T) {
 		t.Fatalf("counters: %v", m["counters"])
 	}
 	hasNumber(t, ctr, "grants", "handoffs", "timeouts", "releases", "not_holder", "expiries", "busy", "errors")
-	time.Sleep(20 * time.Millisecond)
-	if up := status(t, c).UptimeMS; up < 20 {
-		t.Fatalf("uptime_ms %d after 20 ms", up)
-	}
+	// uptime_ms moves: observed, not slept for.
+	first := status(t, c).UptimeMS
+	waitFor(t, "uptime_ms to grow by 20", func() bool { return status(t, c).UptimeMS >= first+20 })
 }
 
 // Every counter moves exactly as the requests say.
@@ -119,7 +118,15 @@ func TestAdminLocks(t *testing.T) {
 		}
 		waitDepth(t, admin, k, n)
 	}
-	time.Sleep(30 * time.Millisecond)
+	// The waiters' age as the server reports it, observed rather than slept for.
+	waitFor(t, "every queue's oldest waiter 20 ms old", func() bool {
+		for _, e := range locks(t, admin, `{"cmd":"locks"}`).Locks {
+			if e.QueueDepth > 0 && e.OldestWaiterAgeMS < 20 {
+				return false
+			}
+		}
+		return true
+	})
 
 	r := admin.Query(`{"cmd":"locks"}`)
 	for _, member := range []string{`"total":`, `"truncated":`, `"locks":[`, `"key":`, `"token":`, `"lease_remaining_ms":`, `"queue_depth":`, `"oldest_waiter_age_ms":`} {

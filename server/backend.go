@@ -48,6 +48,11 @@ type backend interface {
 	// eachTable calls fn with every lock table locked and the instant to
 	// read it at (admin status and locks).
 	eachTable(fn func(t *locktable.Table, now int64))
+	// replicatedLabel is the label and remote address of a connection that
+	// is not open here, as the cluster replicated them (protocol.md §12.3;
+	// ok false: none known, always on a single node). Called from within
+	// eachTable's fn.
+	replicatedLabel(conn uint64) (label, addr string, ok bool)
 	// counts are the active keys and waiters (admin status, metrics).
 	counts() (keys, waiters int64)
 
@@ -267,6 +272,8 @@ func (b *tables) eachTable(fn func(t *locktable.Table, now int64)) {
 }
 
 func (b *tables) counts() (keys, waiters int64) { return b.shared.Keys(), b.shared.Waiters() }
+
+func (b *tables) replicatedLabel(uint64) (string, string, bool) { return "", "", false }
 
 func (b *tables) status(*wire.StatusReply) {}
 

@@ -69,6 +69,25 @@ func (b *tables) tidySetKeys() {
 	b.setMu.Unlock()
 }
 
+// tidyKeys is tidySetKeys for the keys of ks only: after a set release or a
+// set acquire that was not queued, only its own keys can have become idle in
+// the set shard (issue 35: the set path no longer walks every moved key).
+func (b *tables) tidyKeys(ks *wire.KeySet) {
+	if b.nSetKeys.Load() == 0 {
+		return
+	}
+	b.setMu.Lock()
+	b.setSh.mu.Lock()
+	for _, k := range ks.Keys[:ks.N] {
+		if _, ok := b.setKeys[string(k)]; ok && b.setSh.t.IdleKey(k) {
+			delete(b.setKeys, string(k))
+			b.nSetKeys.Add(-1)
+		}
+	}
+	b.setSh.mu.Unlock()
+	b.setMu.Unlock()
+}
+
 func (b *tables) acquireSet(c *conn, now int64, req *wire.Request, ks *wire.KeySet) {
 	b.setMu.Lock()
 	b.moveToSets(ks)
@@ -101,7 +120,7 @@ func (b *tables) acquireSet(c *conn, now int64, req *wire.Request, ks *wire.KeyS
 		c.wbuf = wire.AppendGranted(c.wbuf, req.ReqID, e.Token, e.Queued)
 	default:
 		c.wbuf = wire.AppendStatus(c.wbuf, e.Status, e.Code, req.ReqID)
-		b.tidySetKeys()
+		b.tidyKeys(ks)
 	}
 }
 
@@ -109,7 +128,7 @@ func (b *tables) acquireSet(c *conn, now int64, req *wire.Request, ks *wire.KeyS
 // with its lock held).
 func (b *tables) allIdle(ks *wire.KeySet) bool {
 	for _, k := range ks.Keys[:ks.N] {
-		if !b.setSh.t.Idle(string(k)) {
+		if !b.setSh.t.IdleKey(k) {
 			return false
 		}
 	}
@@ -136,5 +155,5 @@ func (b *tables) releaseSet(c *conn, now int64, req *wire.Request, ks *wire.KeyS
 	sh.mu.Unlock()
 	b.setMu.RUnlock()
 	c.wbuf = wire.AppendStatus(c.wbuf, e.Status, e.Code, req.ReqID)
-	b.tidySetKeys()
+	b.tidyKeys(ks)
 }

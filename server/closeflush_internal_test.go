@@ -51,10 +51,12 @@ func TestTeardownWaitsForTheWriter(t *testing.T) {
 	s.wg.Add(1)
 	go c.writeLoop()
 	c.wake <- struct{}{}
-	done := make(chan struct{})
+	done, readDone := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(done)
-		c.teardown(c.readLoop())
+		fatal := c.readLoop()
+		close(readDone)
+		c.teardown(fatal)
 	}()
 	// Wait until the writer is blocked in its write, then send an unknown op.
 	deadline := time.Now().Add(10 * time.Second)
@@ -70,7 +72,13 @@ func TestTeardownWaitsForTheWriter(t *testing.T) {
 	if _, err := cl.Write(wire.AppendRequestHeader(nil, wire.Op('Z'), 0, 0, 4242, 0)); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(300 * time.Millisecond) // teardown runs meanwhile
+	// The reader has answered the bad op and ended: teardown runs while
+	// the client reads (observed, not slept for).
+	select {
+	case <-readDone:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the reader did not end on the bad op within 30 s")
+	}
 	_ = cl.SetReadDeadline(time.Now().Add(30 * time.Second))
 	all, err := io.ReadAll(cl)
 	if err != nil {

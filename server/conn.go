@@ -65,6 +65,10 @@ type conn struct {
 	stopping   atomic.Bool // server shutdown: discard further requests
 
 	label atomic.Pointer[string] // the connection's label (§12.3); nil: none
+	// reader-owned, cluster: the label last replicated (OpLabel) and the
+	// leader's serve epoch it was replicated in (raftBackend.withLabel)
+	sentLabel *string
+	sentEpoch uint64
 }
 
 // labelAddr is the connection's label ("" when none) and remote address.

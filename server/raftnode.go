@@ -320,12 +320,51 @@ func (b *raftBackend) releaseSet(c *conn, _ int64, req *wire.Request, _ *wire.Ke
 func (b *raftBackend) submitSet(c *conn, req *wire.Request, op cluster.Op) {
 	key := make([]byte, 0, 1+len(req.Body))
 	key = append(append(key, req.SetCount()), req.Body...)
-	cmd := cluster.Command{Op: op, Conn: c.id, ReqID: req.ReqID, Key: key, Arg: req.Arg}
+	b.propose(c, req, cluster.Command{Op: op, Conn: c.id, ReqID: req.ReqID, Key: key, Arg: req.Arg})
+}
+
+// propose submits cmd, outstanding until its answer is delivered; an
+// acquire goes with its connection's label when that is not replicated in
+// this serving term yet (withLabel).
+func (b *raftBackend) propose(c *conn, req *wire.Request, cmd cluster.Command) {
 	c.addPending(req.ReqID)
-	if err := b.node.Submit(cmd); err != nil {
+	var err error
+	if cmd.Op == cluster.OpAcquire || cmd.Op == cluster.OpAcquireSet {
+		err = b.withLabel(c, cmd)
+	} else {
+		err = b.node.Submit(cmd)
+	}
+	if err != nil {
 		c.dropPending(req.ReqID)
 		c.wbuf = wire.AppendMoved(c.wbuf, req.ReqID, b.node.LeaderClientAddr())
 	}
+}
+
+// withLabel submits an acquire, preceded in the log by an OpLabel with the
+// connection's label and remote address when the label changed or was not
+// sent in this serving term (a new leader's LeaderStart let go of the
+// labels of connections that hold nothing: cluster/labels.go). The locks
+// that survive a leader change thus keep their holder's label (§12.3).
+func (b *raftBackend) withLabel(c *conn, cmd cluster.Command) error {
+	p, ep := c.label.Load(), b.node.ServeEpoch()
+	if p != nil && *p == "" {
+		p = nil // cleared: as none
+	}
+	due := p != nil && (p != c.sentLabel || ep != c.sentEpoch) ||
+		p == nil && c.sentLabel != nil && ep == c.sentEpoch
+	if !due {
+		return b.node.Submit(cmd)
+	}
+	var l string
+	if p != nil {
+		l = *p
+	}
+	lc := cluster.Command{Op: cluster.OpLabel, Conn: c.id, Key: cluster.EncodeLabel(l, c.raw.RemoteAddr().String())}
+	if err := b.node.Submit(lc, cmd); err != nil {
+		return err
+	}
+	c.sentLabel, c.sentEpoch = p, ep
+	return nil
 }
 
 func (b *raftBackend) release(c *conn, _ int64, req *wire.Request) {
@@ -367,18 +406,15 @@ func (b *raftBackend) serving(c *conn, req *wire.Request) bool {
 // submit queues the request for the next raft batch, outstanding until its
 // answer is delivered.
 func (b *raftBackend) submit(c *conn, req *wire.Request, op cluster.Op) {
-	cmd := cluster.Command{Op: op, Conn: c.id, ReqID: req.ReqID, Key: append([]byte(nil), req.Key...), Arg: req.Arg}
-	c.addPending(req.ReqID)
-	if err := b.node.Submit(cmd); err != nil {
-		c.dropPending(req.ReqID)
-		c.wbuf = wire.AppendMoved(c.wbuf, req.ReqID, b.node.LeaderClientAddr())
-	}
+	b.propose(c, req, cluster.Command{Op: op, Conn: c.id, ReqID: req.ReqID, Key: append([]byte(nil), req.Key...), Arg: req.Arg})
 }
 
 // connGone replicates that a client connection closed, so its waiters
-// leave their queues (its locks stay held).
+// leave their queues (its locks stay held) and its replicated label goes
+// once it holds nothing.
 func (b *raftBackend) connGone(c *conn) {
-	if c.peerPort || !b.node.Serving() || c.inflight.Load() == 0 {
+	labelled := c.sentLabel != nil && c.sentEpoch == b.node.ServeEpoch()
+	if c.peerPort || !b.node.Serving() || c.inflight.Load() == 0 && !labelled {
 		return
 	}
 	_ = b.node.Submit(cluster.Command{Op: cluster.OpDropConn, Conn: c.id})
@@ -421,6 +457,12 @@ func (b *raftBackend) eachTable(fn func(t *locktable.Table, now int64)) {
 }
 
 func (b *raftBackend) counts() (keys, waiters int64) { return b.node.FSM().Counts() }
+
+// replicatedLabel is the label and address the cluster replicated for a
+// connection of any node (called within eachTable: the FSM is locked).
+func (b *raftBackend) replicatedLabel(conn uint64) (label, addr string, ok bool) {
+	return b.node.FSM().LabelLocked(conn)
+}
 
 func (b *raftBackend) status(st *wire.StatusReply) {
 	in := b.node.Info()

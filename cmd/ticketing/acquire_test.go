@@ -199,12 +199,12 @@ func TestAcquireRun(t *testing.T) {
 		}
 	})
 	t.Run("signal while waiting withdraws and exits 128+N", func(t *testing.T) {
-		f := &fakeLocker{block: true}
+		f := &fakeLocker{block: true, waiting: make(chan struct{})}
 		sigs := make(chan os.Signal, 1)
 		o := base(f)
 		o.Signals = chanSignals(sigs)
 		ios, out, _ := testIO("")
-		go func() { time.Sleep(50 * time.Millisecond); sigs <- syscall.SIGINT }()
+		go func() { <-f.waiting; sigs <- syscall.SIGINT }() // while it waits
 		err := runAcquire(context.Background(), ios, o)
 		code, line := codeOf(err)
 		if code != 130 || out.Len() != 0 {

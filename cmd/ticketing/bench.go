@@ -120,12 +120,8 @@ func benchOptions(fac *Factory, cmd *cobra.Command) (*BenchOptions, error) {
 	cfg := bench.DefaultConfig()
 	st := newSettings(cmd, v)
 	addrs := setting(st, "addr", parseAddrList)
-	if cfg.Token, err = readSecret(v, "token", "token-file"); err != nil {
-		return nil, err
-	}
-	if cfg.AdminToken, err = readSecret(v, "admin-token", "admin-token-file"); err != nil {
-		return nil, err
-	}
+	cfg.Token = st.secret("token", "token-file")
+	cfg.AdminToken = st.secret("admin-token", "admin-token-file")
 	switch st.oneOf("role", "client", "admin", "1", "2") {
 	case "client", "1":
 		cfg.Role = wire.RoleClient
@@ -152,6 +148,7 @@ func benchOptions(fac *Factory, cmd *cobra.Command) (*BenchOptions, error) {
 	cfg.Seed = st.uint64("seed")
 	output := st.oneOf("output", "text", "json")
 	progress := st.bool("progress")
+	cpuprofile := st.str("cpuprofile")
 	if st.err != nil {
 		return nil, st.err
 	}
@@ -162,7 +159,7 @@ func benchOptions(fac *Factory, cmd *cobra.Command) (*BenchOptions, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, withExit(ExitUsage, err)
 	}
-	return &BenchOptions{Config: cfg, Addrs: addrs, Output: output, CPUProfile: v.GetString("cpuprofile")}, nil
+	return &BenchOptions{Config: cfg, Addrs: addrs, Output: output, CPUProfile: cpuprofile}, nil
 }
 
 func runBench(ctx context.Context, ios *IO, opts *BenchOptions) error {
@@ -272,7 +269,6 @@ func newCmdBenchReport(fac *Factory, runF func(context.Context, *IO, *BenchRepor
 	if runF == nil {
 		runF = runBenchReport
 	}
-	opts := &BenchReportOptions{}
 	cmd := &cobra.Command{
 		Use:    "bench-report FILE...",
 		Short:  "Tabulate `ticketing bench --output json` results (used by scripts/bench-*.sh)",
@@ -285,12 +281,20 @@ target of each workload to the others (ticketing ÷ redis, ticketing ÷ floor).
 --budget adds the budget table (docs/benchmarks.md); --oneline prints one
 line per run instead.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			opts.Files = args
+			v, err := fac.Config(cmd)
+			if err != nil {
+				return err
+			}
+			st := newSettings(cmd, v)
+			opts := &BenchReportOptions{Files: args, Oneline: st.bool("oneline"), Budget: st.bool("budget")}
+			if st.err != nil {
+				return st.err
+			}
 			return runF(cmd.Context(), ios, opts)
 		},
 	}
-	cmd.Flags().BoolVar(&opts.Oneline, "oneline", false, "one line per run")
-	cmd.Flags().BoolVar(&opts.Budget, "budget", false, "add the budget table")
+	cmd.Flags().Bool("oneline", false, "one line per run")
+	cmd.Flags().Bool("budget", false, "add the budget table")
 	return cmd
 }
 

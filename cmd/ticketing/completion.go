@@ -53,7 +53,15 @@ func newCmdMan(fac *Factory) *cobra.Command {
 		Hidden: true,
 		Args:   cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			dir, _ := cmd.Flags().GetString("dir")
+			v, err := fac.Config(cmd)
+			if err != nil {
+				return err
+			}
+			st := newSettings(cmd, v)
+			dir := st.str("dir")
+			if st.err != nil {
+				return st.err
+			}
 			if dir == "" {
 				return usageError("man: --dir is required")
 			}

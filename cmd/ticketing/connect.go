@@ -92,9 +92,9 @@ func connOptions(cmd *cobra.Command, v *viper.Viper) (ConnOptions, error) {
 	if o.Timeout <= 0 {
 		return o, usageError("--timeout must be positive")
 	}
-	var err error
-	if o.Token, err = flagSecret(cmd, v, "token", "token-file"); err != nil {
-		return o, err
+	o.Token = flagSecret(st, "token", "token-file")
+	if st.err != nil {
+		return o, st.err
 	}
 	if insideRun(cmd, v) {
 		// Inside `ticketing run`, TICKETING_TOKEN is the enclosing lock's
@@ -102,27 +102,32 @@ func connOptions(cmd *cobra.Command, v *viper.Viper) (ConnOptions, error) {
 		// --token or --token-file / TICKETING_TOKEN_FILE.
 		o.Token = ""
 	}
-	if o.AdminToken, err = flagSecret(cmd, v, "admin-token", "admin-token-file"); err != nil {
-		return o, err
+	o.AdminToken = flagSecret(st, "admin-token", "admin-token-file")
+	if st.err != nil {
+		return o, st.err
 	}
-	if o.TLS, err = tlsConfig(v); err != nil {
+	var err error
+	if o.TLS, err = tlsConfig(st); err != nil {
 		return o, err
 	}
 	return o, nil
 }
 
-// flagSecret is readSecret with flag > env > file across the pair: a
+// flagSecret is settings.secret with flag > env > file across the pair: a
 // --token on the command line wins over a TICKETING_TOKEN_FILE from the
 // environment; --token and --token-file together are a usage error.
-func flagSecret(cmd *cobra.Command, v *viper.Viper, name, fileName string) (string, error) {
-	fl := cmd.Flags()
+func flagSecret(st *settings, name, fileName string) string {
+	fl := st.cmd.Flags()
 	if fl.Changed(name) && fl.Changed(fileName) {
-		return "", usageError("--%s and --%s: give one", name, fileName)
+		if st.err == nil {
+			st.err = usageError("--%s and --%s: give one", name, fileName)
+		}
+		return ""
 	}
 	if fl.Changed(name) {
-		return v.GetString(name), nil
+		return st.str(name)
 	}
-	return readSecret(v, name, fileName)
+	return st.secret(name, fileName)
 }
 
 // adminAuthHint explains an authentication failure of an admin command
@@ -217,8 +222,11 @@ func insideRun(cmd *cobra.Command, v *viper.Viper) bool {
 	return ok && inRun && tok == fence
 }
 
-func tlsConfig(v *viper.Viper) (*tls.Config, error) {
-	ca, cert, key, name := v.GetString("tls-ca"), v.GetString("tls-cert"), v.GetString("tls-key"), v.GetString("tls-server-name")
+func tlsConfig(st *settings) (*tls.Config, error) {
+	ca, cert, key, name := st.existingFile("tls-ca"), st.existingFile("tls-cert"), st.existingFile("tls-key"), st.str("tls-server-name")
+	if st.err != nil {
+		return nil, st.err
+	}
 	if ca == "" && cert == "" && key == "" && name == "" {
 		return nil, nil
 	}

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"regexp"
-	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -72,22 +71,7 @@ takes a node out of the deployment (client.env, compose) after
 			return runF(cmd.Context(), ios, opts)
 		},
 	}
-	f := cmd.Flags()
-	f.String("nodes", "", "hosts of the nodes, comma-separated: HOST or HOST:CLIENT_PORT (1, 3 or 5)")
-	f.String("format", deploy.FormatEnv, "env, shell, docker, compose or systemd")
-	f.String("tls-key-type", deploy.KeyECDSA, "key type of the generated TLS certificates: ecdsa or rsa (the C# client on Mono needs rsa)")
-	f.String("tls-dir", "", "directory of the TLS files on each node (enables TLS; generated under --out/tls)")
-	f.String("out", "", "write the files into this directory (default: print the plan, secrets redacted)")
-	f.Bool("show-secrets", false, "also print the secrets (tokens) on stdout")
-	f.Bool("force", false, "replace the tokens in --out with fresh ones (token rotation; TLS files are kept)")
-	f.Int("client-port", 7470, "client port (nodes on the same host count up in steps of 2)")
-	f.Int("peer-port", 7471, "peer port (nodes on the same host count up in steps of 2)")
-	f.String("data-dir", "", "base of the nodes' data directories: durable raft state under DIR/ID (default /var/lib/ticketing; containers: a volume at /data)")
-	f.Bool("in-memory", false, "no data directory: a restarted node rejoins under a new id (docs/operations.md)")
-	f.String("image", defaultImage(), "container image (docker, compose), as make image tags it")
-	f.String("binary", "", "path of the ticketing binary on the nodes (default: ticketing on PATH; systemd: /usr/local/bin/ticketing)")
-	f.String("add", "", "add one node on `HOST` to the deployment in --out (joins a running cluster)")
-	f.String("remove", "", "take node `ID` out of the deployment in --out (after ticketing node remove)")
+	deploy.DefineFlags(cmd.Flags(), defaultImage())
 	_ = cmd.RegisterFlagCompletionFunc("format", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
 		return deploy.Formats, cobra.ShellCompDirectiveNoFileComp
 	})
@@ -120,27 +104,25 @@ func imageTag(v string) string {
 }
 
 func deployOptions(fac *Factory, cmd *cobra.Command) (*deploy.Options, error) {
-	f := cmd.Flags()
-	o := &deploy.Options{By: "ticketing " + versionString()}
-	nodes, _ := f.GetString("nodes")
-	o.Format, _ = f.GetString("format")
-	o.TLSDir, _ = f.GetString("tls-dir")
-	o.TLSKeyType, _ = f.GetString("tls-key-type")
-	o.Out, _ = f.GetString("out")
-	o.ShowSecrets, _ = f.GetBool("show-secrets")
-	o.Force, _ = f.GetBool("force")
-	o.ClientPort, _ = f.GetInt("client-port")
-	o.PeerPort, _ = f.GetInt("peer-port")
-	o.DataDir, _ = f.GetString("data-dir")
-	o.InMemory, _ = f.GetBool("in-memory")
-	o.Image, _ = f.GetString("image")
-	o.Binary, _ = f.GetString("binary")
-	o.Add, _ = f.GetString("add")
-	o.Remove, _ = f.GetString("remove")
-	for _, h := range strings.Split(nodes, ",") {
-		if h = strings.TrimSpace(h); h != "" {
-			o.Hosts = append(o.Hosts, h)
-		}
+	v, err := fac.Config(cmd)
+	if err != nil {
+		return nil, err
+	}
+	// Every setting from the flag or TICKETING_<NAME>, strictly (issue #28 item 1).
+	st := newSettings(cmd, v)
+	o := deploy.OptionsFrom(deploySettings{st}, "ticketing "+versionString())
+	if st.err != nil {
+		return nil, st.err
 	}
 	return o, nil
+}
+
+// deploySettings gives deploy.OptionsFrom the strict settings.
+type deploySettings struct{ st *settings }
+
+func (d deploySettings) Str(name string) string { return d.st.str(name) }
+func (d deploySettings) Bool(name string) bool  { return d.st.bool(name) }
+func (d deploySettings) Int(name string) int    { return d.st.int(name) }
+func (d deploySettings) OneOf(name string, values ...string) string {
+	return d.st.oneOf(name, values...)
 }

@@ -3,10 +3,12 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -69,13 +71,37 @@ func TestE2EDocShellExamples(t *testing.T) {
 		"--wait 2m", "--wait 1s", "--wait 30s", "--wait 1s",
 	)
 
+	// The runnable blocks also: the quick start's "make build" and
+	// "serve &" are the test's binary (bin/ticketing) and server;
+	// scripts/ are the tree's; cluster-local.sh gets free ports and a
+	// state directory of the test's.
+	root, _ := filepath.Abs("../..")
+	if err := os.MkdirAll(e.path("bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(e.bin, e.path("bin/ticketing")); err != nil {
+		t.Fatal(err)
+	}
+	runSubst := strings.NewReplacer("make build", "true", "bin/ticketing serve &", "true", "scripts/", root+"/scripts/")
+	clusterBase, clusterDir := depFreeRange(t, 6), e.path("cluster-local")
+	t.Cleanup(func() {
+		c := exec.Command("bash", root+"/scripts/cluster-local.sh", "stop")
+		c.Env = append(os.Environ(), "TICKETING_CLUSTER_DIR="+clusterDir, "TICKETING_CLUSTER_PORT="+strconv.Itoa(clusterBase), "TICKETING_BIN="+e.bin)
+		c.Run() // a runnable block that failed half-way leaves no node behind
+	})
+
 	var exs []docExample
 	for _, doc := range []string{"../../README.md", "../../docs/cli.md"} {
 		exs = append(exs, docExamples(t, doc, subst)...)
 	}
 	docs, _ := filepath.Glob("../../docs/*.md")
 	for _, doc := range append(docs, "../../README.md") {
-		exs = append(exs, runnableBlocks(t, doc, subst)...)
+		for _, ex := range runnableBlocks(t, doc, subst) {
+			ex.sh = runSubst.Replace(ex.sh)
+			ex.env = []string{"TICKETING_ADMIN_TOKEN_FILE=" + adminTokFile, "TICKETING_BIN=" + e.bin,
+				"TICKETING_CLUSTER_DIR=" + clusterDir, "TICKETING_CLUSTER_PORT=" + strconv.Itoa(clusterBase)}
+			exs = append(exs, ex)
+		}
 	}
 	for _, cmd := range []string{"acquire", "run"} {
 		p := e.expect(0, cmd, "--help")
@@ -221,4 +247,86 @@ func runnableBlocks(t *testing.T, path string, subst *strings.Replacer) []docExa
 		exs = append(exs, docExample{where: path + " (runnable): " + strings.SplitN(strings.TrimSpace(m[1]), "\n", 2)[0] + " …", sh: subst.Replace(m[1])})
 	}
 	return exs
+}
+
+// docShellExempt are the Markdown files whose shell blocks the doc tests do
+// not walk: docs/benchmarks*.md are generated from measured runs by the
+// bench scripts (issue #36 item 2), whose command lines they quote.
+var docShellExempt = map[string]bool{"benchmarks.md": true, "benchmarks-history.md": true}
+
+// A shell block is run by a test, or marked as one that cannot run here.
+var (
+	shellFence   = regexp.MustCompile("(?ms)^((?:<!--[^\n]*-->\n)?)```(sh|bash|shell|console|cron|zsh)\n(.*?)^```")
+	bareFence    = regexp.MustCompile("(?ms)^```\n(.*?)^```")
+	notRunnable  = regexp.MustCompile(`^<!-- not runnable: (\S.*\S) -->$`)
+	shellCommand = regexp.MustCompile(`(?m)^\s*(\$ |(ticketing|make|scripts/\S+|go|sudo|curl|kill|export|install|systemctl|docker) )`)
+)
+
+// TestEveryDocShellBlockRunOrMarked (issue #28 item 8): every shell example
+// of README.md and docs/*.md is run by a test against a real server or is
+// marked "<!-- not runnable: REASON -->" on the line before its fence. Run
+// are: blocks marked "<!-- runnable -->" (TestE2EDocShellExamples runs
+// them, each must exit 0), "<!-- ops-check -->" (TestOperationsDoc runs
+// them as one session) and the lock-taking examples docExamples finds
+// (crontabs and blocks with acquire, run or health: TestE2EDocShellExamples
+// runs them with the lock free and held). A block that is none of these
+// fails, as does a fence without a language whose lines are commands.
+func TestEveryDocShellBlockRunOrMarked(t *testing.T) {
+	docs, _ := filepath.Glob("../../docs/*.md")
+	docs = append(docs, "../../README.md")
+	lockExamples := map[string]bool{}
+	for _, doc := range []string{"../../README.md", "../../docs/cli.md"} {
+		for _, ex := range docExamples(t, doc, strings.NewReplacer()) {
+			lockExamples[ex.where] = true
+		}
+	}
+	n := 0
+	for _, doc := range docs {
+		if docShellExempt[filepath.Base(doc)] {
+			continue
+		}
+		b, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := string(b)
+		for _, m := range shellFence.FindAllStringSubmatchIndex(text, -1) {
+			n++
+			marker, lang, body := text[m[2]:m[3]], text[m[4]:m[5]], text[m[6]:m[7]]
+			line := strings.Count(text[:m[0]], "\n") + 1 + strings.Count(marker, "\n")
+			marker = strings.TrimSpace(marker)
+			where := fmt.Sprintf("%s:%d", strings.TrimPrefix(doc, "../../"), line)
+			switch {
+			case marker == "<!-- runnable -->" && lang != "cron":
+			case strings.HasPrefix(marker, "<!-- ops-check") && filepath.Base(doc) == "operations.md":
+			case notRunnable.MatchString(marker):
+			case marker == "" && isLockExample(doc, body, lang, lockExamples):
+			default:
+				t.Errorf("%s: a %s block that no test runs: mark it <!-- runnable --> (it must exit 0 against the test's server) or <!-- not runnable: REASON --> (systemd, an install as root, several hosts…); marker %q", where, lang, marker)
+			}
+		}
+		for _, m := range bareFence.FindAllStringSubmatchIndex(text, -1) {
+			if body := text[m[2]:m[3]]; shellCommand.MatchString(body) && !strings.Contains(body, "[") {
+				t.Errorf("%s:%d: a fence without a language holding commands: label it sh (and run or mark it) or text", strings.TrimPrefix(doc, "../../"), strings.Count(text[:m[0]], "\n")+1)
+			}
+		}
+	}
+	if n < 20 {
+		t.Fatalf("found only %d shell blocks", n)
+	}
+}
+
+// isLockExample reports whether docExamples runs this block (its where
+// names the block's first line).
+func isLockExample(doc, body, lang string, lockExamples map[string]bool) bool {
+	if lang == "cron" {
+		for _, l := range strings.Split(body, "\n") {
+			if lockExamples[doc+": "+strings.TrimSpace(l)] {
+				return true
+			}
+		}
+		return false
+	}
+	b := strings.ReplaceAll(body, "ExecStartPre=", "")
+	return lockExamples[doc+": "+strings.SplitN(strings.TrimSpace(b), "\n", 2)[0]+" …"]
 }

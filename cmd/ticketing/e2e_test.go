@@ -214,13 +214,19 @@ func (e *e2e) lockEntry(key string) (wire.LockEntry, bool) {
 // waitQueue waits until key's queue has depth waiters.
 func (e *e2e) waitQueue(key string, depth int) {
 	e.t.Helper()
+	e.waitEntry(key, fmt.Sprintf("a queue of %d", depth), func(l wire.LockEntry) bool { return l.QueueDepth == depth })
+}
+
+// waitEntry waits (20 s at most) until key's locks entry satisfies ok.
+func (e *e2e) waitEntry(key, what string, ok func(wire.LockEntry) bool) {
+	e.t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		if l, ok := e.lockEntry(key); ok && l.QueueDepth == depth {
+		if l, found := e.lockEntry(key); found && ok(l) {
 			return
 		}
 		if time.Now().After(deadline) {
-			e.t.Fatalf("queue of %q never reached %d", key, depth)
+			e.t.Fatalf("%q: no %s within 20 s", key, what)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -327,7 +333,10 @@ func TestE2ERunWaitedLongerThanLease(t *testing.T) {
 	if len(row) < 7 || row[1] != strconv.FormatUint(holder, 10) || row[3] != "1" {
 		t.Errorf("locks row %q in\n%s", row, lp.out.String())
 	}
-	time.Sleep(time.Until(r.start.Add(lease + time.Second))) // wait longer than the lease
+	// run has waited longer than its lease: observed on the server's queue.
+	e.waitEntry("wl", "the waiter older than the lease", func(l wire.LockEntry) bool {
+		return l.QueueDepth == 1 && l.OldestWaiterAgeMS >= (lease+time.Second).Milliseconds()
+	})
 	e.expect(0, "release", "wl", strconv.FormatUint(holder, 10))
 	if code := r.wait(t); code != ExitLeaseLost {
 		t.Fatalf("run exit %d, want 9; stderr %s", code, r.err.String())

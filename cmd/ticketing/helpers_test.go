@@ -105,6 +105,10 @@ type fakeLocker struct {
 	lease      time.Duration // for the granted lock's deadline (default: the asked lease)
 	token      uint64
 	releaseErr error
+	// waiting, when set, is closed once a blocking Acquire waits: the test
+	// observes the wait instead of sleeping for it.
+	waiting     chan struct{}
+	waitingOnce sync.Once
 
 	acquired []string
 	released []uint64
@@ -123,6 +127,9 @@ func (f *fakeLocker) Acquire(ctx context.Context, key string, lease, wait time.D
 	}
 	f.mu.Unlock()
 	if block {
+		if f.waiting != nil {
+			f.waitingOnce.Do(func() { close(f.waiting) })
+		}
 		<-ctx.Done()
 		return nil, ctx.Err()
 	}

@@ -360,16 +360,19 @@ func nodeAddOptions(fac *Factory, cmd *cobra.Command) (*NodeAddOptions, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Only the flags: TICKETING_ID and friends are too generic to read
-	// from the environment (and TICKETING_NODE_ID is serve's own).
-	f := cmd.Flags()
+	// Like every setting, from the flag or TICKETING_ID, TICKETING_PEER_ADDR,
+	// TICKETING_CLIENT_ADDR, TICKETING_VOTER (issue #28 item 1).
+	st := newSettings(cmd, v)
 	opts := &NodeAddOptions{}
-	opts.Args.ID, _ = f.GetString("id")
-	opts.Args.PeerAddr, _ = f.GetString("peer-addr")
-	opts.Args.ClientAddr, _ = f.GetString("client-addr")
-	opts.Args.Voter, _ = f.GetBool("voter")
+	opts.Args.ID = st.str("id")
+	opts.Args.PeerAddr = st.str("peer-addr")
+	opts.Args.ClientAddr = st.str("client-addr")
+	opts.Args.Voter = st.bool("voter")
+	if st.err != nil {
+		return nil, st.err
+	}
 	for _, req := range []string{"id", "peer-addr", "client-addr"} {
-		if !f.Changed(req) {
+		if strings.TrimSpace(v.GetString(req)) == "" {
 			return nil, usageError("--%s is required", req)
 		}
 	}
@@ -450,8 +453,11 @@ func nodeRemoveOptions(fac *Factory, cmd *cobra.Command) (*NodeRemoveOptions, er
 	if err != nil {
 		return nil, err
 	}
-	opts := &NodeRemoveOptions{}
-	opts.ID, _ = cmd.Flags().GetString("id")
+	st := newSettings(cmd, v)
+	opts := &NodeRemoveOptions{ID: st.str("id")}
+	if st.err != nil {
+		return nil, st.err
+	}
 	if strings.TrimSpace(opts.ID) == "" {
 		return nil, usageError("--id is required")
 	}
@@ -528,9 +534,11 @@ func nodeTransferOptions(fac *Factory, cmd *cobra.Command) (*NodeTransferOptions
 	if err != nil {
 		return nil, err
 	}
-	opts := &NodeTransferOptions{}
-	opts.ID, _ = cmd.Flags().GetString("id")
-	opts.ID = strings.TrimSpace(opts.ID)
+	st := newSettings(cmd, v)
+	opts := &NodeTransferOptions{ID: strings.TrimSpace(st.str("id"))}
+	if st.err != nil {
+		return nil, st.err
+	}
 	if opts.Wait, opts.Output, opts.Conn, err = changeFlags(fac, cmd, v); err != nil {
 		return nil, err
 	}

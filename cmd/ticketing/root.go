@@ -2,7 +2,6 @@ package main
 
 import (
 	"io"
-	"os"
 	"slices"
 	"sort"
 	"strings"
@@ -129,25 +128,6 @@ func newViper(cmd *cobra.Command) (*viper.Viper, error) {
 		}
 	}
 	return v, nil
-}
-
-// readSecret returns the value of flag/env name, or the trimmed contents of
-// the file named by fileName when that is set (so secrets stay out of ps).
-func readSecret(v *viper.Viper, name, fileName string) (string, error) {
-	if fileName != "" {
-		if f := v.GetString(fileName); f != "" {
-			b, err := os.ReadFile(f)
-			if err != nil {
-				return "", usageError("--%s: %v", fileName, err)
-			}
-			tok := strings.TrimSpace(string(b))
-			if tok == "" {
-				return "", usageError("--%s %s: the file is empty (or only whitespace): no token", fileName, f)
-			}
-			return tok, nil
-		}
-	}
-	return v.GetString(name), nil
 }
 
 // checkConfigKeys refuses a config file key that is not a setting of cmd

@@ -188,12 +188,12 @@ func TestRunRun(t *testing.T) {
 	})
 	t.Run("signal while waiting: withdrawn, 143, not started", func(t *testing.T) {
 		marker := filepath.Join(t.TempDir(), "started")
-		f := &fakeLocker{block: true}
+		f := &fakeLocker{block: true, waiting: make(chan struct{})}
 		sigs := make(chan os.Signal, 1)
 		o := base(f, "touch", marker)
 		o.Signals = chanSignals(sigs)
 		ios, _, _ := testIO("")
-		go func() { time.Sleep(50 * time.Millisecond); sigs <- syscall.SIGTERM }()
+		go func() { <-f.waiting; sigs <- syscall.SIGTERM }() // while it waits
 		code, line := codeOf(runRun(context.Background(), ios, o))
 		if code != 143 || !strings.Contains(line, "withdrawn") {
 			t.Fatalf("code %d line %q", code, line)

@@ -113,16 +113,12 @@ func serveOptions(fac *Factory, cmd *cobra.Command) (*ServeOptions, error) {
 	cfg := server.DefaultConfig()
 	st := newSettings(cmd, v)
 	cfg.Listen = st.listenAddr("listen", false)
-	if cfg.ClientToken, err = readSecret(v, "token", "token-file"); err != nil {
-		return nil, err
-	}
-	if cfg.AdminToken, err = readSecret(v, "admin-token", "admin-token-file"); err != nil {
-		return nil, err
-	}
+	cfg.ClientToken = st.secret("token", "token-file")
+	cfg.AdminToken = st.secret("admin-token", "admin-token-file")
 	cfg.Insecure = st.bool("insecure")
-	cfg.TLSCertFile = v.GetString("tls-cert")
-	cfg.TLSKeyFile = v.GetString("tls-key")
-	cfg.TLSClientCAFile = v.GetString("tls-client-ca")
+	cfg.TLSCertFile = st.str("tls-cert")
+	cfg.TLSKeyFile = st.str("tls-key")
+	cfg.TLSClientCAFile = st.str("tls-client-ca")
 	cfg.MaxLease = st.duration("max-lease")
 	cfg.MaxWait = st.duration("max-wait")
 	cfg.MaxKeys = st.int("max-keys")
@@ -137,18 +133,14 @@ func serveOptions(fac *Factory, cmd *cobra.Command) (*ServeOptions, error) {
 	cfg.FrameTimeout = st.duration("frame-timeout")
 	cfg.WriteTimeout = st.duration("write-timeout")
 	cfg.SendBuffer = st.int("send-buffer")
-	cfg.DataDir = v.GetString("data-dir")
+	cfg.DataDir = st.str("data-dir")
 	cfg.MetricsListen = st.listenAddr("metrics-listen", true)
-	if cfg.MetricsToken, err = readSecret(v, "metrics-token", "metrics-token-file"); err != nil {
-		return nil, err
-	}
+	cfg.MetricsToken = st.secret("metrics-token", "metrics-token-file")
 	cfg.NodeID = st.str("node-id")
 	if st.err != nil {
 		return nil, st.err
 	}
-	if cfg.PeerToken, err = readSecret(v, "peer-token", "peer-token-file"); err != nil {
-		return nil, err
-	}
+	cfg.PeerToken = st.secret("peer-token", "peer-token-file")
 	join, bootstrap := st.bool("join"), st.bool("bootstrap")
 	cc := &server.ClusterConfig{
 		PeerListen:    st.listenAddr("peer-listen", false),

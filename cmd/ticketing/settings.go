@@ -1,10 +1,12 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -49,10 +51,24 @@ func (s *settings) source(name string) string {
 	return "default"
 }
 
+// settingProbeKey is the context key of a settingProbe (tests only).
+type settingProbeKey struct{}
+
+// settingProbe, found in the command's context, is told of every setting
+// the command reads and where its value came from; an error it returns is
+// recorded as the setting's error. TestEverySettingReadFromEverySource uses
+// it to prove that a setting is read from each of its sources.
+type settingProbe func(name, source string) error
+
 // setting is the one place a setting's value is parsed. A value that parse
 // refuses records the error (the first one) and returns the zero value.
 func setting[T any](s *settings, name string, parse func(string) (T, error)) T {
 	raw := s.v.GetString(name)
+	if p, ok := s.probe(); ok {
+		if err := p(name, s.source(name)); err != nil && s.err == nil {
+			s.err = err
+		}
+	}
 	val, err := parse(raw)
 	if err != nil && s.err == nil {
 		s.err = usageError("invalid setting %s: %s %q: %v", name, s.source(name), raw, err)
@@ -67,7 +83,63 @@ func (s *settings) failf(name, format string, a ...any) {
 	}
 }
 
-func (s *settings) str(name string) string { return s.v.GetString(name) }
+func (s *settings) probe() (settingProbe, bool) {
+	var ctx context.Context
+	if s.cmd != nil {
+		ctx = s.cmd.Context()
+	}
+	if ctx == nil {
+		return nil, false
+	}
+	p, ok := ctx.Value(settingProbeKey{}).(settingProbe)
+	return p, ok && p != nil
+}
+
+// str is a setting any string is valid for (a path, a name, a secret).
+func (s *settings) str(name string) string {
+	return setting(s, name, func(v string) (string, error) { return v, nil })
+}
+
+// secret is the value of setting name, or the trimmed contents of the file
+// named by setting fileName when that is set (so secrets stay out of ps).
+// A file that cannot be read or holds no token is an invalid setting
+// naming fileName's source. Nothing is read once an earlier setting failed.
+func (s *settings) secret(name, fileName string) string {
+	val := s.str(name)
+	file := s.str(fileName)
+	if s.err != nil || file == "" {
+		return val
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		var pe *os.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err
+		}
+		s.failf(fileName, "%v", err)
+		return ""
+	}
+	tok := strings.TrimSpace(string(b))
+	if tok == "" {
+		s.failf(fileName, "the file is empty (or only whitespace): no token")
+	}
+	return tok
+}
+
+// existing is a setting naming a file that must exist ("" = not set).
+func (s *settings) existingFile(name string) string {
+	p := s.str(name)
+	if s.err == nil && p != "" {
+		if _, err := os.Stat(p); err != nil {
+			var pe *os.PathError
+			if errors.As(err, &pe) {
+				err = pe.Err
+			}
+			s.failf(name, "%v", err)
+		}
+	}
+	return p
+}
 
 func (s *settings) int(name string) int { return setting(s, name, parseInt) }
 

@@ -29,7 +29,8 @@ const (
 	OpNodeMeta    Op = 8  // key = node meta (JSON)
 	OpAcquireSet  Op = 9  // key = count ‖ the S body (protocol.md §12.2), arg as OpAcquire
 	OpReleaseSet  Op = 10 // key = count ‖ the X body, arg = token
-	opMax         Op = OpReleaseSet
+	OpLabel       Op = 11 // conn's label (protocol.md §12.3): key = label_len u8 ‖ label ‖ remote addr (labels.go)
+	opMax         Op = OpLabel
 )
 
 // Command is one replicated command. Conn values carry the owning node's

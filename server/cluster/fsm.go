@@ -52,6 +52,7 @@ type FSM struct {
 	applied uint64
 	out     locktable.Sink // called with mu held; must not block
 	ks      wire.KeySet    // mu: the key set being applied
+	labels  labelTable     // mu: the connections' replicated labels (labels.go)
 
 	decodeMu sync.Mutex
 	decoded  []Command // decodeMu: Apply's commands, reused entry after entry
@@ -150,6 +151,9 @@ func (f *FSM) LastBatchTime() int64 {
 
 func (f *FSM) apply(now int64, c *Command) {
 	owner := locktable.Owner{Conn: c.Conn, ReqID: c.ReqID}
+	if c.Op <= OpDropConn || c.Op == OpAcquireSet || c.Op == OpReleaseSet {
+		f.labels.counted(f.table)
+	}
 	switch c.Op {
 	case OpAcquire:
 		if f.tokens.Last() == 0 {
@@ -186,6 +190,11 @@ func (f *FSM) apply(now int64, c *Command) {
 		f.table.WaitTimeout(owner)
 	case OpDropConn:
 		f.table.DropConn(c.Conn)
+		f.labels.orphan(f.table, c.Conn)
+	case OpLabel:
+		if label, addr, ok := decodeLabel(c.Key); ok {
+			f.labels.set(c.Conn, label, addr)
+		}
 	case OpLeaderStart:
 		var m LeaderMeta
 		if json.Unmarshal(c.Key, &m) != nil {
@@ -209,6 +218,9 @@ func (f *FSM) apply(now int64, c *Command) {
 		for _, conn := range f.table.WaitingConns() {
 			f.table.DropConn(conn)
 		}
+		// Every connection sends its label again to the new leader: the
+		// entries of those that hold nothing now go (labels.go).
+		f.labels.orphanAll(f.table)
 		if f.tokens.Last() == 0 {
 			f.tokens.Restore(locktable.FirstToken(now/1e6) - 1)
 		}
@@ -241,6 +253,10 @@ type fsmState struct {
 	Leader    LeaderMeta          `json:"leader"`
 	Nodes     map[string]NodeMeta `json:"nodes"`
 	Time      int64               `json:"time,omitempty"` // the last applied batch's time, ns
+	// Labels are the replicated connection labels (labels.go), sorted by
+	// connection; encoded after the keys (snapcodec.go, version 3).
+	Labels   []LabelEntry `json:"-"`
+	LabelOps int          `json:"label_ops,omitempty"` // lock commands since the last sweep of orphans
 }
 
 // state captures the FSM's state (keys in no particular order); the caller
@@ -250,7 +266,8 @@ func (f *FSM) state() fsmState {
 	for k, v := range f.nodes {
 		nodes[k] = v
 	}
-	return fsmState{Table: f.table.SnapshotUnordered(), LastToken: f.tokens.Last(), Leader: f.leader, Nodes: nodes, Time: f.lastTime}
+	return fsmState{Table: f.table.SnapshotUnordered(), LastToken: f.tokens.Last(), Leader: f.leader, Nodes: nodes, Time: f.lastTime,
+		Labels: f.labels.entries(), LabelOps: f.labels.ops}
 }
 
 // Snapshot implements raft.FSM.
@@ -287,6 +304,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	if err := f.table.Restore(s.Table); err != nil {
 		return err
 	}
+	f.labels = restoreLabels(s.Labels, s.LabelOps)
 	f.leader = s.Leader
 	f.nodes = s.Nodes
 	if f.nodes == nil {

@@ -369,6 +369,11 @@ func (n *Node) LeaderClientAddr() string {
 	return n.fsm.Nodes()[string(id)].ClientAddr
 }
 
+// ServeEpoch changes whenever this node stops serving as leader: what a
+// connection replicated in one serving term (its label, labels.go) must be
+// sent again in the next.
+func (n *Node) ServeEpoch() uint64 { return n.lostGen.Load() }
+
 // Submit queues commands for the next batch. It fails with ErrNotLeader
 // when this node is not serving.
 func (n *Node) Submit(cmds ...Command) error {

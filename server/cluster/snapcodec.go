@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 
 	"github.com/ticketing/ticketing/server/locktable"
 )
@@ -28,12 +29,17 @@ import (
 //	        (version 2, protocol 1.1 key sets: after each waiter its set, and
 //	        after each key's waiters the holder's set: uvarint count of keys,
 //	        0 for none, then per key uvarint len, key)
+//	labels  (version 3, protocol 1.1 connection labels, labels.go) after the
+//	        keys: uvarint number of distinct labels, then each (sorted):
+//	        uvarint len, label; uvarint number of labelled connections, then
+//	        each (by connection id): u64 conn, uvarint label index, uvarint
+//	        len, remote address, u8 flags (bit 0: orphan)
 //
 // Restore also reads the JSON encoding of earlier versions (its first
 // byte is '{').
 const (
 	snapMagic   = "\x00TKS"
-	snapVersion = 2 // 2: key sets (protocol.md §12.2); 1 is still read
+	snapVersion = 3 // 3: connection labels (§12.3); 2: key sets (§12.2); 1 and 2 are still read
 )
 
 var errBadSnapshot = errors.New("cluster: malformed snapshot")
@@ -83,8 +89,77 @@ func encodeSnapshot(w *bufio.Writer, st *fsmState) error {
 			b = b[:0]
 		}
 	}
+	b = appendLabels(b, st.Labels)
 	_, err = w.Write(b)
 	return err
+}
+
+// appendLabels encodes the labels section (entries sorted by connection).
+func appendLabels(b []byte, es []LabelEntry) []byte {
+	ix := make(map[string]int, len(es))
+	var strs []string
+	for i := range es {
+		if _, ok := ix[es[i].Label]; !ok {
+			ix[es[i].Label] = 0
+			strs = append(strs, es[i].Label)
+		}
+	}
+	slices.Sort(strs)
+	b = binary.AppendUvarint(b, uint64(len(strs)))
+	for i, l := range strs {
+		ix[l] = i
+		b = binary.AppendUvarint(b, uint64(len(l)))
+		b = append(b, l...)
+	}
+	b = binary.AppendUvarint(b, uint64(len(es)))
+	for i := range es {
+		e := &es[i]
+		b = binary.BigEndian.AppendUint64(b, e.Conn)
+		b = binary.AppendUvarint(b, uint64(ix[e.Label]))
+		b = binary.AppendUvarint(b, uint64(len(e.Addr)))
+		b = append(b, e.Addr...)
+		var flags byte
+		if e.Orphan {
+			flags |= 1
+		}
+		b = append(b, flags)
+	}
+	return b
+}
+
+// labels reads what appendLabels wrote.
+func (d *snapDecoder) labels() []LabelEntry {
+	ns := d.uvarint(1 << 32)
+	strs := make([]string, 0, min(ns, 1<<16))
+	for i := uint64(0); i < ns && d.err == nil; i++ {
+		l := make([]byte, d.uvarint(255))
+		d.full(l)
+		strs = append(strs, string(l))
+	}
+	nc := d.uvarint(1 << 40)
+	var es []LabelEntry
+	if nc > 0 {
+		es = make([]LabelEntry, 0, min(nc, 1<<16))
+	}
+	for i := uint64(0); i < nc && d.err == nil; i++ {
+		var e LabelEntry
+		e.Conn = d.u64()
+		if li := d.uvarint(1 << 32); d.err == nil {
+			if li >= uint64(len(strs)) {
+				d.fail(fmt.Errorf("label index %d of %d", li, len(strs)))
+				break
+			}
+			e.Label = strs[li]
+		}
+		addr := make([]byte, d.uvarint(1<<10))
+		d.full(addr)
+		e.Addr = string(addr)
+		var fl [1]byte
+		d.full(fl[:])
+		e.Orphan = fl[0]&1 != 0
+		es = append(es, e)
+	}
+	return es
 }
 
 // decodeSnapshot reads a snapshot written by encodeSnapshot, or the JSON
@@ -99,7 +174,7 @@ func decodeSnapshot(r io.Reader) (fsmState, error) {
 		return s, err
 	}
 	version := head[len(snapMagic)]
-	if version != 1 && version != snapVersion {
+	if version < 1 || version > snapVersion {
 		return s, fmt.Errorf("%w: version %d", errBadSnapshot, version)
 	}
 	_, _ = br.Discard(len(head))
@@ -141,6 +216,9 @@ func decodeSnapshot(r io.Reader) (fsmState, error) {
 			k.Set = d.keyList()
 		}
 		s.Table.Keys = append(s.Table.Keys, k)
+	}
+	if version >= 3 {
+		s.Labels = d.labels()
 	}
 	if d.err == nil {
 		if _, err := br.ReadByte(); err != io.EOF {

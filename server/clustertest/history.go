@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -53,6 +54,7 @@ type Op struct {
 	Worker   int
 	Kind     byte
 	Key      string
+	Keys     []string      // a key set's keys (protocol.md §12.2; Key is the first); nil for one key
 	Lease    time.Duration // acquire
 	Token    uint64        // granted token (A) or released token (R)
 	Call     time.Duration
@@ -63,10 +65,22 @@ type Op struct {
 }
 
 func (o Op) String() string {
-	if o.Kind == 'A' {
-		return fmt.Sprintf("w%d acquire(%s, lease %v) [%v, %v] → %s %d %s", o.Worker, o.Key, o.Lease, o.Call, o.Return, o.Outcome, o.Token, o.Err)
+	k := o.Key
+	if o.Keys != nil {
+		k = "{" + strings.Join(o.Keys, ",") + "}"
 	}
-	return fmt.Sprintf("w%d release(%s, %d) [%v, %v] → %s %s", o.Worker, o.Key, o.Token, o.Call, o.Return, o.Outcome, o.Err)
+	if o.Kind == 'A' {
+		return fmt.Sprintf("w%d acquire(%s, lease %v) [%v, %v] → %s %d %s", o.Worker, k, o.Lease, o.Call, o.Return, o.Outcome, o.Token, o.Err)
+	}
+	return fmt.Sprintf("w%d release(%s, %d) [%v, %v] → %s %s", o.Worker, k, o.Token, o.Call, o.Return, o.Outcome, o.Err)
+}
+
+// KeyList is the keys the operation names: its set's, or its one key.
+func (o Op) KeyList() []string {
+	if o.Keys != nil {
+		return o.Keys
+	}
+	return []string{o.Key}
 }
 
 // History is a concurrent, append-only record of operations.
@@ -272,9 +286,11 @@ func checkExclusion(ops []Op) []string {
 	release := map[string]time.Duration{} // key/token → release call
 	for _, o := range ops {
 		if o.Kind == 'R' {
-			k := fmt.Sprintf("%s/%d", o.Key, o.Token)
-			if c, ok := release[k]; !ok || o.Call < c {
-				release[k] = o.Call
+			for _, key := range o.KeyList() {
+				k := fmt.Sprintf("%s/%d", key, o.Token)
+				if c, ok := release[k]; !ok || o.Call < c {
+					release[k] = o.Call
+				}
 			}
 		}
 	}
@@ -283,14 +299,16 @@ func checkExclusion(ops []Op) []string {
 		if o.Kind != 'A' || o.Outcome != Granted {
 			continue
 		}
-		end := o.Deadline
-		if c, ok := release[fmt.Sprintf("%s/%d", o.Key, o.Token)]; ok && c < end {
-			end = c
+		for _, key := range o.KeyList() {
+			end := o.Deadline
+			if c, ok := release[fmt.Sprintf("%s/%d", key, o.Token)]; ok && c < end {
+				end = c
+			}
+			if end <= o.Return {
+				continue // never used
+			}
+			byKey[key] = append(byKey[key], iv{o.Return, end, o})
 		}
-		if end <= o.Return {
-			continue // never used
-		}
-		byKey[o.Key] = append(byKey[o.Key], iv{o.Return, end, o})
 	}
 	var out []string
 	for _, ivs := range byKey {
@@ -311,13 +329,16 @@ func checkExclusion(ops []Op) []string {
 	return out
 }
 
-// Porcupine lock model, one partition per key. Times are ns offsets; an
-// indeterminate operation never returns (Return = MaxInt64), so it may take
-// effect at any point after its invocation, or (placed last) not at all.
+// Porcupine lock model, one partition per group of keys that key sets
+// link (every key of a set in the set's group; a key no set names is a
+// group of its own). Times are ns offsets; an indeterminate operation never
+// returns (Return = MaxInt64), so it may take effect at any point after its
+// invocation, or (placed last) not at all.
 
 type lockIn struct {
 	kind  byte
-	token uint64 // release: the token released
+	keys  []string // the keys it names (one, or a set's)
+	token uint64   // release: the token released
 	lease int64
 	call  int64
 	ret   int64
@@ -328,6 +349,7 @@ type lockOut struct {
 	token   uint64 // granted token
 }
 
+// lockState is one key's state.
 type lockState struct {
 	held   bool
 	token  uint64 // holder's token; 0 = granted to an indeterminate acquire (unknown token)
@@ -335,98 +357,212 @@ type lockState struct {
 	last   uint64 // highest known token granted on the key
 }
 
-// LockModel is the sequential specification of one key: a grant needs the
-// key free or the holder's lease possibly over (the earliest the lease can
-// end is its acquire's invocation, or the moment the key could have become
-// free before, plus the lease) and a token above every earlier one; a
-// release answered "released" needs the caller's token to be the holder's;
-// "not holder" needs another holder, none, or a lease possibly over.
+// keyState is one key of a group's state.
+type keyState struct {
+	key string
+	s   lockState
+}
+
+// groupState is the state of a partition's keys: sorted by key, the keys in
+// their initial state (free, no token yet) left out, so equal states are
+// equal slices. Steps copy it.
+type groupState []keyState
+
+func (g groupState) get(key string) lockState {
+	for _, ks := range g {
+		if ks.key == key {
+			return ks.s
+		}
+	}
+	return lockState{}
+}
+
+// with returns a copy of g with key's state set to s.
+func (g groupState) with(key string, s lockState) groupState {
+	out := make(groupState, 0, len(g)+1)
+	done := false
+	for _, ks := range g {
+		if !done && ks.key >= key {
+			done = true
+			if s != (lockState{}) {
+				out = append(out, keyState{key, s})
+			}
+			if ks.key == key {
+				continue
+			}
+		}
+		out = append(out, ks)
+	}
+	if !done && s != (lockState{}) {
+		out = append(out, keyState{key, s})
+	}
+	return out
+}
+
+// stepLock is the sequential specification of an operation on the keys it
+// names, all at one instant (a key set is atomic, protocol.md §12.2): a
+// grant needs every key free or its holder's lease possibly over (the
+// earliest a lease can end is its acquire's invocation, or the moment its
+// keys could all have become free before, plus the lease) and a token above
+// every earlier one on each key; a release answered "released" needs the
+// caller's token to hold every key; "not holder" needs some key held by
+// another, free, or a lease possibly over.
+func stepLock(g groupState, in lockIn, out lockOut) (bool, groupState) {
+	start := in.call
+	for _, k := range in.keys {
+		if s := g.get(k); s.held && s.freeAt > start {
+			start = s.freeAt
+		}
+	}
+	set := func(f func(s lockState) lockState) groupState {
+		n := g
+		for _, k := range in.keys {
+			n = n.with(k, f(n.get(k)))
+		}
+		return n
+	}
+	switch in.kind {
+	case 'A':
+		switch out.outcome {
+		case Granted:
+			for _, k := range in.keys {
+				if s := g.get(k); out.token <= s.last || s.held && in.ret < s.freeAt {
+					return false, g
+				}
+			}
+			return true, set(func(lockState) lockState {
+				return lockState{held: true, token: out.token, freeAt: start + in.lease, last: out.token}
+			})
+		case Unknown:
+			return true, set(func(s lockState) lockState {
+				return lockState{held: true, token: 0, freeAt: start + in.lease, last: s.last}
+			})
+		}
+		return true, g
+	case 'R':
+		mine, over := true, false // every key held with the token; some lease possibly over
+		for _, k := range in.keys {
+			s := g.get(k)
+			mine = mine && s.held && s.token != 0 && s.token == in.token
+			over = over || s.held && in.ret >= s.freeAt
+		}
+		free := func(s lockState) lockState { return lockState{last: s.last} }
+		switch out.outcome {
+		case Released:
+			if !mine {
+				return false, g
+			}
+			return true, set(free)
+		case NotHolder:
+			if !mine {
+				return true, g
+			}
+			if over {
+				return true, set(free) // the lease had ended
+			}
+			return false, g
+		case Unknown:
+			if mine {
+				return true, set(free)
+			}
+			return true, g
+		}
+		return true, g
+	}
+	return false, g
+}
+
+// partitionByKeys groups the operations by the keys that sets link
+// (union-find), each group in history order, the groups by their least key.
+func partitionByKeys(history []porcupine.Operation) [][]porcupine.Operation {
+	parent := map[string]string{}
+	var find func(k string) string
+	find = func(k string) string {
+		p, ok := parent[k]
+		if !ok {
+			parent[k] = k
+			return k
+		}
+		if p == k {
+			return k
+		}
+		r := find(p)
+		parent[k] = r
+		return r
+	}
+	for _, op := range history {
+		keys := op.Metadata.(Op).KeyList()
+		r := find(keys[0])
+		for _, k := range keys[1:] {
+			if q := find(k); q != r {
+				if q < r {
+					q, r = r, q
+				}
+				parent[q] = r // the least key is the root
+			}
+		}
+	}
+	byRoot := map[string][]porcupine.Operation{}
+	var roots []string
+	for _, op := range history {
+		r := find(op.Metadata.(Op).KeyList()[0])
+		if _, ok := byRoot[r]; !ok {
+			roots = append(roots, r)
+		}
+		byRoot[r] = append(byRoot[r], op)
+	}
+	sort.Strings(roots)
+	out := make([][]porcupine.Operation, 0, len(roots))
+	for _, r := range roots {
+		out = append(out, byRoot[r])
+	}
+	return out
+}
+
+// LockModel is the sequential specification of a group of keys (stepLock),
+// one partition per group (partitionByKeys).
 func LockModel() porcupine.Model {
 	return porcupine.Model{
-		Partition: func(history []porcupine.Operation) [][]porcupine.Operation {
-			byKey := map[string][]porcupine.Operation{}
-			var keys []string
-			for _, op := range history {
-				k := op.Metadata.(Op).Key
-				if _, ok := byKey[k]; !ok {
-					keys = append(keys, k)
-				}
-				byKey[k] = append(byKey[k], op)
-			}
-			sort.Strings(keys)
-			out := make([][]porcupine.Operation, 0, len(keys))
-			for _, k := range keys {
-				out = append(out, byKey[k])
-			}
-			return out
-		},
-		Init: func() any { return lockState{} },
+		Partition: partitionByKeys,
+		Init:      func() any { return groupState(nil) },
 		Step: func(st, input, output any) (bool, any) {
-			s, in, out := st.(lockState), input.(lockIn), output.(lockOut)
-			start := in.call
-			if s.held && s.freeAt > start {
-				start = s.freeAt
-			}
-			switch in.kind {
-			case 'A':
-				switch out.outcome {
-				case Granted:
-					if out.token <= s.last || s.held && in.ret < s.freeAt {
-						return false, s
-					}
-					return true, lockState{held: true, token: out.token, freeAt: start + in.lease, last: out.token}
-				case Unknown:
-					return true, lockState{held: true, token: 0, freeAt: start + in.lease, last: s.last}
-				}
-				return true, s
-			case 'R':
-				mine := s.held && s.token != 0 && s.token == in.token
-				switch out.outcome {
-				case Released:
-					if !mine {
-						return false, s
-					}
-					return true, lockState{last: s.last}
-				case NotHolder:
-					if !mine {
-						return true, s
-					}
-					if in.ret >= s.freeAt {
-						return true, lockState{last: s.last} // the lease had ended
-					}
-					return false, s
-				case Unknown:
-					if mine {
-						return true, lockState{last: s.last}
-					}
-					return true, s
-				}
-				return true, s
-			}
-			return false, s
+			return stepLock(st.(groupState), input.(lockIn), output.(lockOut))
 		},
-		Equal: func(a, b any) bool { return a.(lockState) == b.(lockState) },
+		Equal: func(a, b any) bool { return slices.Equal(a.(groupState), b.(groupState)) },
 		Hash: func(st any) uint64 {
-			s := st.(lockState)
-			h := s.token*0x9E3779B97F4A7C15 ^ uint64(s.freeAt) ^ s.last<<1
-			if s.held {
-				h ^= 1
+			var h uint64
+			for _, ks := range st.(groupState) {
+				s := ks.s
+				x := s.token*0x9E3779B97F4A7C15 ^ uint64(s.freeAt) ^ s.last<<1
+				if s.held {
+					x ^= 1
+				}
+				h = h*31 + x
 			}
 			return h
 		},
 		DescribeOperation: func(input, output any) string {
 			in, out := input.(lockIn), output.(lockOut)
+			k := strings.Join(in.keys, ",")
 			if in.kind == 'A' {
-				return fmt.Sprintf("acquire(lease %v) → %s %d", time.Duration(in.lease), out.outcome, out.token)
+				return fmt.Sprintf("acquire(%s, lease %v) → %s %d", k, time.Duration(in.lease), out.outcome, out.token)
 			}
-			return fmt.Sprintf("release(%d) → %s", in.token, out.outcome)
+			return fmt.Sprintf("release(%s, %d) → %s", k, in.token, out.outcome)
 		},
 		DescribeState: func(st any) string {
-			s := st.(lockState)
-			if !s.held {
-				return fmt.Sprintf("free (last %d)", s.last)
+			var b strings.Builder
+			for _, ks := range st.(groupState) {
+				s := ks.s
+				if !s.held {
+					fmt.Fprintf(&b, "%s free (last %d); ", ks.key, s.last)
+				} else {
+					fmt.Fprintf(&b, "%s held by %d until ≥%v (last %d); ", ks.key, s.token, time.Duration(s.freeAt), s.last)
+				}
 			}
-			return fmt.Sprintf("held by %d until ≥%v (last %d)", s.token, time.Duration(s.freeAt), s.last)
+			if b.Len() == 0 {
+				return "all free"
+			}
+			return strings.TrimSuffix(b.String(), "; ")
 		},
 	}
 }
@@ -440,7 +576,7 @@ func PorcupineOps(ops []Op) []porcupine.Operation {
 		case TimedOut, Refused:
 			continue
 		}
-		in := lockIn{kind: o.Kind, lease: int64(o.Lease), call: int64(o.Call), ret: int64(o.Return)}
+		in := lockIn{kind: o.Kind, keys: o.KeyList(), lease: int64(o.Lease), call: int64(o.Call), ret: int64(o.Return)}
 		res := lockOut{outcome: o.Outcome}
 		if o.Kind == 'R' {
 			in.token = o.Token

@@ -25,9 +25,13 @@ type Workload struct {
 	// UniqueKeys makes every acquire use a key of its own (measurements:
 	// no worker waits on a key whose lease an indeterminate grant holds).
 	UniqueKeys bool
-	Lease      time.Duration
-	Wait       time.Duration
-	Hold       time.Duration // longest hold (uniform 0..Hold)
+	// Sets is the share of acquires (0–1) that take a key set of 2 distinct
+	// keys of Keys at once (protocol.md §12.2), mixed with single keys on
+	// the same keys; 0: single keys only.
+	Sets  float64
+	Lease time.Duration
+	Wait  time.Duration
+	Hold  time.Duration // longest hold (uniform 0..Hold)
 	// Pause between operations of a worker (0 = none).
 	Pause time.Duration
 	// ErrPause is the pause after a failed acquire other than a timeout
@@ -215,14 +219,28 @@ func (w *Workload) worker(ctx context.Context, cl *client.Client, id int) {
 	rng := rand.New(rand.NewPCG(uint64(id), uint64(time.Now().UnixNano())))
 	for seq := 0; ctx.Err() == nil; seq++ {
 		key := w.Keys[rng.IntN(len(w.Keys))]
+		var keys []string // a key set's (nil: one key)
 		if w.UniqueKeys {
 			key = fmt.Sprintf("u%d-%d", id, seq)
+		} else if w.Sets > 0 && len(w.Keys) >= 2 && rng.Float64() < w.Sets {
+			i, j := rng.IntN(len(w.Keys)), rng.IntN(len(w.Keys)-1)
+			if j >= i {
+				j++
+			}
+			keys = []string{w.Keys[i], w.Keys[j]}
+			key = keys[0]
 		}
 		call := w.H.Now()
 		// No ctx on the acquire: cancelling one would make the client
 		// release a late grant in the background, outside the history.
-		lock, err := cl.Acquire(context.Background(), key, w.Lease, w.Wait)
-		op := Op{Worker: id, Kind: 'A', Key: key, Lease: w.Lease, Call: call, Return: w.H.Now(), Outcome: classifyAcquire(err)}
+		var lock *client.Lock
+		var err error
+		if keys != nil {
+			lock, err = cl.AcquireSet(context.Background(), keys, w.Lease, w.Wait)
+		} else {
+			lock, err = cl.Acquire(context.Background(), key, w.Lease, w.Wait)
+		}
+		op := Op{Worker: id, Kind: 'A', Key: key, Keys: keys, Lease: w.Lease, Call: call, Return: w.H.Now(), Outcome: classifyAcquire(err)}
 		if err != nil {
 			op.Err = err.Error()
 			w.noteErr("acquire", err)
@@ -239,17 +257,26 @@ func (w *Workload) worker(ctx context.Context, cl *client.Client, id int) {
 		op.Token = lock.Token()
 		op.Deadline = w.H.At(lock.Deadline())
 		w.H.Add(op)
-		// Use the lock: fenced writes, only before the deadline (with a
-		// margin for rate differences of clocks).
+		// Use the lock: fenced writes to every key, only before the
+		// deadline (with a margin for rate differences of clocks).
 		dl := lock.Deadline().Add(-20 * time.Millisecond)
-		w.F.Write(key, lock.Token(), dl)
+		for _, k := range op.KeyList() {
+			w.F.Write(k, lock.Token(), dl)
+		}
 		if w.Hold > 0 {
 			time.Sleep(time.Duration(rng.Int64N(int64(w.Hold) + 1)))
 		}
-		w.F.Write(key, lock.Token(), dl)
+		for _, k := range op.KeyList() {
+			w.F.Write(k, lock.Token(), dl)
+		}
 		rcall := w.H.Now()
-		rerr := cl.Release(context.Background(), key, lock.Token())
-		rop := Op{Worker: id, Kind: 'R', Key: key, Token: lock.Token(), Call: rcall, Return: w.H.Now(), Outcome: classifyRelease(rerr)}
+		var rerr error
+		if keys != nil {
+			rerr = cl.ReleaseSet(context.Background(), keys, lock.Token())
+		} else {
+			rerr = cl.Release(context.Background(), key, lock.Token())
+		}
+		rop := Op{Worker: id, Kind: 'R', Key: key, Keys: keys, Token: lock.Token(), Call: rcall, Return: w.H.Now(), Outcome: classifyRelease(rerr)}
 		if rerr != nil {
 			rop.Err = rerr.Error()
 			w.noteErr("release", rerr)

@@ -37,7 +37,7 @@ type entry struct {
 	grant  int64           // held: grant instant (ns); free: idle list links (idlePrev, idleNext)
 	lease  int64           // lease deadline (ns), armed while held
 	holder uint32          // held: 1 + the holder's connection's place in Table.conns; free: 0
-	hpos   uint32          // 1 + position of the lease in Table.timers; 0 = not armed
+	hpos   uint32          // the lease's place in the timers (timers.go); 0 = not armed
 	key    [inlineKey]byte // the key, zero-padded; key[0] == 0: the key is in Table.long
 }
 
@@ -338,7 +338,10 @@ func (t *Table) moveEntry(from, to uint32) {
 	*t.ent(to) = *e
 	d := t.ent(to)
 	if d.hpos != 0 {
-		t.timers[d.hpos-1] = to
+		t.renumberItem(d.hpos, to)
+	}
+	if len(t.sets) > 0 && d.token != 0 && d.token != blockedTok {
+		t.renumberSet(d.token, from, to) // a held set names its entries
 	}
 	if d.token == 0 { // idle: its neighbours now point at to
 		t.idleRelink(idlePrev(d), idleNext(d), to, to)

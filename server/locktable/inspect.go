@@ -48,7 +48,7 @@ func (t *Table) Locks(now int64, prefix string, fn func(LockInfo) bool) {
 		} else {
 			li = LockInfo{Key: t.keyString(i), Token: e.token, HolderConn: t.holderConn(e)}
 			if hs := t.sets[e.token]; hs != nil {
-				li.Set = hs.keys
+				li.Set = t.heldKeys(hs)
 			}
 			if r := e.lease - now; r > 0 {
 				li.LeaseRemainingMS = r / 1e6
@@ -106,4 +106,14 @@ func (t *Table) QueueOf(key string) []Owner {
 		}
 	}
 	return out
+}
+
+// HoldsOrWaits reports whether connection conn holds a key or has an
+// acquire queued in this table (the cluster's label table drops a closed
+// connection's label once it holds and waits for nothing).
+func (t *Table) HoldsOrWaits(conn uint64) bool {
+	if r := t.connIx[conn]; r != 0 && t.conns[r-1].refs > 0 {
+		return true
+	}
+	return t.byConn[conn] != nil
 }

@@ -808,52 +808,94 @@ func TestDuplicateOwner(t *testing.T) {
 	f.acq(t0, A, "b", 100, 500, effQ(A)) // answered: the req_id may be reused
 }
 
-// A small randomized exercise of the timer heap on its own: wait timers
-// armed and disarmed in random order pop in (deadline, arm order), and wait
-// numbers are reused.
+// A randomized exercise of the timers on their own (issue 35: the lanes
+// beside the heap): wait timers armed with a few common durations, some with
+// the clock going back (out of their lane's order: the heap) and some with
+// rare durations (more durations than lanes: the heap), disarmed in random
+// order, pop in (deadline, arm order); every place word stays right, lanes
+// stay sorted and their tombstones bounded, and wait numbers are reused. The
+// heap alone (noLanes) must give the same order.
 func TestTimerHeap(t *testing.T) {
-	tb := New(Limits{}, NewCounter(first), &SharedCounts{}, &nopSink{})
-	var live []*timer
-	seed := uint64(12345)
-	rnd := func(n int) int {
-		seed = seed*6364136223846793005 + 1442695040888963407
-		return int((seed >> 33) % uint64(n))
-	}
-	for range 5000 {
-		switch {
-		case len(live) == 0 || rnd(3) > 0:
-			w := &waiter{}
-			w.wait = timer{at: int64(rnd(50)), w: w}
-			tb.arm(&w.wait)
-			live = append(live, &w.wait)
-		default:
-			i := rnd(len(live))
-			tb.disarm(live[i])
-			tb.disarm(live[i]) // disarming twice is a no-op
-			live = slices.Delete(live, i, i+1)
-		}
-		for p, x := range tb.timers {
-			if wt := tb.waitRefs[x&^waitBit]; wt.pos != uint32(p)+1 || (p > 0 && tb.lessTimer(p, (p-1)/2)) {
-				t.Fatal("heap broken")
+	for _, tc := range []struct {
+		name    string
+		noLanes bool
+		durs    int // distinct durations drawn
+		back    int // one arm in back goes back in time (0: never)
+	}{
+		{"heap only", true, 3, 0},
+		{"one lane", false, 1, 0},
+		{"lanes and heap", false, 3, 7},
+		{"more durations than lanes", false, 12, 0},
+		{"clock goes back often", false, 2, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tb := New(Limits{}, NewCounter(first), &SharedCounts{}, &nopSink{})
+			tb.noLanes = tc.noLanes
+			var live []*timer
+			seed := uint64(12345)
+			rnd := func(n int) int {
+				seed = seed*6364136223846793005 + 1442695040888963407
+				return int((seed >> 33) % uint64(n))
 			}
-		}
-	}
-	if len(tb.waitRefs) > 2*len(live)+64 {
-		t.Fatalf("%d wait numbers for %d armed timers", len(tb.waitRefs), len(live))
-	}
-	var got []*timer
-	for len(tb.timers) > 0 {
-		x := tb.waitRefs[tb.timers[0]&^waitBit]
-		got = append(got, x)
-		tb.disarm(x)
-	}
-	if !slices.IsSortedFunc(got, func(a, b *timer) int {
-		if a.at != b.at {
-			return int(a.at - b.at)
-		}
-		return cmpU64(a.seq, b.seq)
-	}) || len(got) != len(live) || len(tb.waitRefs) != 0 {
-		t.Fatal("heap does not pop in (deadline, arm order)")
+			now := int64(1000)
+			inLanes := 0
+			for range 20000 {
+				switch {
+				case len(live) == 0 || rnd(3) > 0:
+					now += int64(rnd(3))
+					enq := now
+					if tc.back > 0 && rnd(tc.back) == 0 {
+						enq -= int64(rnd(40))
+					}
+					w := &waiter{enqueued: enq}
+					w.wait = timer{at: enq + 100*int64(1+rnd(tc.durs)), w: w}
+					tb.arm(&w.wait)
+					if w.wait.pos>>laneShift != 0 {
+						inLanes++
+					}
+					live = append(live, &w.wait)
+				default:
+					// mostly the oldest (a lease released in order), sometimes any
+					i := rnd(len(live))
+					if rnd(2) == 0 {
+						i = rnd(min(len(live), 4))
+					}
+					tb.disarm(live[i])
+					tb.disarm(live[i]) // disarming twice is a no-op
+					live = slices.Delete(live, i, i+1)
+				}
+				if _, waits, err := tb.checkTimers(); err != nil || waits != len(live) {
+					t.Fatalf("%v (%d waits armed, %d live)", err, waits, len(live))
+				}
+			}
+			if tc.noLanes != (inLanes == 0) {
+				t.Fatalf("%d timers in lanes", inLanes)
+			}
+			if !tc.noLanes && tc.durs > nLanes && len(tb.timers) == 0 {
+				t.Fatal("more durations than lanes, but nothing in the heap")
+			}
+			if len(tb.waitRefs) > 2*len(live)+64 {
+				t.Fatalf("%d wait numbers for %d armed timers", len(tb.waitRefs), len(live))
+			}
+			var got []*timer
+			for {
+				x, ok := tb.first()
+				if !ok {
+					break
+				}
+				wt := tb.waitRefs[x&^waitBit]
+				got = append(got, wt)
+				tb.disarm(wt)
+			}
+			if !slices.IsSortedFunc(got, func(a, b *timer) int {
+				if a.at != b.at {
+					return int(a.at - b.at)
+				}
+				return cmpU64(a.seq, b.seq)
+			}) || len(got) != len(live) || len(tb.waitRefs) != 0 || tb.armedCount() != 0 {
+				t.Fatal("timers do not pop in (deadline, arm order)")
+			}
+		})
 	}
 }
 
@@ -927,5 +969,93 @@ func BenchmarkTableManyKeys(b *testing.B) {
 				tb.Release(now, o, k, e.Token)
 			}
 		})
+	}
+}
+
+// BenchmarkTablePipelined is one shard's share of the pipelined row (issue
+// 35): the server's 16 shards split 10 k keys (625 each, all in the idle
+// cache) and 8 connections × 64 in flight (32 each), so 32 keys are held at
+// once; each op acquires a free key and releases the one held longest, 32
+// leases staying armed, as in the server.
+func BenchmarkTablePipelined(b *testing.B) {
+	const n, window = 625, 32
+	keys := make([][]byte, n)
+	for i := range keys {
+		keys[i] = []byte(fmt.Sprintf("bench/key/%05d", i))
+	}
+	tb := New(Limits{}, NewCounter(first), &SharedCounts{}, &nopSink{})
+	o := own(1, 1)
+	now := t0
+	toks := make([]uint64, n)
+	for i := range window {
+		toks[i] = tb.Acquire(now, o, keys[i], 30_000, 0).Token
+	}
+	i := window
+	b.ReportAllocs()
+	for b.Loop() {
+		now += 100
+		k := i % n
+		toks[k] = tb.Acquire(now, o, keys[k], 30_000, 0).Token
+		old := (i - window) % n
+		if tb.Release(now, o, keys[old], toks[old]).Status != wire.StatusReleased {
+			b.Fatal("release failed")
+		}
+		i++
+	}
+}
+
+// TestTimerLanesShiftAndOrder (issue 35): a lease and a wait of the same
+// duration share a lane; ShiftLeases moves the lease past the wait, which
+// must then fire first (the lanes' items go to the heap, whose order is
+// rebuilt). Without moving them, the lane would still fire the lease first.
+func TestTimerLanesShiftAndOrder(t *testing.T) {
+	f := newFx(t, Limits{})
+	H, W, H2 := own(1, 1), own(2, 1), own(3, 1)
+	f.acq(t0, H, "a", 1000, 0, effG(H, first, 0))
+	f.acq(t0+1*ms, W, "a", 1000, 1000, effQ(W)) // wait due at t0+1001 ms, the same duration
+	f.acq(t0+2*ms, H2, "b", 1000, 0, effG(H2, first+1, 0))
+	if f.tb.ent(f.tb.findString("a")).hpos>>laneShift == 0 || f.tb.waiters[W].wait.pos>>laneShift == 0 {
+		t.Fatal("the lease and the wait are not in a lane")
+	}
+	f.check()
+	f.tb.ShiftLeases(5 * ms) // leases due at t0+1005 and t0+1007 ms now
+	f.check()
+	if at, ok := f.tb.NextDeadline(); !ok || at != t0+1001*ms {
+		t.Fatalf("NextDeadline = %d, %v; want the wait at +1001 ms", at-t0, ok)
+	}
+	f.advance(t0+1004*ms, 1)
+	f.delivered(effT(W))
+	f.holder("a", first, t0+1005*ms)
+	f.advance(t0+1007*ms, 2)
+	f.holder("a", 0, 0)
+	f.holder("b", 0, 0)
+	// after the shift new arms use the lanes again
+	f.acq(t0+2000*ms, H, "c", 1000, 0, effG(H, first+2, 0))
+	if f.tb.ent(f.tb.findString("c")).hpos>>laneShift == 0 {
+		t.Fatal("a lease armed after ShiftLeases is not in a lane")
+	}
+}
+
+// TestTimerLanesClockBack (issue 35): the instants a table is given may go
+// back (a new cluster leader's clock); a lease due before its lane's last
+// goes to another lane or the heap and still fires in deadline order.
+func TestTimerLanesClockBack(t *testing.T) {
+	f := newFx(t, Limits{})
+	H := own(1, 1)
+	f.acq(t0+10*ms, H, "a", 100, 0, effG(H, first, 0))   // due +110
+	f.acq(t0, H, "b", 100, 0, effG(H, first+1, 0))       // due +100: before a, the clock went back
+	f.acq(t0+20*ms, H, "c", 100, 0, effG(H, first+2, 0)) // due +120
+	if la, lb := f.tb.ent(f.tb.findString("a")).hpos>>laneShift, f.tb.ent(f.tb.findString("b")).hpos>>laneShift; lb != 0 && lb == la {
+		t.Fatal("an out-of-order lease went into the lane of a later one")
+	}
+	for _, c := range []struct {
+		at   int64
+		gone string
+	}{{100, "b"}, {110, "a"}, {120, "c"}} {
+		if at, ok := f.tb.NextDeadline(); !ok || at != t0+c.at*ms {
+			t.Fatalf("NextDeadline = %d ms, want %d", (at-t0)/ms, c.at)
+		}
+		f.advance(t0+c.at*ms, 1)
+		f.holder(c.gone, 0, 0)
 	}
 }

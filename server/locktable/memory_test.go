@@ -13,7 +13,7 @@ import (
 // heapBytesPerHeldLock fills a fresh table with n held keys of 16 bytes and
 // returns the live heap it grew by, per key (runtime.MemStats.HeapAlloc after
 // a collection, before and after): the key's entry (with the key inline), its
-// index slot and hash byte, and its slot in the lease heap. The key bytes the caller passes are allocated
+// index slot and hash byte, and its slot in the timers (a lane or the heap). The key bytes the caller passes are allocated
 // before the baseline, so they do not count.
 func heapBytesPerHeldLock(t testing.TB, n int) float64 {
 	buf := make([]byte, 16*n)
@@ -108,7 +108,7 @@ func TestLockStateSize(t *testing.T) {
 // inline, long ones in the side map), some with waiters, frees them in a
 // scrambled order with a small idle cache (every free moves the last entry
 // into the hole), and checks the invariants along the way and that the
-// pages, the index, the lease heap and the long-key map fall back after.
+// pages, the index, the timers (heap and lanes) and the long-key map fall back after.
 func TestCompactTableShrinks(t *testing.T) {
 	f := newFx(t, Limits{IdleCache: 8})
 	const n = 3000
@@ -150,9 +150,13 @@ func TestCompactTableShrinks(t *testing.T) {
 		}
 	}
 	f.check()
-	if f.tb.n != 8 || len(f.tb.pages) > 2 || len(f.tb.slots) > 64 || cap(f.tb.timers) > 2048 || len(f.tb.long) > 8 || len(f.tb.queues) != 0 {
-		t.Fatalf("after freeing: %d entries, %d pages, %d index slots, timer heap cap %d, %d long keys, %d queues",
-			f.tb.n, len(f.tb.pages), len(f.tb.slots), cap(f.tb.timers), len(f.tb.long), len(f.tb.queues))
+	laneCap := 0
+	for l := range f.tb.lanes {
+		laneCap += cap(f.tb.lanes[l].items)
+	}
+	if f.tb.n != 8 || len(f.tb.pages) > 2 || len(f.tb.slots) > 64 || cap(f.tb.timers) > 2048 || laneCap > 2048 || len(f.tb.long) > 8 || len(f.tb.queues) != 0 {
+		t.Fatalf("after freeing: %d entries, %d pages, %d index slots, timer heap cap %d, lanes cap %d, %d long keys, %d queues",
+			f.tb.n, len(f.tb.pages), len(f.tb.slots), cap(f.tb.timers), laneCap, len(f.tb.long), len(f.tb.queues))
 	}
 	for i := range n { // every key still works
 		f.acq(t0, own(3, 1), string(keys[i]), 100, 0, Effect{Owner: own(3, 1), Status: wire.StatusGranted, Token: f.tok.Last() + 1})

@@ -38,10 +38,55 @@ type setw struct {
 	m [wire.MaxSetKeys]*waiter // members in the order of the S body; m[0] is indexed
 }
 
-// heldSet is a held key set.
+// heldSet is a held key set: its keys' entries, not their strings (issue 35:
+// no key copies and no re-hashing on release), recycled through
+// Table.freeSets. moveEntry keeps the entry numbers right.
 type heldSet struct {
-	keys []string // in the order of the S body
-	conn uint64
+	n        int
+	ents     [wire.MaxSetKeys]uint32 // in the order of the S body
+	conn     uint64
+	nextFree *heldSet
+}
+
+// heldKeys returns hs's keys in S order (it allocates: for admin and snapshots).
+func (t *Table) heldKeys(hs *heldSet) []string {
+	keys := make([]string, hs.n)
+	for k, i := range hs.ents[:hs.n] {
+		keys[k] = t.keyString(i)
+	}
+	return keys
+}
+
+func (t *Table) newHeldSet() *heldSet {
+	if hs := t.freeSets; hs != nil {
+		t.freeSets = hs.nextFree
+		t.nFreeSets--
+		hs.nextFree = nil
+		return hs
+	}
+	return &heldSet{}
+}
+
+func (t *Table) recycleHeldSet(hs *heldSet) {
+	if t.nFreeSets >= t.limits.IdleCache {
+		return
+	}
+	*hs = heldSet{nextFree: t.freeSets}
+	t.freeSets = hs
+	t.nFreeSets++
+}
+
+// renumberSet replaces entry from by to in the held set of token tok, if any.
+func (t *Table) renumberSet(tok uint64, from, to uint32) {
+	hs := t.sets[tok]
+	if hs == nil {
+		return
+	}
+	for k, i := range hs.ents[:hs.n] {
+		if i == from {
+			hs.ents[k] = to
+		}
+	}
 }
 
 // seqOf is the arrival order of w's request (a set's members share the first one's).
@@ -58,7 +103,7 @@ func (t *Table) IsSetToken(token uint64) bool { return len(t.sets) > 0 && t.sets
 // SetKeys returns the keys of the held set with token (S order), nil when none.
 func (t *Table) SetKeys(token uint64) []string {
 	if hs := t.sets[token]; hs != nil {
-		return hs.keys
+		return t.heldKeys(hs)
 	}
 	return nil
 }
@@ -160,9 +205,10 @@ func (t *Table) block(i uint32) {
 // new token by conn and records the held set. It returns the token.
 func (t *Table) grantSet(now int64, ents []uint32, conn uint64, leaseMS uint32) uint64 {
 	tok := t.tokens.Next()
-	hs := &heldSet{keys: make([]string, len(ents)), conn: conn}
+	hs := t.newHeldSet()
+	hs.n, hs.conn = copy(hs.ents[:], ents), conn
 	lease := addNs(now, msToNs(leaseMS)+t.limits.LeaseSlack)
-	for k, i := range ents {
+	for _, i := range ents {
 		e := t.ent(i)
 		if e.token == blockedTok {
 			t.blocked--
@@ -172,7 +218,6 @@ func (t *Table) grantSet(now int64, ents []uint32, conn uint64, leaseMS uint32) 
 		e.grant = now
 		e.lease = lease
 		t.pushLease(i)
-		hs.keys[k] = t.keyString(i)
 	}
 	t.lastTok = tok
 	if t.sets == nil {
@@ -283,17 +328,17 @@ func (t *Table) processRecheck(now int64) {
 func (t *Table) freeSet(now int64, tok uint64, hs *heldSet) {
 	delete(t.sets, tok)
 	t.noTrim = true
-	for _, k := range hs.keys {
-		i := t.findString(k)
+	for _, i := range hs.ents[:hs.n] {
 		t.removeLease(i)
 		t.unrefConn(t.ent(i).holder)
 		e := t.ent(i)
 		e.token, e.holder, e.grant = blockedTok, 0, 0
 		t.blocked++
 	}
-	for k := len(hs.keys) - 1; k >= 0; k-- { // processRecheck pops: first key first
-		t.recheck = append(t.recheck, t.findString(hs.keys[k]))
+	for k := hs.n - 1; k >= 0; k-- { // processRecheck pops: first key first
+		t.recheck = append(t.recheck, hs.ents[k])
 	}
+	t.recycleHeldSet(hs)
 	t.processRecheck(now)
 }
 
@@ -303,14 +348,14 @@ func (t *Table) freeSet(now int64, tok uint64, hs *heldSet) {
 func (t *Table) ReleaseSet(now int64, owner Owner, keys [][]byte, token uint64) Effect {
 	t.now = max(t.now, now)
 	hs := t.sets[token]
-	if hs == nil || len(keys) != len(hs.keys) {
+	if hs == nil || len(keys) != hs.n {
 		t.counter.NotHolder++
 		return Effect{Owner: owner, Status: wire.StatusNotHolder}
 	}
 	for _, k := range keys {
 		found := false
-		for _, h := range hs.keys {
-			if h == string(k) {
+		for _, i := range hs.ents[:hs.n] {
+			if keyEq(t, i, k) {
 				found = true
 				break
 			}
@@ -394,6 +439,12 @@ func (t *Table) InsertKey(ks KeyState) {
 		w.owner, w.leaseMS, w.enqueued = ws.Owner, ws.LeaseMS, ws.Enqueued
 		t.enqueue(i, w, ws.Deadline)
 	}
+}
+
+// IdleKey is Idle for a key in bytes (no copy).
+func (t *Table) IdleKey(key []byte) bool {
+	i := t.findBytes(key)
+	return i == noEntry || t.ent(i).token == 0
 }
 
 // Idle reports whether key is free with no waiters here (not active).

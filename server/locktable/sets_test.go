@@ -437,3 +437,31 @@ func BenchmarkTableSetVsSingle(b *testing.B) {
 		})
 	}
 }
+
+// TestSetAcquireReleaseNoAlloc (issue 35): a 2-key set acquire+release on
+// free keys allocates nothing once the table is warm (held sets are recycled
+// structs naming entries: no key strings, no record per set).
+func TestSetAcquireReleaseNoAlloc(t *testing.T) {
+	tb := New(Limits{}, NewCounter(first), &SharedCounts{}, &nopSink{})
+	keys := make([][]byte, 64)
+	for i := range keys {
+		keys[i] = fmt.Appendf(nil, "set/key/%02d", i)
+	}
+	o, now, i := own(1, 1), t0, 0
+	set := make([][]byte, 2)
+	op := func() {
+		now += 1000
+		set[0], set[1] = keys[i%len(keys)], keys[(i+1)%len(keys)]
+		i += 2
+		e := tb.AcquireSet(now, o, set, 60_000, 0)
+		if e.Status != wire.StatusGranted || tb.ReleaseSet(now, o, set, e.Token).Status != wire.StatusReleased {
+			t.Fatal("set acquire+release failed")
+		}
+	}
+	for range 200 {
+		op() // warm: entries, index, lanes, the sets map, one recycled held set
+	}
+	if n := testing.AllocsPerRun(1000, op); n != 0 {
+		t.Fatalf("%v allocations per set acquire+release", n)
+	}
+}

@@ -2,7 +2,6 @@ package locktable
 
 import (
 	"fmt"
-	"slices"
 	"sort"
 
 	"github.com/ticketing/ticketing/client/wire"
@@ -64,7 +63,7 @@ func (t *Table) SnapshotUnordered() State {
 		} else {
 			ks = KeyState{Key: t.keyString(i), Token: e.token, Holder: t.holderConn(e), Grant: e.grant, Deadline: e.lease}
 			if hs := t.sets[e.token]; hs != nil {
-				ks.Set = hs.keys
+				ks.Set = t.heldKeys(hs)
 			}
 		}
 		if q := t.queueOf(i); q != nil {
@@ -99,6 +98,11 @@ func (t *Table) Restore(s State) error {
 		ws  []WaiterState
 	}
 	var pends []pend
+	type setPend struct {
+		tok  uint64
+		keys []string
+	}
+	var setKeys []setPend // keys of each held set, resolved to entries once all exist
 	for _, ks := range s.Keys {
 		if ks.Token == 0 && (len(ks.Waiters) == 0 || ks.Waiters[0].Set == nil) {
 			return fmt.Errorf("locktable: restore: key %q has no holder", ks.Key)
@@ -120,11 +124,27 @@ func (t *Table) Restore(s State) error {
 				if t.sets == nil {
 					t.sets = make(map[uint64]*heldSet)
 				}
-				t.sets[ks.Token] = &heldSet{keys: slices.Clone(ks.Set), conn: ks.Holder}
+				if len(ks.Set) > wire.MaxSetKeys {
+					return fmt.Errorf("locktable: restore: key set of %d keys", len(ks.Set))
+				}
+				hs := t.newHeldSet()
+				hs.n, hs.conn = len(ks.Set), ks.Holder
+				t.sets[ks.Token] = hs
+				setKeys = append(setKeys, setPend{ks.Token, ks.Set})
 			}
 		}
 		if len(ks.Waiters) > 0 {
 			pends = append(pends, pend{i, ks.Key, ks.Waiters})
+		}
+	}
+	for _, sp := range setKeys {
+		tok, hs := sp.tok, t.sets[sp.tok]
+		for k, key := range sp.keys {
+			i := t.findString(key)
+			if i == noEntry || t.ent(i).token != tok {
+				return fmt.Errorf("locktable: restore: key %q of a key set is not held by it", key)
+			}
+			hs.ents[k] = i
 		}
 	}
 	// Queue the waiters in an arrival order consistent with every queue: a
@@ -222,7 +242,36 @@ type Due struct {
 // (only the leader's clock decides, and the decision is replicated). The
 // order is unspecified; fn returning false stops early.
 func (t *Table) Due(now int64, fn func(Due) bool) {
-	t.due(0, now, fn)
+	if !t.due(0, now, fn) {
+		return
+	}
+	for l := range t.lanes {
+		ln := &t.lanes[l]
+		if ln.live == 0 {
+			continue
+		}
+		for _, x := range ln.items[ln.head:] {
+			if x == tombItem {
+				continue
+			}
+			if at, _, _ := t.key(x); at > now {
+				break // a lane is in deadline order
+			}
+			if !t.dueItem(x, fn) {
+				return
+			}
+		}
+	}
+}
+
+// dueItem calls fn for item x.
+func (t *Table) dueItem(x uint32, fn func(Due) bool) bool {
+	if x&waitBit == 0 {
+		e := t.ent(x)
+		return fn(Due{Kind: DueLease, Key: t.keyString(x), Token: e.token, At: e.lease, Grant: e.grant})
+	}
+	wt := t.waitRefs[x&^waitBit]
+	return fn(Due{Kind: DueWait, Key: t.keyString(wt.w.q.e), Owner: wt.w.owner, At: wt.at})
 }
 
 func (t *Table) due(p int, now int64, fn func(Due) bool) bool {
@@ -230,22 +279,11 @@ func (t *Table) due(p int, now int64, fn func(Due) bool) bool {
 		return true
 	}
 	x := t.timers[p]
-	if x&waitBit == 0 {
-		e := t.ent(x)
-		if e.lease > now {
-			return true
-		}
-		if !fn(Due{Kind: DueLease, Key: t.keyString(x), Token: e.token, At: e.lease, Grant: e.grant}) {
-			return false
-		}
-	} else {
-		wt := t.waitRefs[x&^waitBit]
-		if wt.at > now {
-			return true
-		}
-		if !fn(Due{Kind: DueWait, Key: t.keyString(wt.w.q.e), Owner: wt.w.owner, At: wt.at}) {
-			return false
-		}
+	if at, _, _ := t.key(x); at > now {
+		return true
+	}
+	if !t.dueItem(x, fn) {
+		return false
 	}
 	return t.due(2*p+1, now, fn) && t.due(2*p+2, now, fn)
 }
@@ -258,6 +296,7 @@ func (t *Table) ShiftLeases(delta int64) {
 	if delta == 0 {
 		return
 	}
+	t.allToHeap() // a lane mixing leases and waits would lose its order
 	for _, x := range t.timers {
 		if x&waitBit == 0 {
 			t.ent(x).lease += delta

@@ -106,12 +106,14 @@ type Table struct {
 	ixN     int      // entries in the index (== n)
 	old     []uint32 // index being migrated into slots (incremental resize); nil when none
 	oldTags []uint8
-	mig     int      // next slot of old to migrate
-	ixMin   int      // smallest index size (0 = 16; tests lower it)
-	ixStep  int      // old slots migrated per insert or removal (0 = 32; tests lower it)
-	placed  uint64   // index placements so far (the incremental-resize test counts them)
-	timers  []uint32 // every armed lease and wait deadline, one heap (timers.go)
-	idle    idleList // free entries kept for reuse, oldest first
+	mig     int          // next slot of old to migrate
+	ixMin   int          // smallest index size (0 = 16; tests lower it)
+	ixStep  int          // old slots migrated per insert or removal (0 = 32; tests lower it)
+	placed  uint64       // index placements so far (the incremental-resize test counts them)
+	timers  []uint32     // armed lease and wait deadlines not in a lane: a heap (timers.go)
+	lanes   [nLanes]lane // armed deadlines of the common durations, each lane in order (timers.go)
+	noLanes bool         // tests: every timer goes to the heap
+	idle    idleList     // free entries kept for reuse, oldest first
 
 	conns    []connRef         // holders' connections (refConn)
 	connIx   map[uint64]uint32 // reference of each connection in conns
@@ -145,8 +147,10 @@ type Table struct {
 	// falls back after a burst
 	freeWaiters  *waiter
 	freeQueues   *kqueue
+	freeSets     *heldSet
 	nFreeWaiters int
 	nFreeQueues  int
+	nFreeSets    int
 }
 
 // kqueue is the FIFO queue of one held key's waiters.
@@ -373,10 +377,11 @@ func (t *Table) DrainWaiters() int {
 // next returns the earliest armed timer by (deadline, arm order): a lease
 // (entry number, w nil) or a wait (w). ok is false when none is armed.
 func (t *Table) next() (at int64, lease uint32, w *waiter, ok bool) {
-	if len(t.timers) == 0 {
+	x, ok := t.first()
+	if !ok {
 		return 0, noEntry, nil, false
 	}
-	if x := t.timers[0]; x&waitBit == 0 {
+	if x&waitBit == 0 {
 		return t.ent(x).lease, x, nil, true
 	} else {
 		wt := t.waitRefs[x&^waitBit]

@@ -12,7 +12,7 @@ namespace Ticketing
 {
     enum Fail { None, Unsent, Lost }
     enum Owner { Caller, Abandoned, Releaser, Dropped }
-    enum Enq { Ok, Down, Full }
+    enum Enq { Ok, Down, Full, Unsupported }
 
     /// <summary>
     /// One request in flight. Owned by its sender until enqueued, then by its connection's
@@ -21,9 +21,10 @@ namespace Ticketing
     sealed class Call
     {
         public byte Op;
-        public byte[] Key;
-        public uint A1, A2;      // A: lease, wait; C: target
-        public ulong TokenArg;   // R
+        public byte[] Key;       // S, X: the first key of Keys (cancel, messages)
+        public byte[][] Keys;    // S, X
+        public uint A1, A2;      // A, S: lease, wait; C: target
+        public ulong TokenArg;   // R, X
         public bool Counts;      // an acquire that may queue (uses a max_inflight slot)
         public Connection Conn;
         public uint ReqId;
@@ -38,6 +39,7 @@ namespace Ticketing
         public long WatchUntil;  // the release window's end, for the Watchdog
         public volatile bool TimedOut; // the Watchdog dropped it: no answer within the window
         public Exception FailErr;
+        public bool AnswerDue;   // an acquire watched for its answer allowance (R2)
         public bool Sync;        // the caller blocks in Task.Wait (no continuation to keep off our threads)
         // Completed only through Completions.Post: inline for Sync, else by a thread-pool drainer.
         public readonly TaskCompletionSource<bool> Done = new TaskCompletionSource<bool>();
@@ -50,11 +52,23 @@ namespace Ticketing
                 case Wire.OpAcquire: return Wire.WriteRequest(b, off, Op, ReqId, ((ulong)A1 << 32) | A2, Key);
                 case Wire.OpRelease: return Wire.WriteRequest(b, off, Op, ReqId, TokenArg, Key);
                 case Wire.OpCancel: return Wire.WriteRequest(b, off, Op, ReqId, (ulong)A1 << 32, Key);
+                case Wire.OpAcquireSet: return Wire.WriteSet(b, off, Op, ReqId, ((ulong)A1 << 32) | A2, Keys);
+                case Wire.OpReleaseSet: return Wire.WriteSet(b, off, Op, ReqId, TokenArg, Keys);
                 default: return Wire.WriteRequest(b, off, Wire.OpPing, ReqId, 0, null);
             }
         }
 
-        public int FrameLen { get { return Wire.HeaderLen + (Key == null || Op == Wire.OpPing ? 0 : Key.Length); } }
+        public int FrameLen
+        {
+            get
+            {
+                if (Keys != null) return Wire.HeaderLen + Wire.SetBodyLen(Keys);
+                return Wire.HeaderLen + (Key == null || Op == Wire.OpPing ? 0 : Key.Length);
+            }
+        }
+
+        /// <summary>An acquire (A or S): answered G T B M U or E.</summary>
+        public bool IsAcquire { get { return Op == Wire.OpAcquire || Op == Wire.OpAcquireSet; } }
     }
 
     /// <summary>
@@ -91,6 +105,8 @@ namespace Ticketing
         int wlen;
         bool writerIdle;                   // the writer waits on mu for frames
         long seq, taken;
+        Features features;                 // announced by the server of the live connection (§12.1)
+        Exception configErr;               // the last attempt failed auth or TLS (R4, R5): retrying will not cure it
 
         public Connection(TicketingClient client, string addr)
         {
@@ -110,12 +126,17 @@ namespace Ticketing
         public bool IsUp { get { lock (mu) return up; } }
         public int Failures { get { lock (mu) return failures; } }
         public bool Connecting { get { lock (mu) return !up && !everUp && failures == 0; } }
+        /// <summary>The configuration error of the last attempt (auth, TLS), or null.</summary>
+        public Exception ConfigError { get { lock (mu) return up ? null : configErr; } }
+        /// <summary>The 1.1 features of the live connection's server.</summary>
+        public Features Features { get { lock (mu) return features; } }
 
         public Enq Enqueue(Call c)
         {
             lock (mu)
             {
                 if (!up || wlen > MaxWriteBuffer) return Enq.Down;
+                if (c.Keys != null && (features & Features.KeySets) == 0) return Enq.Unsupported;
                 if (c.Counts && inflight >= maxInflight) return Enq.Full;
                 EnqueueLocked(c);
             }
@@ -131,7 +152,7 @@ namespace Ticketing
             c.Pending = true;
             pending[id] = c;
             if (c.Counts) inflight++;
-            if (c.Op == Wire.OpAcquire) c.SentTicks = Clock.Now; // t_send (protocol.md §5)
+            if (c.IsAcquire) c.SentTicks = Clock.Now; // t_send (protocol.md §5)
             int need = wlen + c.FrameLen;
             if (need > wbuf.Length)
             {
@@ -167,7 +188,7 @@ namespace Ticketing
             {
                 if (!c.Pending) return false;
                 c.Owner = Owner.Abandoned;
-                if (c.Op == Wire.OpAcquire && c.Counts)
+                if (c.IsAcquire && c.Counts) // a set is cancelled by its first key (§12.2)
                     EnqueueLocked(new Call { Op = Wire.OpCancel, Key = c.Key, A1 = c.ReqId, Owner = Owner.Dropped });
             }
             return true;
@@ -211,20 +232,25 @@ namespace Ticketing
                 Socket s;
                 Stream st;
                 uint mi;
+                Features f;
                 try
                 {
-                    Connect(out s, out st, out mi);
+                    Connect(out s, out st, out mi, out f);
                 }
                 catch (Exception e)
                 {
                     if (client.IsClosed) break;
                     int n;
-                    lock (mu) n = ++failures;
+                    lock (mu)
+                    {
+                        n = ++failures;
+                        configErr = IsConfigError(e) ? e : null;
+                    }
                     client.ConnectionFailed(this, e, n);
                     attempt++;
                     continue;
                 }
-                if (!Up(s, st, mi))
+                if (!Up(s, st, mi, f))
                 {
                     Close(s);
                     break;
@@ -238,7 +264,14 @@ namespace Ticketing
             }
         }
 
-        void Connect(out Socket s, out Stream st, out uint maxInf)
+        /// <summary>A failure retrying will not cure: a wrong token, a TLS mismatch or certificate (R4, R5).</summary>
+        internal static bool IsConfigError(Exception e)
+        {
+            var t = e as TicketingTlsException;
+            return e is TicketingAuthenticationException || (t != null && t.Config);
+        }
+
+        void Connect(out Socket s, out Stream st, out uint maxInf, out Features f)
         {
             var budget = client.ConnectTimeout;
             long deadline = Clock.Now + Clock.Ticks(budget);
@@ -257,7 +290,8 @@ namespace Ticketing
                 s.SendTimeout = ms;
                 Stream ns = new NetworkStream(s, false);
                 if (client.Tls != null) ns = TlsConnect(ns);
-                maxInf = Handshake(ns);
+                maxInf = Handshake(ns, client.Tls == null);
+                f = Negotiate(ns);
                 s.ReceiveTimeout = 0;
                 s.SendTimeout = 0;
                 st = ns;
@@ -273,21 +307,33 @@ namespace Ticketing
         {
             var tls = client.Tls;
             var name = tls.ServerName ?? host;
-            var ssl = new SslStream(ns, false, (sender, c, chain, errors) => client.ValidateServerCertificate(name, c, chain, errors), null);
+            bool refused = false;
+            var first = new FirstBytesStream(ns);
+            var ssl = new SslStream(first, false, (sender, c, chain, errors) =>
+            {
+                bool ok = client.ValidateServerCertificate(name, c, chain, errors);
+                if (!ok) refused = true;
+                return ok;
+            }, null);
             try
             {
                 var certs = new X509CertificateCollection();
                 if (client.ClientCertificate != null) certs.Add(client.ClientCertificate);
                 ssl.AuthenticateAsClient(name, certs, System.Security.Authentication.SslProtocols.Tls12, false);
             }
+            catch (Exception e) when (first.NotTls)
+            {
+                // A plaintext HELLO ("TKTS") where a TLS record (16 03) belongs (§12.4).
+                throw new TicketingTlsException("TLS handshake with " + Addr + ": the server does not speak TLS (its first bytes are not a TLS record; is it a plaintext listener?)", e, true);
+            }
             catch (Exception e) when (IsEcdsaUnsupported(e))
             {
-                throw new TicketingTlsException(EcdsaMessage(Addr, e), e);
+                throw new TicketingTlsException(EcdsaMessage(Addr, e), e, true);
             }
             catch (Exception e) when (e is IOException || e is System.Security.Authentication.AuthenticationException
                                       || e is NotSupportedException || e is System.Security.Cryptography.CryptographicException)
             {
-                throw new TicketingTlsException("TLS handshake with " + Addr + ": " + e.Message + (e.InnerException != null ? ": " + e.InnerException.Message : ""), e);
+                throw new TicketingTlsException("TLS handshake with " + Addr + ": " + e.Message + (e.InnerException != null ? ": " + e.InnerException.Message : ""), e, refused);
             }
             return ssl;
         }
@@ -322,10 +368,15 @@ namespace Ticketing
             }
         }
 
-        uint Handshake(Stream s)
+        const string TlsRequired = "the server requires TLS (REJECT TLS_REQUIRED; configure the client with TLS: TicketingOptions.Tls)";
+
+        uint Handshake(Stream s, bool plain)
         {
             var hb = new byte[Wire.HelloLen];
             ReadFull(s, hb, "reading HELLO", Addr);
+            // A TLS listener's REJECT TLS_REQUIRED where HELLO belongs (§12.4).
+            if (plain && hb[0] == (byte)Status.Error && hb[1] == (byte)Code.TlsRequired)
+                throw new TicketingTlsException("connect " + Addr + ": " + TlsRequired, null, true);
             byte[] snonce;
             byte flags;
             try { flags = Wire.ParseHello(hb, out snonce); }
@@ -343,6 +394,7 @@ namespace Ticketing
             {
                 if (wb[0] != 0x45) throw new TicketingProtocolException("bad WELCOME from " + Addr);
                 var code = (Code)wb[1];
+                if (code == Code.TlsRequired) throw new TicketingTlsException("connect " + Addr + ": " + TlsRequired, null, true);
                 if (code == Code.AuthFailed || code == Code.BadHandshake)
                 {
                     var hint = code == Code.AuthFailed && token.Length == 0 && (flags & 1) != 0 ? " (the server requires a token and none is configured)" : "";
@@ -358,7 +410,55 @@ namespace Ticketing
             return mi == 0 ? 1 : mi;
         }
 
-        bool Up(Socket s, Stream st, uint mi)
+        /// <summary>
+        /// Protocol 1.1 (§12.1, §12.3): asks the server of the fresh connection for its features
+        /// with a ping (arg 1; a 1.0 server answers a plain pong, features 0) and sends the
+        /// label when the server takes one. Nothing else is outstanding yet.
+        /// </summary>
+        Features Negotiate(Stream s)
+        {
+            var ping = Wire.EncodePingFeatures(1);
+            WriteHandshake(s, ping, "the feature ping");
+            var r = ReadResponse(s, "reading the feature pong");
+            if (r.Status != Status.Pong || r.ReqId != 1)
+                throw new TicketingProtocolException(Addr + " answered the feature ping with " + (char)r.Status);
+            var f = (Features)r.Queued;
+            var label = client.LabelBytes;
+            if ((f & Features.Labels) == 0 || label == null || label.Length == 0) return f;
+            WriteHandshake(s, Wire.EncodeLabel(2, label), "the connection label");
+            r = ReadResponse(s, "reading the label's answer");
+            if (r.Status != Status.Released || r.ReqId != 2) // informational only (§12.3): keep the connection
+                client.Log(TicketingLogLevel.Warning, "ticketing: " + Addr + " refused the connection label (" + r.Code + ")");
+            return f;
+        }
+
+        void WriteHandshake(Stream s, byte[] b, string what)
+        {
+            try { s.Write(b, 0, b.Length); s.Flush(); }
+            catch (IOException e) { throw new TicketingConnectionException("sending " + what + " to " + Addr + ": " + e.Message, e); }
+        }
+
+        Response ReadResponse(Stream s, string what)
+        {
+            var h = new byte[Wire.HeaderLen];
+            ReadFull(s, h, what, Addr);
+            int n = Wire.ResponseFrameLen(h, 0, h.Length);
+            var b = h;
+            if (n > Wire.HeaderLen)
+            {
+                b = new byte[n];
+                Buffer.BlockCopy(h, 0, b, 0, h.Length);
+                var rest = new byte[n - Wire.HeaderLen];
+                ReadFull(s, rest, what, Addr);
+                Buffer.BlockCopy(rest, 0, b, Wire.HeaderLen, rest.Length);
+            }
+            Response r;
+            try { Wire.ParseResponse(b, 0, b.Length, out r); }
+            catch (WireException e) { throw new TicketingProtocolException(Addr + " broke the protocol: " + e.Message); }
+            return r;
+        }
+
+        bool Up(Socket s, Stream st, uint mi, Features f)
         {
             lock (mu)
             {
@@ -367,6 +467,8 @@ namespace Ticketing
                 sock = s;
                 everUp = true;
                 failures = 0;
+                configErr = null;
+                features = f;
                 maxInflight = (int)Math.Min(mi, 1u << 30);
                 inflight = 0;
                 nextId = 0;
@@ -500,6 +602,60 @@ namespace Ticketing
         {
             try { s.Shutdown(SocketShutdown.Both); } catch (Exception) { }
             try { s.Close(); } catch (Exception) { }
+        }
+    }
+
+    /// <summary>
+    /// The stream under a client's SslStream: remembers the first two bytes read, so that a failed
+    /// handshake with a plaintext server (its HELLO begins "TK", a TLS record 16 03) is named
+    /// "does not speak TLS" (§12.4). Everything else passes through.
+    /// </summary>
+    sealed class FirstBytesStream : Stream
+    {
+        readonly Stream inner;
+        readonly byte[] first = new byte[2];
+        int n;
+
+        public FirstBytesStream(Stream inner) { this.inner = inner; }
+
+        /// <summary>The first bytes read are not the start of a TLS record.</summary>
+        public bool NotTls { get { return n > 0 && (first[0] != 0x16 && first[0] != 0x15 || n > 1 && first[1] != 0x03); } }
+
+        void Seen(byte[] b, int off, int k)
+        {
+            for (int i = 0; i < k && n < first.Length; i++) first[n++] = b[off + i];
+        }
+
+        public override int Read(byte[] buffer, int offset, int count)
+        {
+            int k = inner.Read(buffer, offset, count);
+            if (n < first.Length) Seen(buffer, offset, k);
+            return k;
+        }
+
+        public override async Task<int> ReadAsync(byte[] buffer, int offset, int count, CancellationToken ct)
+        {
+            int k = await inner.ReadAsync(buffer, offset, count, ct).ConfigureAwait(false);
+            if (n < first.Length) Seen(buffer, offset, k);
+            return k;
+        }
+
+        public override void Write(byte[] buffer, int offset, int count) { inner.Write(buffer, offset, count); }
+        public override Task WriteAsync(byte[] buffer, int offset, int count, CancellationToken ct) { return inner.WriteAsync(buffer, offset, count, ct); }
+        public override void Flush() { inner.Flush(); }
+        public override Task FlushAsync(CancellationToken ct) { return inner.FlushAsync(ct); }
+        public override bool CanRead { get { return true; } }
+        public override bool CanWrite { get { return true; } }
+        public override bool CanSeek { get { return false; } }
+        public override long Length { get { throw new NotSupportedException(); } }
+        public override long Position { get { throw new NotSupportedException(); } set { throw new NotSupportedException(); } }
+        public override long Seek(long offset, SeekOrigin origin) { throw new NotSupportedException(); }
+        public override void SetLength(long value) { throw new NotSupportedException(); }
+
+        protected override void Dispose(bool disposing)
+        {
+            if (disposing) inner.Dispose();
+            base.Dispose(disposing);
         }
     }
 

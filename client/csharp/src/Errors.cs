@@ -71,11 +71,43 @@ namespace Ticketing
         public TicketingConnectionException(string message, Exception inner = null) : base(message, inner) { }
     }
 
-    /// <summary>The TLS handshake or certificate verification failed.</summary>
+    /// <summary>
+    /// The TLS handshake or certificate verification failed, or TLS is configured on one side
+    /// only ("the server requires TLS", "the server does not speak TLS": protocol.md §12.4).
+    /// </summary>
     public class TicketingTlsException : TicketingConnectionException
     {
         /// <summary>Creates it.</summary>
-        public TicketingTlsException(string message, Exception inner = null) : base(message, inner) { }
+        public TicketingTlsException(string message, Exception inner = null) : base(message, inner)
+        {
+            var t = inner as TicketingTlsException;
+            if (t != null) Config = t.Config;
+        }
+
+        internal TicketingTlsException(string message, Exception inner, bool config) : base(message, inner) { Config = config; }
+
+        /// <summary>Retrying will not cure it (a TLS mismatch, a certificate refused): waiting calls fail at once (R5).</summary>
+        internal bool Config { get; private set; }
+    }
+
+    /// <summary>
+    /// The grant left less of the lease than the acquire's minimum working time (R14); the
+    /// client released it. Not acquired.
+    /// </summary>
+    public class InsufficientLeaseException : TicketingException
+    {
+        /// <summary>Creates it.</summary>
+        public InsufficientLeaseException(string message) : base(message) { }
+    }
+
+    /// <summary>
+    /// The call needs a protocol 1.1 feature (key sets) that the connection's server does not
+    /// announce (a 1.0 server); nothing was sent.
+    /// </summary>
+    public class TicketingUnsupportedException : TicketingException
+    {
+        /// <summary>Creates it.</summary>
+        public TicketingUnsupportedException(string message) : base(message) { }
     }
 
     /// <summary>A cluster kept answering M (no leader elected, or unreachable); nothing executed.</summary>

@@ -1,4 +1,6 @@
 using System;
+using System.Collections.Generic;
+using System.Linq;
 using System.Text;
 using System.Threading;
 using System.Threading.Tasks;
@@ -21,10 +23,14 @@ namespace Ticketing
         CancellationTokenSource ending; // created on first use of LeaseEndingToken (a timer is not free)
         int released; // 1 once the server confirmed (O)
 
-        internal Lease(TicketingClient client, byte[] key, ulong token, long deadlineTicks)
+        readonly byte[][] keySet;
+        CancellationTokenSource done; // cancelled at the release (Ending)
+
+        internal Lease(TicketingClient client, byte[] key, byte[][] keys, ulong token, long deadlineTicks)
         {
             this.client = client;
             KeyBytes = key;
+            keySet = keys;
             Token = token;
             this.deadlineTicks = deadlineTicks;
             var left = Remaining;
@@ -38,8 +44,17 @@ namespace Ticketing
         /// <summary>The key (UTF-8 decoded).</summary>
         public string Key { get { return Encoding.UTF8.GetString(KeyBytes); } }
 
-        /// <summary>The key's bytes.</summary>
+        /// <summary>The key's bytes (of a set: its first key).</summary>
         public byte[] KeyBytes { get; private set; }
+
+        /// <summary>The keys: the one key, or every key of a set in the order acquired.</summary>
+        public IReadOnlyList<string> Keys
+        {
+            get { return keySet == null ? new[] { Key } : keySet.Select(k => Encoding.UTF8.GetString(k)).ToArray(); }
+        }
+
+        /// <summary>True for a key set (AcquireSetAsync): its release frees every key at once.</summary>
+        public bool IsSet { get { return keySet != null; } }
 
         /// <summary>The fencing token: strictly greater than every token issued before it.</summary>
         public ulong Token { get; private set; }
@@ -81,6 +96,28 @@ namespace Ticketing
         }
 
         /// <summary>
+        /// R12: a token cancelled margin before the conservative local deadline (Remaining is
+        /// then about margin), or at the release, whichever comes first; already cancelled after
+        /// the release. Never throws, also after the release. margin zero: at the deadline.
+        /// </summary>
+        public CancellationToken Ending(TimeSpan margin)
+        {
+            if (margin < TimeSpan.Zero) throw new TicketingArgumentException("margin " + margin + " must not be negative", "margin");
+            CancellationTokenSource d;
+            lock (endingMu)
+            {
+                if (IsReleased) return new CancellationToken(true);
+                if (done == null) done = new CancellationTokenSource();
+                d = done;
+            }
+            var cts = CancellationTokenSource.CreateLinkedTokenSource(d.Token);
+            var when = Clock.Span(deadlineTicks - Clock.Ticks(margin) - Clock.Now);
+            if (when <= TimeSpan.Zero) cts.Cancel();
+            else cts.CancelAfter(when);
+            return cts.Token;
+        }
+
+        /// <summary>
         /// After a confirmed release the token stays readable and is cancelled (R12): never
         /// disposed, so a thread reading LeaseEndingToken while another releases sees a
         /// cancelled token, not ObjectDisposedException. Callbacks registered on it run inside
@@ -88,11 +125,14 @@ namespace Ticketing
         /// </summary>
         void EndOnRelease()
         {
-            CancellationTokenSource e;
-            lock (endingMu) e = ending;
-            if (e == null || e.IsCancellationRequested) return;
-            try { e.Cancel(); }
-            catch (AggregateException x) { client.Log(TicketingLogLevel.Warning, "ticketing: a LeaseEndingToken callback failed: " + x.InnerException.Message, x.InnerException); }
+            CancellationTokenSource e, d;
+            lock (endingMu) { e = ending; d = done; }
+            foreach (var s in new[] { e, d })
+            {
+                if (s == null || s.IsCancellationRequested) continue;
+                try { s.Cancel(); }
+                catch (AggregateException x) { client.Log(TicketingLogLevel.Warning, "ticketing: a LeaseEndingToken callback failed: " + x.InnerException.Message, x.InnerException); }
+            }
         }
 
         /// <summary>True once the server confirmed the release.</summary>
@@ -106,7 +146,8 @@ namespace Ticketing
         public async Task ReleaseAsync(CancellationToken ct = default(CancellationToken))
         {
             if (IsReleased) return;
-            await client.ReleaseAsync(KeyBytes, Token, ct).ConfigureAwait(false);
+            if (keySet != null) await client.ReleaseSetAsync(Keys, Token, ct).ConfigureAwait(false);
+            else await client.ReleaseAsync(KeyBytes, Token, ct).ConfigureAwait(false);
             Volatile.Write(ref released, 1);
             EndOnRelease();
         }
@@ -115,7 +156,8 @@ namespace Ticketing
         public void Release()
         {
             if (IsReleased) return;
-            client.Release(KeyBytes, Token);
+            if (keySet != null) client.ReleaseSet(Keys, Token);
+            else client.Release(KeyBytes, Token);
             Volatile.Write(ref released, 1);
             EndOnRelease();
         }

@@ -36,7 +36,36 @@ namespace Ticketing
         /// <summary>Optional extra sink receiving every message of every level as text (older form of Logger).</summary>
         public Action<string> Log { get; set; }
 
-        /// <summary>Defaults: 5 s connect timeout.</summary>
-        public TicketingOptions() { ConnectTimeout = TimeSpan.FromSeconds(5); }
+        /// <summary>
+        /// The answer allowance (R2): an acquire written and not answered within its wait plus
+        /// this, counted from its write, ends IndeterminateException and is withdrawn (a late
+        /// grant is released). Default 3 s, as every official client.
+        /// </summary>
+        public TimeSpan AnswerAllowance { get; set; }
+        /// <summary>
+        /// The whole connection label (protocol 1.1, §12.3) shown to operators in admin locks;
+        /// null: TicketingClient.DefaultLabel(AppName); "" sends none. Cut to 64 bytes.
+        /// </summary>
+        public string Label { get; set; }
+        /// <summary>An application name in front of the default label: "&lt;app&gt; &lt;host&gt;/&lt;pid&gt; csharp/&lt;version&gt;".</summary>
+        public string AppName { get; set; }
+
+        /// <summary>Defaults: 5 s connect timeout, 3 s answer allowance, the default label.</summary>
+        public TicketingOptions()
+        {
+            ConnectTimeout = TimeSpan.FromSeconds(5);
+            AnswerAllowance = TimeSpan.FromSeconds(3);
+        }
+    }
+
+    /// <summary>Per-acquire options.</summary>
+    public sealed class AcquireOptions
+    {
+        /// <summary>
+        /// The minimum working time (R14): when less of the lease is left after the grant (the
+        /// conservative local deadline), the client releases it and throws
+        /// InsufficientLeaseException. Null: any grant.
+        /// </summary>
+        public TimeSpan? MinRemaining { get; set; }
     }
 }

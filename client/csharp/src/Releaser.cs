@@ -124,7 +124,7 @@ namespace Ticketing
                     }
                     if (j.Call == null && now >= j.NextAt)
                     {
-                        var c = new Call { Op = Wire.OpRelease, Key = j.St.Key, TokenArg = j.St.Token, Owner = Owner.Releaser, Job = j };
+                        var c = j.St.NewCall(Owner.Releaser, j);
                         j.Call = c;
                         if (cl.TryEnqueue(c) != Enq.Ok) { j.Call = null; j.NextAt = now + Clock.Ticks(TimeSpan.FromMilliseconds(50)); }
                     }
@@ -149,8 +149,8 @@ namespace Ticketing
         {
             j.Done = true;
             lock (mu) count--;
-            if (err == null) cl.Log(TicketingLogLevel.Debug, "ticketing: released " + TicketingClient.Describe(j.St.Key) + " in the background");
-            else cl.Log(TicketingLogLevel.Warning, "ticketing: background release of " + TicketingClient.Describe(j.St.Key) + " failed: " + err.Message, err);
+            if (err == null) cl.Log(TicketingLogLevel.Debug, "ticketing: released " + j.St.Name + " in the background");
+            else cl.Log(TicketingLogLevel.Warning, "ticketing: background release of " + j.St.Name + " failed: " + err.Message, err);
         }
     }
 }

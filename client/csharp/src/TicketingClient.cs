@@ -16,14 +16,11 @@ namespace Ticketing
     /// forever, pipelines every request and matches answers by req_id. Connections run on
     /// dedicated threads, so the synchronous methods never wait for a thread-pool thread.
     /// </summary>
-    public sealed class TicketingClient : IDisposable
+    public sealed partial class TicketingClient : IDisposable
 #if NET8_0_OR_GREATER
         , IAsyncDisposable
 #endif
     {
-        internal const double BackoffBase = 0.1, BackoffCap = 3.2, RedirectBase = 0.025, RedirectCap = 0.2;
-        internal static readonly TimeSpan ReleaseWindow = TimeSpan.FromSeconds(5);
-        internal const int ReleaseQueueLen = 4096, MaxMoves = 3, MaxExtra = 32;
         const uint MaxU32 = uint.MaxValue;
 
         readonly object mu = new object();
@@ -31,37 +28,15 @@ namespace Ticketing
         readonly Action<string> log;
         readonly ITicketingLogger logger;
         internal readonly byte[] TokenBytes;
-        internal readonly TicketingTlsOptions Tls;
-        internal readonly X509Certificate2 ClientCertificate;
-        readonly X509Certificate2 caCert;
         internal readonly TimeSpan ConnectTimeout;
-        internal Action<string, int, TimeSpan> OnReconnect;
+        internal readonly TimeSpan AnswerAllowance;
+        internal readonly byte[] LabelBytes;
         readonly Releaser releaser;
         readonly Watchdog watchdog;
         readonly Completions completions;
         readonly Action<object> wakeCall;
         readonly ManualResetEventSlim closedEvent = new ManualResetEventSlim(false);
         volatile bool closed;
-        volatile Pool pool;
-        volatile Endpoint leader;
-        int rr;
-        long gen;
-        Exception lastErr;
-        [ThreadStatic] static Random rng;
-
-        sealed class Endpoint
-        {
-            public string Addr;
-            public Connection[] Conns;
-        }
-
-        sealed class Pool
-        {
-            public Endpoint[] Eps;
-            public Connection[] Conns;
-            public Dictionary<string, Endpoint> ByAddr;
-            public int Extra;
-        }
 
         /// <summary>
         /// Starts connecting in the background and returns at once; the first call waits for a
@@ -76,6 +51,14 @@ namespace Ticketing
             foreach (var a in addresses) { string h; int p; SplitAddr(a, out h, out p); }
             if (options.ConnectTimeout <= TimeSpan.Zero) throw new TicketingArgumentException("ConnectTimeout must be positive", "ConnectTimeout");
             ConnectTimeout = options.ConnectTimeout;
+            if (options.AnswerAllowance <= TimeSpan.Zero) throw new TicketingArgumentException("AnswerAllowance " + options.AnswerAllowance + " must be positive (default 3 s)", "AnswerAllowance");
+            AnswerAllowance = options.AnswerAllowance;
+            if (options.Label != null)
+            {
+                LabelBytes = Wire.CutLabel(options.Label);
+                if (!Wire.ValidLabel(LabelBytes)) throw new TicketingArgumentException("Label must be UTF-8 without control characters (at most " + Wire.MaxLabelLen + " bytes are sent)", "Label");
+            }
+            else LabelBytes = Wire.CutLabel(DefaultLabel(options.AppName));
             TokenBytes = Encoding.UTF8.GetBytes(options.Token ?? "");
             log = options.Log;
             logger = options.Logger ?? TraceLogger.Instance;
@@ -105,11 +88,26 @@ namespace Ticketing
 
         internal bool IsClosed { get { return closed; } }
 
-        /// <summary>Connections currently up (diagnostics).</summary>
-        public int ConnectedCount { get { return pool.Conns.Count(c => c.IsUp); } }
+        /// <summary>This client's version (in the default connection label).</summary>
+        public static string Version { get { return typeof(TicketingClient).Assembly.GetName().Version.ToString(3); } }
 
-        /// <summary>Connections kept (diagnostics): two for a single address.</summary>
-        public int ConnectionCount { get { return pool.Conns.Length; } }
+        /// <summary>
+        /// The connection label sent without TicketingOptions.Label (protocol.md §12.3):
+        /// "&lt;host&gt;/&lt;pid&gt; csharp/&lt;version&gt;", with "&lt;appName&gt; " in front when appName is
+        /// not empty; cut to 64 bytes.
+        /// </summary>
+        public static string DefaultLabel(string appName = null)
+        {
+            string host;
+            try { host = System.Net.Dns.GetHostName(); }
+            catch (System.Net.Sockets.SocketException) { host = null; }
+            if (string.IsNullOrEmpty(host)) host = "unknown";
+            int pid;
+            using (var me = System.Diagnostics.Process.GetCurrentProcess()) pid = me.Id;
+            var l = host + "/" + pid + " csharp/" + Version;
+            if (!string.IsNullOrEmpty(appName)) l = appName + " " + l;
+            return Encoding.UTF8.GetString(Wire.CutLabel(l));
+        }
 
         /// <summary>
         /// Waits until a connection is up. Throws TicketingConnectionException when none comes
@@ -124,8 +122,10 @@ namespace Ticketing
             {
                 long g = Interlocked.Read(ref gen);
                 if (pool.Conns.Any(c => c.IsUp)) return;
+                var cfg = ConfigError();
+                if (cfg != null) throw Rethrowable(cfg);
                 var err = LastError();
-                if (pool.Conns.All(c => c.Failures > 0) && (err is TicketingAuthenticationException || err is TicketingTlsException || err is TicketingProtocolException))
+                if (pool.Conns.All(c => c.Failures > 0) && err is TicketingProtocolException)
                     throw Rethrowable(err);
                 long left = limit - Clock.Now;
                 if (left <= 0) throw ConnectError();
@@ -144,27 +144,66 @@ namespace Ticketing
 
         /// <summary>
         /// Waits up to wait for the lock on key and returns a Lease of lease (both rounded up to
-        /// whole ms; wait zero tries once). Throws LockTimeoutException, LockBusyException
-        /// (refused at once, never retried), IndeterminateException (sent, no definite answer:
-        /// do NOT enter the critical section), TicketingConnectionException,
+        /// whole ms; wait zero tries once). The wait bounds the whole call, waiting for a
+        /// connection included (R1). Throws LockTimeoutException, LockBusyException (refused at
+        /// once, never retried), IndeterminateException (sent, no definite answer, also when the
+        /// server stays silent past the wait plus TicketingOptions.AnswerAllowance: do NOT enter
+        /// the critical section), TicketingConnectionException, TicketingAuthenticationException
+        /// and TicketingTlsException (at once when every connection failed that way),
         /// TicketingArgumentException, ObjectDisposedException. Cancelling ct withdraws a queued
         /// acquire (C) and releases a grant that won the race, then throws
-        /// OperationCanceledException.
+        /// OperationCanceledException. Messages name the key and the server.
         /// </summary>
         public Task<Lease> AcquireAsync(string key, TimeSpan lease, TimeSpan wait, CancellationToken ct = default(CancellationToken))
         {
-            return AcquireAsync(KeyBytes(key), lease, wait, ct);
+            return AcquireCoreAsync(new AcquireOp(this, KeyBytes(key), null, lease, wait, null), ct);
         }
 
         /// <summary>AcquireAsync with a raw byte key.</summary>
-        public async Task<Lease> AcquireAsync(byte[] key, TimeSpan lease, TimeSpan wait, CancellationToken ct = default(CancellationToken))
+        public Task<Lease> AcquireAsync(byte[] key, TimeSpan lease, TimeSpan wait, CancellationToken ct = default(CancellationToken))
         {
-            var op = new AcquireOp(this, key, lease, wait);
+            return AcquireCoreAsync(new AcquireOp(this, key, null, lease, wait, null), ct);
+        }
+
+        /// <summary>
+        /// AcquireAsync with options: AcquireOptions.MinRemaining fails the call with
+        /// InsufficientLeaseException (the grant released) when less of the lease is left (R14).
+        /// </summary>
+        public Task<Lease> AcquireAsync(string key, TimeSpan lease, TimeSpan wait, AcquireOptions options, CancellationToken ct = default(CancellationToken))
+        {
+            return AcquireCoreAsync(new AcquireOp(this, KeyBytes(key), null, lease, wait, options), ct);
+        }
+
+        /// <summary>
+        /// Acquires the 2–16 distinct keys as one set (protocol 1.1, §12.2): one lease, one wait,
+        /// one fencing token for all of them; queued on every key at once, granted when it heads
+        /// every queue. The Lease's Keys lists them; its release (or ReleaseSetAsync) frees all at
+        /// once. TicketingUnsupportedException when the server is 1.0 (nothing sent). Otherwise as
+        /// AcquireAsync.
+        /// </summary>
+        public Task<Lease> AcquireSetAsync(IEnumerable<string> keys, TimeSpan lease, TimeSpan wait, CancellationToken ct = default(CancellationToken))
+        {
+            return AcquireCoreAsync(new AcquireOp(this, null, SetKeys(keys), lease, wait, null), ct);
+        }
+
+        /// <summary>Synchronous AcquireSetAsync (blocks the calling thread only).</summary>
+        public Lease AcquireSet(IEnumerable<string> keys, TimeSpan lease, TimeSpan wait, CancellationToken ct = default(CancellationToken))
+        {
+            return AcquireCore(new AcquireOp(this, null, SetKeys(keys), lease, wait, null), ct);
+        }
+
+        async Task<Lease> AcquireCoreAsync(AcquireOp op, CancellationToken ct)
+        {
             while (true)
             {
                 ct.ThrowIfCancellationRequested();
                 var c = op.NewCall();
-                if (!SendAsyncReady(c, op.ConnGiveUp, op.BudgetEnd, ct)) await SendSlowAsync(c, op.ConnGiveUp, op.BudgetEnd, ct).ConfigureAwait(false);
+                try
+                {
+                    if (!SendAsyncReady(c, ct)) await SendSlowAsync(c, op.BudgetEnd, op.BudgetEnd, ct).ConfigureAwait(false);
+                }
+                catch (Exception e) when (e is TicketingException || e is LockTimeoutException) { throw op.Unsent(e); }
+                WatchAnswer(c);
                 var reg = ct.CanBeCanceled ? ct.Register(() => CancelCall(c)) : default(CancellationTokenRegistration);
                 try
                 {
@@ -174,11 +213,12 @@ namespace Ticketing
                 {
                     reg.Dispose();
                 }
+                if (c.TimedOut) throw op.Unanswered(c);
                 // The canceller and this caller race for an answered call: one claim wins.
                 if (c.Owner == Owner.Abandoned || Interlocked.CompareExchange(ref c.Claim, 1, 0) != 0)
                     throw new OperationCanceledException(ct);
                 var l = op.Outcome(c);
-                if (l != null) return l;
+                if (l != null) return op.Checked(l, c);
                 var d = op.BeforeRetry(c);
                 if (d > TimeSpan.Zero) await SleepRedirectAsync(d, op, ct).ConfigureAwait(false);
             }
@@ -187,19 +227,31 @@ namespace Ticketing
         /// <summary>Synchronous Acquire: blocks the calling thread only (no thread-pool work).</summary>
         public Lease Acquire(string key, TimeSpan lease, TimeSpan wait, CancellationToken ct = default(CancellationToken))
         {
-            return Acquire(KeyBytes(key), lease, wait, ct);
+            return AcquireCore(new AcquireOp(this, KeyBytes(key), null, lease, wait, null), ct);
         }
 
         /// <summary>Acquire with a raw byte key.</summary>
         public Lease Acquire(byte[] key, TimeSpan lease, TimeSpan wait, CancellationToken ct = default(CancellationToken))
         {
-            var op = new AcquireOp(this, key, lease, wait);
+            return AcquireCore(new AcquireOp(this, key, null, lease, wait, null), ct);
+        }
+
+        /// <summary>Synchronous Acquire with options (AcquireOptions.MinRemaining, R14).</summary>
+        public Lease Acquire(string key, TimeSpan lease, TimeSpan wait, AcquireOptions options, CancellationToken ct = default(CancellationToken))
+        {
+            return AcquireCore(new AcquireOp(this, KeyBytes(key), null, lease, wait, options), ct);
+        }
+
+        Lease AcquireCore(AcquireOp op, CancellationToken ct)
+        {
             while (true)
             {
                 ct.ThrowIfCancellationRequested();
                 var c = op.NewCall();
                 c.Sync = true;
-                Send(c, op.ConnGiveUp, op.BudgetEnd, ct);
+                try { Send(c, op.BudgetEnd, op.BudgetEnd, ct); }
+                catch (Exception e) when (e is TicketingException || e is LockTimeoutException) { throw op.Unsent(e); }
+                WatchAnswer(c);
                 try
                 {
                     c.Done.Task.Wait(ct);
@@ -211,12 +263,25 @@ namespace Ticketing
                     CancelCall(c);
                     throw;
                 }
+                if (c.TimedOut) throw op.Unanswered(c);
                 if (Interlocked.CompareExchange(ref c.Claim, 1, 0) != 0) throw new OperationCanceledException(ct);
                 var l = op.Outcome(c);
-                if (l != null) return l;
+                if (l != null) return op.Checked(l, c);
                 var d = op.BeforeRetry(c);
                 if (d > TimeSpan.Zero) SleepRedirect(d, op, ct);
             }
+        }
+
+        /// <summary>
+        /// R2: a written acquire is answered within the wait it carries plus the answer allowance,
+        /// counted from its write; the watchdog withdraws it (C) otherwise and the caller gets
+        /// Indeterminate (a late grant is released).
+        /// </summary>
+        void WatchAnswer(Call c)
+        {
+            c.WatchUntil = c.SentTicks + Clock.Ticks(TimeSpan.FromMilliseconds(c.A2) + AnswerAllowance);
+            c.AnswerDue = true;
+            watchdog.Watch(c);
         }
 
         /// <summary>One attempt (wait 0): the Lease, or null when the key is held.</summary>
@@ -271,47 +336,106 @@ namespace Ticketing
             }
             // Answered already: unless the caller took the answer first, a grant is released.
             if (Interlocked.CompareExchange(ref c.Claim, 2, 0) == 0 && c.Fail == Fail.None && c.Resp != null && c.Resp.Status == Status.Granted)
-                Compensate(c.Key, c.Resp.Value);
+                Compensate(c.Key, c.Keys, c.Resp.Value);
             return false;
+        }
+
+        /// <summary>The keys of a set, checked before anything is sent (R8): 2–16 distinct valid keys.</summary>
+        static byte[][] SetKeys(IEnumerable<string> keys)
+        {
+            if (keys == null) throw new TicketingArgumentException("keys must not be null", "keys");
+            var l = keys.Select(k => CheckKey(KeyBytes(k))).ToArray();
+            if (l.Length < Wire.MinSetKeys || l.Length > Wire.MaxSetKeys)
+                throw new TicketingArgumentException("keys: a set has " + Wire.MinSetKeys + " to " + Wire.MaxSetKeys + " keys, not " + l.Length, "keys");
+            var seen = new HashSet<string>();
+            foreach (var k in l)
+                if (!seen.Add(Convert.ToBase64String(k))) throw new TicketingArgumentException("keys: " + Describe(k) + " appears twice (a set's keys are distinct)", "keys");
+            return l;
+        }
+
+        /// <summary>A set's keys for messages.</summary>
+        internal static string DescribeSet(byte[][] keys)
+        {
+            return "{" + string.Join(", ", keys.Select(Describe)) + "}";
         }
 
         sealed class AcquireOp
         {
             readonly TicketingClient cl;
             public readonly byte[] Key;
+            public readonly byte[][] Keys;
             public readonly uint LeaseMs;
             public uint WaitMs;
-            public readonly long BudgetEnd, ConnGiveUp;
+            public readonly long BudgetEnd;
+            readonly TimeSpan minRemaining;
             int moves, rounds;
             public bool Woken;
             public Endpoint KnownLeader;
 
-            public AcquireOp(TicketingClient cl, byte[] key, TimeSpan lease, TimeSpan wait)
+            public AcquireOp(TicketingClient cl, byte[] key, byte[][] keys, TimeSpan lease, TimeSpan wait, AcquireOptions options)
             {
                 this.cl = cl;
-                Key = CheckKey(key);
+                Keys = keys;
+                Key = keys != null ? keys[0] : CheckKey(key);
                 LeaseMs = Millis(lease, "lease", 1);
                 WaitMs = Millis(wait, "wait", 0);
+                if (options != null && options.MinRemaining.HasValue)
+                {
+                    minRemaining = options.MinRemaining.Value;
+                    if (minRemaining < TimeSpan.Zero || minRemaining > lease)
+                        throw new TicketingArgumentException("MinRemaining " + minRemaining + " must be between 0 and the lease " + lease, "MinRemaining");
+                }
                 if (cl.closed) throw new ObjectDisposedException("TicketingClient");
-                long start = Clock.Now;
-                BudgetEnd = start + Clock.Ticks(TimeSpan.FromMilliseconds(WaitMs));
-                ConnGiveUp = Math.Max(start + Clock.Ticks(cl.ConnectTimeout), BudgetEnd);
+                BudgetEnd = Clock.Now + Clock.Ticks(TimeSpan.FromMilliseconds(WaitMs));
             }
 
             public Call NewCall()
             {
-                return new Call { Op = Wire.OpAcquire, Key = Key, A1 = LeaseMs, A2 = WaitMs, Counts = WaitMs > 0 };
+                return new Call { Op = Keys != null ? Wire.OpAcquireSet : Wire.OpAcquire, Key = Key, Keys = Keys, A1 = LeaseMs, A2 = WaitMs, Counts = WaitMs > 0 };
             }
 
-            string K { get { return Describe(Key); } }
+            string K { get { return Keys != null ? "set " + DescribeSet(Keys) : Describe(Key); } }
+
+            /// <summary>"acquire "k" at addr" (R15): the call and the server that answered it.</summary>
+            string At(Call c) { return "acquire " + K + " at " + (c.Conn != null ? c.Conn.Addr : cl.AddrList()); }
+
+            /// <summary>A failure before anything was sent, with the key and the addresses (R15).</summary>
+            public Exception Unsent(Exception e)
+            {
+                var what = "acquire " + K + " at " + cl.AddrList() + ": ";
+                if (e is LockTimeoutException) return new LockTimeoutException(what + e.Message);
+                if (e is TicketingUnsupportedException) return new TicketingUnsupportedException(what + e.Message);
+                if (e is TicketingAuthenticationException) return new TicketingAuthenticationException(what + e.Message, e);
+                if (e is TicketingTlsException) return new TicketingTlsException(what + e.Message, e);
+                if (e is NoLeaderException) return new NoLeaderException(what + e.Message);
+                if (e is TicketingConnectionException) return new TicketingConnectionException(what + e.Message, e);
+                return e;
+            }
+
+            /// <summary>R2: written, and no answer within its wait plus the allowance (withdrawn).</summary>
+            public Exception Unanswered(Call c)
+            {
+                return new IndeterminateException(At(c) + ": no answer within " + (c.A2 / 1000.0) + " s (its wait) + " + cl.AnswerAllowance.TotalSeconds
+                    + " s (the answer allowance) of the request's write; withdrawn, a late grant is released");
+            }
+
+            /// <summary>R14: a grant with less than the minimum working time left is released.</summary>
+            public Lease Checked(Lease l, Call c)
+            {
+                if (minRemaining <= TimeSpan.Zero) return l;
+                var rem = l.Remaining;
+                if (rem >= minRemaining) return l;
+                cl.Compensate(Key, Keys, l.Token);
+                throw new InsufficientLeaseException(At(c) + ": " + Math.Round(rem.TotalMilliseconds) + " ms of the lease left after the grant, below the minimum " + minRemaining.TotalMilliseconds + " ms; released");
+            }
 
             /// <summary>A Lease, null to retry, or throws.</summary>
             public Lease Outcome(Call c)
             {
                 if (c.Fail == Fail.Lost)
                 {
-                    if (c.FailErr is ObjectDisposedException) throw new IndeterminateException("acquire " + K + ": the client was closed after the request was written");
-                    throw new IndeterminateException("acquire " + K + ": connection lost after the request was written: " + c.FailErr.Message, c.FailErr);
+                    if (c.FailErr is ObjectDisposedException) throw new IndeterminateException(At(c) + ": the client was closed after the request was written");
+                    throw new IndeterminateException(At(c) + ": connection lost after the request was written: " + c.FailErr.Message, c.FailErr);
                 }
                 if (c.Fail == Fail.Unsent)
                 {
@@ -323,12 +447,12 @@ namespace Ticketing
                 {
                     case Status.Granted:
                         long deadline = c.SentTicks + Clock.Ticks(TimeSpan.FromMilliseconds(r.Queued * (double)Wire.QueuedUnitMs + LeaseMs));
-                        return new Lease(cl, Key, r.Value, deadline);
-                    case Status.Timeout: throw new LockTimeoutException("acquire " + K + ": timed out, not acquired");
-                    case Status.Busy: throw new LockBusyException(r.Code, "acquire " + K + ": busy (" + r.Code + "), not acquired");
-                    case Status.Unknown: throw new IndeterminateException("acquire " + K + ": the cluster could not confirm the commit");
+                        return new Lease(cl, Key, Keys, r.Value, deadline);
+                    case Status.Timeout: throw new LockTimeoutException(At(c) + ": timed out, not acquired");
+                    case Status.Busy: throw new LockBusyException(r.Code, At(c) + ": busy (" + r.Code + "), not acquired");
+                    case Status.Unknown: throw new IndeterminateException(At(c) + ": the cluster could not confirm the commit");
                     case Status.Moved: return null;
-                    default: throw ServerError(r, "acquire " + K);
+                    default: throw ServerError(r, At(c));
                 }
             }
 
@@ -346,7 +470,7 @@ namespace Ticketing
                         rounds++;
                         pause = cl.RedirectDelay(rounds);
                         if (WaitMs == 0 || Clock.Span(BudgetEnd - Clock.Now) <= pause)
-                            throw new NoLeaderException("acquire " + K + ": no leader: " + moves + " consecutive redirects" + (addr.Length == 0 ? " (no leader elected)" : " (last to " + addr + ")"));
+                            throw new NoLeaderException(At(c) + ": no leader: " + moves + " consecutive redirects" + (addr.Length == 0 ? " (no leader elected)" : " (last to " + addr + ")"));
                         KnownLeader = cl.leader;
                         moves = 0;
                     }
@@ -354,376 +478,14 @@ namespace Ticketing
                 if (WaitMs > 0)
                 {
                     double rem = Clock.Ms(BudgetEnd - Clock.Now);
-                    if (rem < 1) throw new LockTimeoutException("acquire " + K + ": timed out, not acquired");
+                    if (rem < 1) throw new LockTimeoutException(At(c) + ": timed out, not acquired");
                     WaitMs = (uint)Math.Floor(rem);
                 }
                 return pause;
             }
         }
-
         // ------------------------------------------------------------------
         // Release
-
-        /// <summary>
-        /// Releases the lock on key held with token (any process that knows the token may).
-        /// Completes only when the server answered O. Throws NotHolderException (the key is
-        /// free or held under another token), IndeterminateException (not confirmed within
-        /// 5 s; attempts that may have reached the server are repeated meanwhile; when ct is
-        /// cancelled first they go on in the background).
-        /// </summary>
-        public async Task ReleaseAsync(string key, ulong token, CancellationToken ct = default(CancellationToken))
-        {
-            await ReleaseAsync(KeyBytes(key), token, ct).ConfigureAwait(false);
-        }
-
-        /// <summary>ReleaseAsync with a raw byte key.</summary>
-        public async Task ReleaseAsync(byte[] key, ulong token, CancellationToken ct = default(CancellationToken))
-        {
-            CheckToken(token);
-            // R7: closed before anything was sent: Closed (ObjectDisposedException), not Indeterminate.
-            if (closed) throw new ObjectDisposedException("TicketingClient", "release " + Describe(key) + ": the client was closed; nothing was sent");
-            var st = new RelState(CheckKey(key), token, Clock.Now + Clock.Ticks(ReleaseWindow));
-            Exception cause = null;
-            while (true)
-            {
-                var c = NextReleaseAttempt(st, cause);
-                try
-                {
-                    if (!SendAsyncReady(c, st.Deadline, st.Deadline, ct)) await SendSlowAsync(c, st.Deadline, st.Deadline, ct).ConfigureAwait(false);
-                }
-                catch (TicketingConnectionException e) { throw new IndeterminateException(st.GiveUp(e), e); }
-                catch (OperationCanceledException) { releaser.Submit(st); throw; }
-                // The window's end comes from the watchdog, cancellation from ct: no timer per call.
-                c.WatchUntil = st.Deadline;
-                watchdog.Watch(c);
-                bool answered;
-                var reg = ct.CanBeCanceled ? ct.Register(wakeCall, c) : default(CancellationTokenRegistration);
-                try { answered = await c.Done.Task.ConfigureAwait(false); }
-                finally { reg.Dispose(); }
-                if (!answered)
-                {
-                    if (c.TimedOut) throw new IndeterminateException(st.GiveUp(cause));
-                    if (releaser.Adopt(c, st)) throw new OperationCanceledException(ct);
-                    // Answered meanwhile (settled below), or the window closed first.
-                    if (c.Owner == Owner.Dropped) throw new IndeterminateException(st.GiveUp(cause));
-                }
-                TimeSpan pause;
-                if (Settle(st, c, ref cause, out pause)) return;
-                if (pause <= TimeSpan.Zero) continue;
-                try { await Task.Delay(pause, ct).ConfigureAwait(false); }
-                catch (OperationCanceledException) { releaser.Submit(st); throw; }
-            }
-        }
-
-        /// <summary>Synchronous Release (blocks the calling thread only).</summary>
-        public void Release(string key, ulong token, CancellationToken ct = default(CancellationToken))
-        {
-            Release(KeyBytes(key), token, ct);
-        }
-
-        /// <summary>Release with a raw byte key.</summary>
-        public void Release(byte[] key, ulong token, CancellationToken ct = default(CancellationToken))
-        {
-            CheckToken(token);
-            // R7: closed before anything was sent: Closed (ObjectDisposedException), not Indeterminate.
-            if (closed) throw new ObjectDisposedException("TicketingClient", "release " + Describe(key) + ": the client was closed; nothing was sent");
-            var st = new RelState(CheckKey(key), token, Clock.Now + Clock.Ticks(ReleaseWindow));
-            Exception cause = null;
-            while (true)
-            {
-                var c = NextReleaseAttempt(st, cause);
-                c.Sync = true;
-                try { Send(c, st.Deadline, st.Deadline, ct); }
-                catch (TicketingConnectionException e) { throw new IndeterminateException(st.GiveUp(e), e); }
-                catch (OperationCanceledException) { releaser.Submit(st); throw; }
-                bool answered;
-                try { answered = c.Done.Task.Wait((int)Math.Ceiling(Clock.Ms(Math.Max(0, st.Deadline - Clock.Now))), ct); }
-                catch (Exception e) when (e is OperationCanceledException || e is ThreadInterruptedException) { releaser.Adopt(c, st); throw; }
-                if (!answered)
-                {
-                    if (c.Conn.Reown(c, Owner.Caller, Owner.Dropped, null)) throw new IndeterminateException(st.GiveUp(cause));
-                    c.Done.Task.Wait();
-                }
-                TimeSpan pause;
-                if (Settle(st, c, ref cause, out pause)) return;
-                if (pause > TimeSpan.Zero && ct.WaitHandle.WaitOne(pause)) { releaser.Submit(st); ct.ThrowIfCancellationRequested(); }
-            }
-        }
-
-        /// <summary>The next attempt of a caller's release, or why there is none (closed, window over).</summary>
-        Call NextReleaseAttempt(RelState st, Exception cause)
-        {
-            if (closed) throw new IndeterminateException("release " + Describe(st.Key) + ": the client was closed");
-            if (Clock.Now >= st.Deadline) throw new IndeterminateException(st.GiveUp(cause));
-            return new Call { Op = Wire.OpRelease, Key = st.Key, TokenArg = st.Token };
-        }
-
-        /// <summary>
-        /// Interprets an answered attempt of a caller's release: true when released (O), throws a
-        /// definite failure, else false with the pause before the next try (ending 10 ms before the
-        /// window does). cause keeps the last connection error for the give-up message.
-        /// </summary>
-        bool Settle(RelState st, Call c, ref Exception cause, out TimeSpan pause)
-        {
-            if (c.Fail != Fail.None) cause = c.FailErr;
-            Exception err;
-            if (ReleaseOutcome(st, c, out pause, out err))
-            {
-                if (err != null) throw err;
-                return true;
-            }
-            var remaining = Clock.Span(st.Deadline - Clock.Now) - TimeSpan.FromMilliseconds(10);
-            if (remaining < pause) pause = remaining;
-            return false;
-        }
-
-        internal sealed class RelState
-        {
-            public readonly byte[] Key;
-            public readonly ulong Token;
-            public readonly long Deadline;
-            public bool Maybe;
-            public int Moves, Retries;
-            public bool Woken;
-
-            public RelState(byte[] key, ulong token, long deadline) { Key = key; Token = token; Deadline = deadline; }
-
-            public string GiveUp(Exception cause)
-            {
-                return "release " + Describe(Key) + ": not confirmed within " + ReleaseWindow.TotalSeconds + "s" + (cause != null ? ": " + cause.Message : "");
-            }
-        }
-
-        /// <summary>Interprets one release attempt: true when final (err null for O).</summary>
-        internal bool ReleaseOutcome(RelState st, Call c, out TimeSpan pause, out Exception err)
-        {
-            pause = TimeSpan.Zero;
-            err = null;
-            if (c.Fail != Fail.None)
-            {
-                if (closed) { err = new IndeterminateException("release " + Describe(st.Key) + ": the client was closed"); return true; }
-                if (c.Fail == Fail.Unsent) return false;
-                st.Maybe = true;
-                pause = RedirectDelay(++st.Retries);
-                return false;
-            }
-            var r = c.Resp;
-            switch (r.Status)
-            {
-                case Status.Released: return true;
-                case Status.NotHolder:
-                    err = st.Maybe
-                        ? (Exception)new IndeterminateException("release " + Describe(st.Key) + ": the token no longer holds the key; an earlier unconfirmed attempt may have released it")
-                        : new NotHolderException("release " + Describe(st.Key) + ": not the holder (the key is free or held under another token)");
-                    return true;
-                case Status.Moved:
-                    Follow(Encoding.ASCII.GetString(r.Payload ?? new byte[0]));
-                    if (++st.Moves > MaxMoves) { st.Moves = 0; pause = RedirectDelay(++st.Retries); }
-                    return false;
-                case Status.Unknown:
-                    st.Maybe = true;
-                    pause = RedirectDelay(++st.Retries);
-                    return false;
-                default:
-                    err = ServerError(r, "release " + Describe(st.Key));
-                    return true;
-            }
-        }
-
-        internal void Compensate(byte[] key, ulong token)
-        {
-            if (!releaser.Submit(new RelState(key, token, Clock.Now + Clock.Ticks(ReleaseWindow))))
-                Log(TicketingLogLevel.Warning, "ticketing: release queue full; an abandoned grant of " + Describe(key) + " stays held until its lease ends");
-        }
-
-        // ------------------------------------------------------------------
-        // Sending and connection choice
-
-        internal Enq TryEnqueue(Call c)
-        {
-            var p = pool;
-            int r = Interlocked.Increment(ref rr) & int.MaxValue;
-            var res = Enq.Down;
-            var ep = leader;
-            if (ep != null)
-            {
-                int n = ep.Conns.Length;
-                for (int i = 0; i < n; i++)
-                {
-                    var e = ep.Conns[(r + i) % n].Enqueue(c);
-                    if (e == Enq.Ok) return Enq.Ok;
-                    if (e == Enq.Full) res = Enq.Full;
-                }
-                if (res == Enq.Full || ep.Conns.Any(x => x.Connecting)) return res;
-            }
-            int m = p.Conns.Length;
-            for (int i = 0; i < m; i++)
-            {
-                var e = p.Conns[(r + i) % m].Enqueue(c);
-                if (e == Enq.Ok) return Enq.Ok;
-                if (e == Enq.Full) res = Enq.Full;
-            }
-            return res;
-        }
-
-        /// <summary>Queues c, waiting for a connection until giveUp or a free slot until slotGiveUp.</summary>
-        void Send(Call c, long giveUp, long slotGiveUp, CancellationToken ct)
-        {
-            bool waited = false;
-            while (true)
-            {
-                long g = Interlocked.Read(ref gen);
-                if (closed) throw new ObjectDisposedException("TicketingClient");
-                if (waited) ShortenWait(c, slotGiveUp);
-                var r = TryEnqueue(c);
-                if (r == Enq.Ok) return;
-                long left = (r == Enq.Full ? slotGiveUp : giveUp) - Clock.Now;
-                if (left <= 0)
-                {
-                    if (r == Enq.Full) throw new LockTimeoutException("acquire " + Describe(c.Key) + ": timed out waiting for a free max_inflight slot, not acquired");
-                    throw ConnectError();
-                }
-                WaitChange(g, Clock.Span(left), ct);
-                waited = true;
-            }
-        }
-
-        /// <summary>
-        /// Time spent waiting for a connection or a slot comes out of the wait the acquire
-        /// carries: wait bounds the whole call, connecting included.
-        /// </summary>
-        static void ShortenWait(Call c, long slotGiveUp)
-        {
-            if (c.Op != Wire.OpAcquire || !c.Counts) return;
-            double rem = Math.Max(0, Math.Floor(Clock.Ms(slotGiveUp - Clock.Now)));
-            if (rem < c.A2) c.A2 = (uint)rem;
-        }
-
-        bool SendAsyncReady(Call c, long giveUp, long slotGiveUp, CancellationToken ct)
-        {
-            if (closed) throw new ObjectDisposedException("TicketingClient");
-            ct.ThrowIfCancellationRequested();
-            return TryEnqueue(c) == Enq.Ok;
-        }
-
-        async Task SendSlowAsync(Call c, long giveUp, long slotGiveUp, CancellationToken ct)
-        {
-            while (true)
-            {
-                Task changed;
-                lock (mu) changed = ChangeTask();
-                if (closed) throw new ObjectDisposedException("TicketingClient");
-                ShortenWait(c, slotGiveUp); // the fast path already failed once: time has passed
-                var r = TryEnqueue(c);
-                if (r == Enq.Ok) return;
-                long left = (r == Enq.Full ? slotGiveUp : giveUp) - Clock.Now;
-                if (left <= 0)
-                {
-                    if (r == Enq.Full) throw new LockTimeoutException("acquire " + Describe(c.Key) + ": timed out waiting for a free max_inflight slot, not acquired");
-                    throw ConnectError();
-                }
-                await Task.WhenAny(changed, Task.Delay(Clock.Span(left), ct)).ConfigureAwait(false);
-                ct.ThrowIfCancellationRequested();
-            }
-        }
-
-        TaskCompletionSource<bool> changeTcs;
-
-        Task ChangeTask()
-        {
-            if (changeTcs == null) changeTcs = new TaskCompletionSource<bool>(TaskCreationOptions.RunContinuationsAsynchronously);
-            return changeTcs.Task;
-        }
-
-        /// <summary>Something changed (a connection came up or failed, a slot freed, a leader).</summary>
-        internal void Changed()
-        {
-            TaskCompletionSource<bool> t;
-            lock (mu)
-            {
-                gen++;
-                Monitor.PulseAll(mu);
-                t = changeTcs;
-                changeTcs = null;
-            }
-            if (t != null) t.TrySetResult(true);
-        }
-
-        void WaitChange(long g, TimeSpan d, CancellationToken ct)
-        {
-            if (!ct.CanBeCanceled)
-            {
-                lock (mu) if (gen == g && !closed) Monitor.Wait(mu, d);
-                return;
-            }
-            using (ct.Register(() => { lock (mu) Monitor.PulseAll(mu); }))
-            {
-                lock (mu) if (gen == g && !closed && !ct.IsCancellationRequested) Monitor.Wait(mu, d);
-            }
-            ct.ThrowIfCancellationRequested();
-        }
-
-        void SleepRedirect(TimeSpan d, AcquireOp op, CancellationToken ct)
-        {
-            long limit = Clock.Now + Clock.Ticks(d);
-            while (true)
-            {
-                long g = Interlocked.Read(ref gen);
-                if (closed) throw new ObjectDisposedException("TicketingClient");
-                if (!op.Woken && leader != null && !ReferenceEquals(leader, op.KnownLeader)) { op.Woken = true; return; }
-                long left = limit - Clock.Now;
-                if (left <= 0) return;
-                WaitChange(g, Clock.Span(left), ct);
-            }
-        }
-
-        async Task SleepRedirectAsync(TimeSpan d, AcquireOp op, CancellationToken ct)
-        {
-            long limit = Clock.Now + Clock.Ticks(d);
-            while (true)
-            {
-                Task changed;
-                lock (mu) changed = ChangeTask();
-                if (closed) throw new ObjectDisposedException("TicketingClient");
-                if (!op.Woken && leader != null && !ReferenceEquals(leader, op.KnownLeader)) { op.Woken = true; return; }
-                long left = limit - Clock.Now;
-                if (left <= 0) return;
-                await Task.WhenAny(changed, Task.Delay(Clock.Span(left), ct)).ConfigureAwait(false);
-                ct.ThrowIfCancellationRequested();
-            }
-        }
-
-        /// <summary>Remembers the leader named by M; an unknown address gets a connection of its own.</summary>
-        internal void Follow(string addr)
-        {
-            if (addr.Length == 0) { leader = null; return; }
-            Endpoint ep;
-            if (!pool.ByAddr.TryGetValue(addr, out ep))
-            {
-                string h; int p;
-                try { SplitAddr(addr, out h, out p); }
-                catch (ArgumentException) { Log(TicketingLogLevel.Warning, "ticketing: ignoring malformed leader address"); leader = null; return; }
-                lock (mu)
-                {
-                    var old = pool;
-                    if (!old.ByAddr.TryGetValue(addr, out ep))
-                    {
-                        if (closed || old.Extra >= MaxExtra) { leader = null; return; }
-                        ep = new Endpoint { Addr = addr, Conns = new[] { new Connection(this, addr) } };
-                        var by = new Dictionary<string, Endpoint>(old.ByAddr);
-                        by[addr] = ep;
-                        pool = new Pool { Eps = old.Eps.Concat(new[] { ep }).ToArray(), Conns = old.Conns.Concat(ep.Conns).ToArray(), ByAddr = by, Extra = old.Extra + 1 };
-                        ep.Conns[0].Start();
-                    }
-                }
-            }
-            if (!ReferenceEquals(leader, ep))
-            {
-                leader = ep;
-                Changed();
-                releaser.Poke();
-            }
-        }
 
         /// <summary>Hands a finished call to its owner (no connection lock held).</summary>
         internal void Complete(Call c)
@@ -732,132 +494,10 @@ namespace Ticketing
             {
                 case Owner.Caller: completions.Post(c, true); break;
                 case Owner.Abandoned:
-                    if (c.Fail == Fail.None && c.Resp.Status == Status.Granted) Compensate(c.Key, c.Resp.Value);
+                    if (c.Fail == Fail.None && c.Resp.Status == Status.Granted) Compensate(c.Key, c.Keys, c.Resp.Value);
                     break;
                 case Owner.Releaser: releaser.Completed(c); break;
             }
-        }
-
-        internal void ConnectionFailed(Connection cn, Exception e, int attempt)
-        {
-            lock (mu) lastErr = e;
-            if (attempt == 1 || e is TicketingAuthenticationException) Log(TicketingLogLevel.Warning, "ticketing: connect " + cn.Addr + " failed (attempt " + attempt + "): " + e.Message, e);
-            Changed();
-        }
-
-        internal void ConnectionLost(Connection cn, Exception e, int pending)
-        {
-            lock (mu) lastErr = e;
-            Log(TicketingLogLevel.Warning, "ticketing: connection to " + cn.Addr + " lost (" + pending + " pending): " + e.Message, e);
-        }
-
-        Exception LastError() { lock (mu) return lastErr; }
-
-        Exception ConnectError()
-        {
-            var e = LastError();
-            if (e == null) return new TicketingConnectionException("no connection to any server within " + ConnectTimeout.TotalSeconds + "s");
-            if (e is TicketingAuthenticationException) return new TicketingAuthenticationException("no connection to any server: " + e.Message, e);
-            if (e is TicketingTlsException) return new TicketingTlsException("no connection to any server: " + e.Message, e);
-            return new TicketingConnectionException("no connection to any server: " + e.Message, e);
-        }
-
-        static Exception Rethrowable(Exception e)
-        {
-            if (e is TicketingAuthenticationException) return new TicketingAuthenticationException(e.Message, e);
-            if (e is TicketingTlsException) return new TicketingTlsException(e.Message, e);
-            return new TicketingProtocolException(e.Message, e);
-        }
-
-        internal bool ValidateServerCertificate(string serverName, X509Certificate cert, X509Chain chain, SslPolicyErrors errors)
-        {
-            if ((errors & SslPolicyErrors.RemoteCertificateNameMismatch) != 0 || cert == null) return false;
-            // Mono does not always report a name mismatch next to chain errors: check the name here.
-            if (!NameMatches(new X509Certificate2(cert), serverName)) return false;
-            if (caCert == null) return errors == SslPolicyErrors.None;
-            var ch = new X509Chain();
-            ch.ChainPolicy.RevocationMode = X509RevocationMode.NoCheck;
-            ch.ChainPolicy.VerificationFlags = X509VerificationFlags.AllowUnknownCertificateAuthority;
-            ch.ChainPolicy.ExtraStore.Add(caCert);
-            if (!ch.Build(new X509Certificate2(cert))) return false;
-            var root = ch.ChainElements[ch.ChainElements.Count - 1].Certificate;
-            return root.Thumbprint == caCert.Thumbprint;
-        }
-
-        /// <summary>Whether the certificate names host (subjectAltName DNS or IP, else the CN).</summary>
-        internal static bool NameMatches(X509Certificate2 cert, string host)
-        {
-            if (string.IsNullOrEmpty(host)) return false;
-            System.Net.IPAddress ip;
-            bool isIp = System.Net.IPAddress.TryParse(host, out ip);
-            bool sawSan = false;
-            foreach (var ext in cert.Extensions)
-            {
-                if (ext.Oid == null || ext.Oid.Value != "2.5.29.17") continue;
-                sawSan = true;
-                // DER: SEQUENCE OF GeneralName; dNSName is [2] (0x82), iPAddress is [7] (0x87).
-                var d = ext.RawData;
-                int i = 0;
-                if (d.Length < 2 || d[i++] != 0x30) return false;
-                int end = DerLen(d, ref i);
-                end = Math.Min(d.Length, i + end);
-                while (i + 2 <= end)
-                {
-                    byte tag = d[i++];
-                    int len = DerLen(d, ref i);
-                    if (len < 0 || i + len > end) return false;
-                    if (tag == 0x82 && !isIp && HostMatches(Encoding.ASCII.GetString(d, i, len), host)) return true;
-                    if (tag == 0x87 && isIp)
-                    {
-                        var b = new byte[len];
-                        Buffer.BlockCopy(d, i, b, 0, len);
-                        if (ip.GetAddressBytes().SequenceEqual(b)) return true;
-                    }
-                    i += len;
-                }
-            }
-            if (sawSan) return false;
-            var cn = cert.GetNameInfo(X509NameType.SimpleName, false);
-            return !isIp && !string.IsNullOrEmpty(cn) && HostMatches(cn, host);
-        }
-
-        static int DerLen(byte[] d, ref int i)
-        {
-            if (i >= d.Length) return -1;
-            int b = d[i++];
-            if (b < 0x80) return b;
-            int n = b & 0x7f, v = 0;
-            if (n > 3) return -1;
-            for (int k = 0; k < n && i < d.Length; k++) v = (v << 8) | d[i++];
-            return v;
-        }
-
-        static bool HostMatches(string pattern, string host)
-        {
-            if (string.Equals(pattern, host, StringComparison.OrdinalIgnoreCase)) return true;
-            int dot = host.IndexOf('.');
-            return pattern.StartsWith("*.") && dot > 0 && string.Equals(pattern.Substring(1), host.Substring(dot), StringComparison.OrdinalIgnoreCase);
-        }
-
-        internal TimeSpan BackoffDelay(int attempt) { return Jitter(Step(BackoffBase, BackoffCap, attempt)); }
-        internal TimeSpan RedirectDelay(int n) { return Jitter(Step(RedirectBase, RedirectCap, n)); }
-
-        static double Step(double b, double cap, int n)
-        {
-            double d = b;
-            for (int i = 1; i < n && d < cap; i++) d *= 2;
-            return Math.Min(d, cap);
-        }
-
-        static TimeSpan Jitter(double s)
-        {
-            if (rng == null) rng = new Random(Guid.NewGuid().GetHashCode());
-            return TimeSpan.FromSeconds(s / 2 + rng.NextDouble() * s / 2);
-        }
-
-        internal bool SleepUnlessClosed(TimeSpan d)
-        {
-            return !closedEvent.Wait(d);
         }
 
         internal void Log(TicketingLogLevel level, string msg, Exception cause = null)
@@ -930,21 +570,6 @@ namespace Ticketing
                     return new TicketingServerException(r.Code, what + ": server error " + r.Code + (msg.Length > 0 ? ": " + msg : ""));
             }
         }
-
-        internal static void SplitAddr(string addr, out string host, out int port)
-        {
-            host = null;
-            port = 0;
-            int i = addr == null ? -1 : addr.LastIndexOf(':');
-            if (i <= 0 || !int.TryParse(addr.Substring(i + 1), out port) || port < 1 || port > 65535)
-                throw new TicketingArgumentException("address \"" + addr + "\" must be host:port (port 1..65535)", "Addresses");
-            host = addr.Substring(0, i);
-            if (host.StartsWith("[") && host.EndsWith("]")) host = host.Substring(1, host.Length - 2);
-            else if (host.Contains(":")) throw new TicketingArgumentException("address \"" + addr + "\" must be host:port", "Addresses");
-        }
-
-        // ------------------------------------------------------------------
-        // Close
 
         /// <summary>
         /// Closes every connection and stops the background threads. Calls in progress throw

@@ -100,7 +100,8 @@ namespace Ticketing
     }
 
     /// <summary>
-    /// Ends the 5 s window of a caller's release attempt without a timer per call: one thread
+    /// Ends the 5 s window of a caller's release attempt, and the answer allowance of an acquire
+    /// (R2), without a timer per call: one thread
     /// scans the attempts in flight every 20 ms while there are any and wakes the caller of an
     /// unanswered one whose window is over (TimedOut, the attempt dropped). On the same tick it
     /// lets Completions add a drainer when the running one is stuck in a caller's code.
@@ -183,6 +184,17 @@ namespace Ticketing
                     var c = active[i];
                     if (c.Done.Task.IsCompleted) continue;
                     if (now < c.WatchUntil) { active[keep++] = c; continue; }
+                    if (c.AnswerDue)
+                    {
+                        // R2: an acquire unanswered past its wait + the answer allowance is
+                        // withdrawn (C); a late grant is compensated by its connection.
+                        if (c.Conn.Abandon(c))
+                        {
+                            c.TimedOut = true;
+                            completions.Post(c, false);
+                        }
+                        continue;
+                    }
                     if (c.Conn.Reown(c, Owner.Caller, Owner.Dropped, null))
                     {
                         c.TimedOut = true;

@@ -23,7 +23,7 @@ namespace Ticketing
         Unknown = 0x55,
         /// <summary>E: error in the request; payload = message.</summary>
         Error = 0x45,
-        /// <summary>P: pong; Value = server µs since the epoch.</summary>
+        /// <summary>P: pong; Value = server µs since the epoch; Queued = the feature bits (1.1, §12.1) of a feature ping's answer.</summary>
         Pong = 0x50,
         /// <summary>J: admin reply (JSON).</summary>
         Admin = 0x4A
@@ -44,6 +44,8 @@ namespace Ticketing
         ShuttingDown = 0x04,
         /// <summary>B/U: the cluster cannot commit.</summary>
         NoQuorum = 0x05,
+        /// <summary>REJECT (plaintext, from a TLS listener): the server requires TLS (1.1, §12.4).</summary>
+        TlsRequired = 0x0C,
         /// <summary>REJECT: malformed AUTH.</summary>
         BadHandshake = 0x0A,
         /// <summary>REJECT: wrong proof.</summary>
@@ -65,7 +67,11 @@ namespace Ticketing
         /// <summary>E: the role may not do this.</summary>
         NotPermitted = 0x1B,
         /// <summary>E: server error.</summary>
-        Internal = 0x1C
+        Internal = 0x1C,
+        /// <summary>E to S/X: count, body framing, body_len or a duplicate key (1.1, §12.2).</summary>
+        BadKeyset = 0x1D,
+        /// <summary>E to L: too long, not UTF-8, or a control character (1.1, §12.3).</summary>
+        BadLabel = 0x1E
     }
 
     /// <summary>A decoded response frame.</summary>
@@ -96,8 +102,24 @@ namespace Ticketing
         public uint ReqId;
         /// <summary>The 8-byte argument.</summary>
         public ulong Arg;
-        /// <summary>Key (A R C P) or body (Q).</summary>
+        /// <summary>Key (A R C P), body (Q), label (L), or the S/X body.</summary>
         public byte[] Key;
+        /// <summary>S and X: the keys of the body (null when the body is malformed).</summary>
+        public byte[][] Keys;
+    }
+
+    /// <summary>Protocol 1.1 feature bits (§12.1), announced in a feature ping's pong.</summary>
+    [Flags]
+    public enum Features : ushort
+    {
+        /// <summary>No 1.1 feature (a 1.0 server).</summary>
+        None = 0,
+        /// <summary>The server accepts S and X (§12.2).</summary>
+        KeySets = 1,
+        /// <summary>The server accepts L and shows labels in locks (§12.3).</summary>
+        Labels = 2,
+        /// <summary>Informational: the server's TLS listener sends REJECT TLS_REQUIRED (§12.4).</summary>
+        TlsHint = 4
     }
 
     /// <summary>Thrown by the decoders: the peer broke the protocol.</summary>
@@ -132,6 +154,20 @@ namespace Ticketing
         public const byte OpPing = 0x50;
         /// <summary>Op Q (admin query).</summary>
         public const byte OpQuery = 0x51;
+        /// <summary>Op S (acquire a key set, 1.1).</summary>
+        public const byte OpAcquireSet = 0x53;
+        /// <summary>Op X (release a key set, 1.1).</summary>
+        public const byte OpReleaseSet = 0x58;
+        /// <summary>Op L (connection label, 1.1).</summary>
+        public const byte OpLabel = 0x4C;
+        /// <summary>The arg of a feature ping (§12.1).</summary>
+        public const ulong PingArgFeatures = 1;
+        /// <summary>Fewest keys of a set.</summary>
+        public const int MinSetKeys = 2;
+        /// <summary>Most keys of a set.</summary>
+        public const int MaxSetKeys = 16;
+        /// <summary>Longest label, bytes.</summary>
+        public const int MaxLabelLen = 64;
         /// <summary>Role client.</summary>
         public const byte RoleClient = 1;
         /// <summary>Role admin.</summary>
@@ -168,19 +204,50 @@ namespace Ticketing
             if (st == Status.Error) return true;
             switch (op)
             {
-                case OpAcquire: return st == Status.Granted || st == Status.Timeout || st == Status.Busy || st == Status.Moved || st == Status.Unknown;
+                case OpAcquire:
+                case OpAcquireSet: return st == Status.Granted || st == Status.Timeout || st == Status.Busy || st == Status.Moved || st == Status.Unknown;
                 case OpRelease:
-                case OpCancel: return st == Status.Released || st == Status.NotHolder || st == Status.Moved || st == Status.Unknown;
+                case OpCancel:
+                case OpReleaseSet: return st == Status.Released || st == Status.NotHolder || st == Status.Moved || st == Status.Unknown;
                 case OpPing: return st == Status.Pong;
                 case OpQuery: return st == Status.Admin || st == Status.Moved;
+                case OpLabel: return st == Status.Released;
             }
             return false;
+        }
+
+        /// <summary>§12.3: a label is 0..64 bytes of UTF-8 without control characters.</summary>
+        public static bool ValidLabel(byte[] l)
+        {
+            if (l == null || l.Length > MaxLabelLen) return false;
+            if (l.Length == 0) return true;
+            return ValidText(l);
+        }
+
+        /// <summary>
+        /// The label cut at a character boundary to at most 64 bytes of UTF-8 (§12.3: the client
+        /// never sends one too long).
+        /// </summary>
+        public static byte[] CutLabel(string label)
+        {
+            var b = Encoding.UTF8.GetBytes(label ?? "");
+            if (b.Length <= MaxLabelLen) return b;
+            int n = MaxLabelLen;
+            while (n > 0 && (b[n] & 0xC0) == 0x80) n--; // b[n] is the first byte cut off
+            var r = new byte[n];
+            Buffer.BlockCopy(b, 0, r, 0, n);
+            return r;
         }
 
         /// <summary>protocol.md §2.1 step 5: 1..250 bytes of RFC 3629 UTF-8, no control characters.</summary>
         public static bool ValidKey(byte[] k)
         {
             if (k == null || k.Length == 0 || k.Length > MaxKeyLen) return false;
+            return ValidText(k);
+        }
+
+        static bool ValidText(byte[] k)
+        {
             int i = 0;
             while (i < k.Length)
             {
@@ -343,6 +410,60 @@ namespace Ticketing
         /// <summary>P.</summary>
         public static byte[] EncodePing(uint reqId) { return Header(OpPing, 0, reqId, 0, 0); }
 
+        /// <summary>P with arg 1: "report features" (§12.1).</summary>
+        public static byte[] EncodePingFeatures(uint reqId) { return Header(OpPing, 0, reqId, PingArgFeatures, 0); }
+
+        /// <summary>The body of S and X: key_len (u8) ‖ key, per key (§12.2).</summary>
+        public static int SetBodyLen(byte[][] keys)
+        {
+            int n = 0;
+            foreach (var k in keys) n += 1 + k.Length;
+            return n;
+        }
+
+        /// <summary>
+        /// Encodes S (arg: lease_ms ‖ wait_ms) or X (arg: the token) with keys into b at off; the
+        /// frame's length. The caller makes room (HeaderLen + SetBodyLen).
+        /// </summary>
+        public static int WriteSet(byte[] b, int off, byte op, uint reqId, ulong arg, byte[][] keys)
+        {
+            int body = SetBodyLen(keys);
+            b[off] = op; b[off + 1] = (byte)keys.Length; PutU16(b, off + 2, (ushort)body);
+            PutU32(b, off + 4, reqId); PutU64(b, off + 8, arg);
+            int i = off + HeaderLen;
+            foreach (var k in keys)
+            {
+                b[i++] = (byte)k.Length;
+                Buffer.BlockCopy(k, 0, b, i, k.Length);
+                i += k.Length;
+            }
+            return HeaderLen + body;
+        }
+
+        /// <summary>S: acquire the set keys (lease_ms at offset 8, wait_ms at 12).</summary>
+        public static byte[] EncodeAcquireSet(uint reqId, byte[][] keys, uint leaseMs, uint waitMs)
+        {
+            var b = new byte[HeaderLen + SetBodyLen(keys)];
+            WriteSet(b, 0, OpAcquireSet, reqId, ((ulong)leaseMs << 32) | waitMs, keys);
+            return b;
+        }
+
+        /// <summary>X: release the set keys held with token.</summary>
+        public static byte[] EncodeReleaseSet(uint reqId, byte[][] keys, ulong token)
+        {
+            var b = new byte[HeaderLen + SetBodyLen(keys)];
+            WriteSet(b, 0, OpReleaseSet, reqId, token, keys);
+            return b;
+        }
+
+        /// <summary>L: the connection label (§12.3).</summary>
+        public static byte[] EncodeLabel(uint reqId, byte[] label)
+        {
+            var b = Header(OpLabel, label.Length, reqId, 0, label.Length);
+            Buffer.BlockCopy(label, 0, b, HeaderLen, label.Length);
+            return b;
+        }
+
         /// <summary>Q with a JSON body.</summary>
         public static byte[] EncodeQuery(uint reqId, byte[] body)
         {
@@ -407,11 +528,30 @@ namespace Ticketing
             if (end - off < HeaderLen) return 0;
             byte op = b[off];
             ulong arg = U64(b, off + 8);
-            int len = HeaderLen + (op == OpQuery ? (int)(arg >> 32) : b[off + 1]);
+            bool set = op == OpAcquireSet || op == OpReleaseSet;
+            int len = HeaderLen + (op == OpQuery ? (int)(arg >> 32) : set ? U16(b, off + 2) : b[off + 1]);
             if (end - off < len) return 0;
-            r = new Request { Op = op, Flags = U16(b, off + 2), ReqId = U32(b, off + 4), Arg = arg, Key = new byte[len - HeaderLen] };
+            r = new Request { Op = op, Flags = set ? (ushort)0 : U16(b, off + 2), ReqId = U32(b, off + 4), Arg = arg, Key = new byte[len - HeaderLen] };
             Buffer.BlockCopy(b, off + HeaderLen, r.Key, 0, r.Key.Length);
+            if (set) r.Keys = SplitSetBody(r.Key, b[off + 1]);
             return len;
+        }
+
+        /// <summary>The keys of an S/X body of count entries; null when it is not exactly that.</summary>
+        public static byte[][] SplitSetBody(byte[] body, int count)
+        {
+            var keys = new byte[count][];
+            int i = 0;
+            for (int n = 0; n < count; n++)
+            {
+                if (i >= body.Length) return null;
+                int kl = body[i++];
+                if (kl == 0 || i + kl > body.Length) return null;
+                keys[n] = new byte[kl];
+                Buffer.BlockCopy(body, i, keys[n], 0, kl);
+                i += kl;
+            }
+            return i == body.Length ? keys : null;
         }
     }
 }

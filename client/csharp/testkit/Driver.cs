@@ -33,14 +33,16 @@ static class Driver
             catch (Exception e) { Console.Error.WriteLine("driver: bad line: " + e.Message); continue; }
             Dispatch(msg);
         }
-        // EOF: close the client first (pending commands answer closed), then let them finish.
+        // EOF ends the program: scopes still open end (their using releases the lease, R10),
+        // every pending command ends, then the client closes.
         var sw = Stopwatch.StartNew();
-        var c = client;
-        if (c != null) c.Dispose();
-        Console.Error.WriteLine("driver: stdin closed; client closed in " + sw.ElapsedMilliseconds + " ms");
+        foreach (var cts in pending.Values) cts.Cancel();
         Task[] all;
         lock (tasks) all = tasks.ToArray();
-        if (!Task.WaitAll(all, 3000)) Console.Error.WriteLine("driver: commands still pending after 3 s; exiting");
+        if (!Task.WaitAll(all, 6000)) Console.Error.WriteLine("driver: commands still pending after 6 s; exiting");
+        var c = client;
+        if (c != null) c.Dispose();
+        Console.Error.WriteLine("driver: stdin closed; scopes ended and client closed in " + sw.ElapsedMilliseconds + " ms");
         Console.Error.WriteLine("driver: exit after " + sw.ElapsedMilliseconds + " ms");
         Console.Error.Flush();
         Environment.Exit(0);
@@ -64,7 +66,7 @@ static class Driver
             return;
         }
         var src = new CancellationTokenSource();
-        if (cmd == "acquire") pending[id] = src;
+        pending[id] = src;
         lock (tasks) tasks.Add(Task.Run(() => Execute(id, cmd, m, src.Token)));
     }
 
@@ -104,13 +106,32 @@ static class Driver
             case "connect": return await Connect(m);
             case "acquire":
                 {
-                    var lease = await Client.AcquireAsync(Key(m), Ms(m, "lease_ms"), Ms(m, "wait_ms"), ct);
-                    Leases[lease.Token.ToString(CultureInfo.InvariantCulture)] = lease;
-                    return new Dictionary<string, object> { { "token", lease.Token.ToString(CultureInfo.InvariantCulture) }, { "deadline_in_ms", (long)Math.Floor(lease.Remaining.TotalMilliseconds) } };
+                    Lease lease;
+                    if (m.ContainsKey("min_remaining_ms") && m["min_remaining_ms"] != null)
+                        lease = await Client.AcquireAsync(StrKey(m), Ms(m, "lease_ms"), Ms(m, "wait_ms"), new AcquireOptions { MinRemaining = Ms(m, "min_remaining_ms") }, ct);
+                    else if (IsHexKey(m)) lease = await Client.AcquireAsync(Key(m), Ms(m, "lease_ms"), Ms(m, "wait_ms"), ct);
+                    else lease = await Client.AcquireAsync(StrKey(m), Ms(m, "lease_ms"), Ms(m, "wait_ms"), ct); // strict UTF-8 (R8)
+                    return Granted(lease);
+                }
+            case "acquire_set":
+                return Granted(await Client.AcquireSetAsync(((List<object>)m["keys"]).Cast<string>(), Ms(m, "lease_ms"), Ms(m, "wait_ms"), ct));
+            case "release_set":
+                await Client.ReleaseSetAsync(((List<object>)m["keys"]).Cast<string>(), ulong.Parse((string)m["token"], CultureInfo.InvariantCulture), ct);
+                return null;
+            case "lease_ending":
+                {
+                    Lease lease;
+                    if (!Leases.TryGetValue((string)m["token"], out lease)) throw new InvalidOperationException("no lease with that token in this driver");
+                    var ending = lease.Ending(Ms(m, "margin_ms"));
+                    var fired = new TaskCompletionSource<bool>();
+                    using (ending.Register(() => fired.TrySetResult(true)))
+                    using (ct.Register(() => fired.TrySetCanceled()))
+                        await fired.Task;
+                    return new Dictionary<string, object> { { "remaining_ms", (long)Math.Floor(lease.Remaining.TotalMilliseconds) } };
                 }
             case "try_acquire":
                 {
-                    var lease = await Client.TryAcquireAsync(Encoding.UTF8.GetString(Key(m)), Ms(m, "lease_ms"), Ms(m, "wait_ms"), ct);
+                    var lease = await Client.TryAcquireAsync(StrKey(m), Ms(m, "lease_ms"), Ms(m, "wait_ms"), ct);
                     if (lease == null) return new Dictionary<string, object> { { "acquired", false } };
                     Leases[lease.Token.ToString(CultureInfo.InvariantCulture)] = lease;
                     return new Dictionary<string, object> { { "acquired", true }, { "token", lease.Token.ToString(CultureInfo.InvariantCulture) } };
@@ -124,7 +145,8 @@ static class Driver
                     return new Dictionary<string, object> { { "already", already } };
                 }
             case "release":
-                await Client.ReleaseAsync(Key(m), ulong.Parse((string)m["token"], CultureInfo.InvariantCulture), ct);
+                if (IsHexKey(m)) await Client.ReleaseAsync(Key(m), ulong.Parse((string)m["token"], CultureInfo.InvariantCulture), ct);
+                else await Client.ReleaseAsync(StrKey(m), ulong.Parse((string)m["token"], CultureInfo.InvariantCulture), ct);
                 return null;
             case "with_lock":
                 {
@@ -132,10 +154,12 @@ static class Driver
                     bool fail = m.ContainsKey("fail") && m["fail"] is bool && (bool)m["fail"];
                     try
                     {
-                        using (var lease = await Client.AcquireAsync(Key(m), Ms(m, "lease_ms"), Ms(m, "wait_ms"), ct))
+                        using (var lease = await Client.AcquireAsync(StrKey(m), Ms(m, "lease_ms"), Ms(m, "wait_ms"), ct))
                         {
                             token = lease.Token;
-                            await Task.Delay(Ms(m, "hold_ms"));
+                            // The hold ends early when the program exits (stdin EOF): the scope ends (R10).
+                            try { await Task.Delay(Ms(m, "hold_ms"), ct); }
+                            catch (OperationCanceledException) { }
                             if (fail) throw new DriverFailure();
                         }
                     }
@@ -149,7 +173,7 @@ static class Driver
                     return null;
                 }
             default:
-                throw new TicketingArgumentException("unknown command " + cmd, "cmd");
+                throw new NotSupportedException("unknown command " + cmd);
         }
     }
 
@@ -165,6 +189,8 @@ static class Driver
             Token = m.ContainsKey("token") ? m["token"] as string : null,
             Log = s => Console.Error.WriteLine(s),
         };
+        if (m.ContainsKey("label") && m["label"] != null) opts.Label = (string)m["label"];
+        if (m.ContainsKey("answer_allowance_ms") && m["answer_allowance_ms"] != null) opts.AnswerAllowance = Ms(m, "answer_allowance_ms");
         if (m.ContainsKey("connect_timeout_ms") && m["connect_timeout_ms"] != null) opts.ConnectTimeout = TimeSpan.FromMilliseconds(Convert.ToDouble(m["connect_timeout_ms"]));
         var tls = m.ContainsKey("tls") ? m["tls"] as Dictionary<string, object> : null;
         if (tls != null)
@@ -193,6 +219,21 @@ static class Driver
             if (p.ExitCode != 0) throw new TicketingArgumentException("openssl pkcs12: " + err.Trim(), "tls");
         }
         return pfx;
+    }
+
+    static Dictionary<string, object> Granted(Lease lease)
+    {
+        Leases[lease.Token.ToString(CultureInfo.InvariantCulture)] = lease;
+        return new Dictionary<string, object> { { "token", lease.Token.ToString(CultureInfo.InvariantCulture) }, { "deadline_in_ms", (long)Math.Floor(lease.Remaining.TotalMilliseconds) } };
+    }
+
+    static bool IsHexKey(Dictionary<string, object> m) { return m.ContainsKey("key_hex") && m["key_hex"] != null; }
+
+    /// <summary>The key as the JSON string it was (lone surrogates kept: the client refuses them, R8).</summary>
+    static string StrKey(Dictionary<string, object> m)
+    {
+        if (IsHexKey(m)) return Encoding.UTF8.GetString(Key(m));
+        return (string)m["key"];
     }
 
     static byte[] Key(Dictionary<string, object> m)
@@ -225,6 +266,8 @@ static class Driver
         object code = null;
         if (e is OperationCanceledException) kind = "cancelled";
         else if (e is LockTimeoutException) kind = "timeout";
+        else if (e is InsufficientLeaseException) kind = "insufficient_lease";
+        else if (e is TicketingUnsupportedException || e is NotSupportedException) kind = "unsupported";
         else if (e is LockBusyException) { kind = "busy"; code = (int)((LockBusyException)e).Code; }
         else if (e is IndeterminateException) kind = "indeterminate";
         else if (e is NotHolderException) kind = "not_holder";

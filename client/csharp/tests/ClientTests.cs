@@ -25,16 +25,6 @@ namespace Ticketing.Tests
 
         static int Acquires(FakeServer f) { return f.Drain().Count(r => r.Op == Wire.OpAcquire); }
 
-        [Test]
-        public void ImpostorIsRefused()
-        {
-            using (var f = new FakeServer(null, "other", prove: false))
-            {
-                var e = Assert.Throws<TicketingAuthenticationException>(() => Client(f, "s3cret"));
-                StringAssert.Contains("did not prove the token", e.Message);
-                StringAssert.DoesNotContain("s3cret", e.Message);
-            }
-        }
 
         [Test]
         public void ABlockingContinuationDoesNotStallOtherCallers()
@@ -63,29 +53,7 @@ namespace Ticketing.Tests
             }
         }
 
-        [Test]
-        public void DroppedReplyIsIndeterminateAndNeverResent()
-        {
-            using (var f = new FakeServer((s, r) => { if (r.Op == Wire.OpAcquire) s.Close(); }))
-            using (var c = Client(f))
-            {
-                Assert.Throws<IndeterminateException>(() => c.Acquire("k", TimeSpan.FromSeconds(5), TimeSpan.FromSeconds(2)));
-                Thread.Sleep(300);
-                Assert.AreEqual(1, Acquires(f));
-            }
-        }
 
-        [Test]
-        public void BusyIsReturnedAtOnceNeverRetried()
-        {
-            using (var f = new FakeServer((s, r) => FakeServer.Respond(s, Status.Busy, r, code: Code.QueueFull)))
-            using (var c = Client(f))
-            {
-                var e = Assert.Throws<LockBusyException>(() => c.Acquire("k", TimeSpan.FromSeconds(5), TimeSpan.FromSeconds(10)));
-                Assert.AreEqual(Code.QueueFull, e.Code);
-                Assert.AreEqual(1, Acquires(f));
-            }
-        }
 
         [Test]
         public void UnknownIsIndeterminate()
@@ -95,33 +63,8 @@ namespace Ticketing.Tests
                 Assert.Throws<IndeterminateException>(() => c.Acquire("k", TimeSpan.FromSeconds(5), TimeSpan.Zero));
         }
 
-        [Test]
-        public void EndlessMovedHasAHopLimit()
-        {
-            using (var f = new FakeServer((s, r) => FakeServer.Respond(s, Status.Moved, r, payload: new byte[0])))
-            using (var c = Client(f))
-            {
-                Assert.Throws<NoLeaderException>(() => c.Acquire("k", TimeSpan.FromSeconds(5), TimeSpan.Zero));
-                Assert.LessOrEqual(Acquires(f), TicketingClient.MaxMoves + 1);
-            }
-        }
 
-        [Test]
-        public void MovedIsFollowed()
-        {
-            using (var leader = new FakeServer((s, r) => FakeServer.Respond(s, Status.Granted, r, value: 42)))
-            using (var follower = new FakeServer((s, r) => FakeServer.Respond(s, Status.Moved, r, payload: Encoding.ASCII.GetBytes(leader.Addr))))
-            using (var c = Client(follower))
-                Assert.AreEqual(42ul, c.Acquire("k", TimeSpan.FromSeconds(5), TimeSpan.Zero).Token);
-        }
 
-        [Test]
-        public void ReleaseNeverSucceedsWithoutO()
-        {
-            using (var f = new FakeServer((s, r) => FakeServer.Respond(s, Status.NotHolder, r)))
-            using (var c = Client(f))
-                Assert.Throws<NotHolderException>(() => c.Release("k", 7));
-        }
 
         [Test]
         public void ReleaseAfterUnknownIsIndeterminate()
@@ -135,67 +78,16 @@ namespace Ticketing.Tests
             }
         }
 
-        [Test]
-        public void ReleaseGivenUpAfterTheWindow()
-        {
-            using (var f = new FakeServer(null))
-            using (var c = Client(f))
-            {
-                var sw = Stopwatch.StartNew();
-                Assert.Throws<IndeterminateException>(() => c.Release("k", 7));
-                Assert.GreaterOrEqual(sw.Elapsed.TotalSeconds, 4.5);
-                Assert.Less(sw.Elapsed.TotalSeconds, 15);
-            }
-        }
 
-        [Test]
-        public void TwoConnectionsForASingleAddress()
-        {
-            using (var f = new FakeServer(null))
-            using (var c = Client(f))
-            {
-                Assert.AreEqual(2, c.ConnectionCount);
-                Until.True(() => f.Accepts.Count >= 2);
-            }
-        }
 
-        [Test]
-        public void CancellationWithdrawsWithCancel()
-        {
-            var cancels = new BlockingCollection<Request>();
-            Request acq = null;
-            using (var f = new FakeServer((s, r) =>
-            {
-                if (r.Op == Wire.OpAcquire) acq = r;
-                else if (r.Op == Wire.OpCancel) { cancels.Add(r); FakeServer.Respond(s, Status.Timeout, acq); FakeServer.Respond(s, Status.Released, r); }
-            }))
-            using (var c = Client(f))
-            using (var cts = new CancellationTokenSource())
-            {
-                var t = c.AcquireAsync("k", TimeSpan.FromSeconds(5), TimeSpan.FromSeconds(30), cts.Token);
-                Until.True(() => acq != null);
-                cts.Cancel();
-                var ex = Assert.Throws<AggregateException>(() => t.Wait(5000));
-                Assert.IsInstanceOf<OperationCanceledException>(ex.InnerException);
-                Request cr;
-                Assert.IsTrue(cancels.TryTake(out cr, 5000));
-                Assert.AreEqual(acq.ReqId, (uint)(cr.Arg >> 32));
-            }
-        }
 
         [Test]
         public void InterruptWithdrawsABlockedSyncAcquire()
         {
             // issue 34 C# 1, R11: Thread.Interrupt on a thread blocked in the synchronous
             // Acquire withdraws the queued acquire (C) instead of leaving it queued.
-            var cancels = new BlockingCollection<Request>();
-            Request acq = null;
-            using (var f = new FakeServer((s, r) =>
-            {
-                if (r.Op == Wire.OpAcquire) acq = r;
-                else if (r.Op == Wire.OpCancel) { cancels.Add(r); FakeServer.Respond(s, Status.Timeout, acq); FakeServer.Respond(s, Status.Released, r); }
-            }))
-            using (var c = Client(f))
+            using (var f = new QueuingFake())
+            using (var c = Client(f.Server))
             {
                 Exception got = null;
                 var t = new Thread(() =>
@@ -204,15 +96,14 @@ namespace Ticketing.Tests
                     catch (Exception e) { got = e; }
                 });
                 t.Start();
-                Until.True(() => acq != null);
+                var acq = f.Queued();
                 t.Interrupt();
                 Assert.IsTrue(t.Join(5000), "the interrupted caller returned");
                 Assert.IsInstanceOf<ThreadInterruptedException>(got);
-                Request cr;
-                Assert.IsTrue(cancels.TryTake(out cr, 5000), "the interrupted acquire was withdrawn with C");
-                Assert.AreEqual(acq.ReqId, (uint)(cr.Arg >> 32));
+                Assert.AreEqual(acq.ReqId, f.CancelTarget(), "the interrupted acquire was withdrawn with C");
             }
         }
+
 
         [Test]
         public void LeaseEndingTokenStaysReadableAndCancelledAfterRelease()
@@ -268,97 +159,123 @@ namespace Ticketing.Tests
         [Test]
         public void GrantThatWonTheRaceIsCompensated()
         {
-            var releases = new BlockingCollection<ulong>();
-            Request acq = null;
-            using (var f = new FakeServer((s, r) =>
-            {
-                if (r.Op == Wire.OpAcquire) acq = r;
-                else if (r.Op == Wire.OpCancel) { FakeServer.Respond(s, Status.Granted, acq, value: 77); FakeServer.Respond(s, Status.NotHolder, r); }
-                else if (r.Op == Wire.OpRelease) { releases.Add(r.Arg); FakeServer.Respond(s, Status.Released, r); }
-            }))
-            using (var c = Client(f))
+            // The synchronous Acquire cancelled by ct (the testkit's cancel_race_compensated
+            // drives the async form): the grant that wins the race is released.
+            using (var f = new QueuingFake { GrantOnCancel = 77 })
+            using (var c = Client(f.Server))
             using (var cts = new CancellationTokenSource())
             {
                 var t = Task.Run(() => c.Acquire("k", TimeSpan.FromSeconds(5), TimeSpan.FromSeconds(30), cts.Token));
-                Until.True(() => acq != null);
+                f.Queued();
                 cts.Cancel();
                 Assert.Throws<AggregateException>(() => t.Wait(5000));
-                ulong tok;
-                Assert.IsTrue(releases.TryTake(out tok, 5000));
-                Assert.AreEqual(77ul, tok);
+                Assert.AreEqual(77ul, f.Released(), "the grant that won the race was released");
             }
         }
 
         [Test]
-        public void ReconnectBackoffDoublesToTheCap()
+        public void ASilentServerEndsASyncAcquireIndeterminateAndItIsWithdrawn()
         {
-            var times = new BlockingCollection<DateTime>();
-            var ln = new System.Net.Sockets.TcpListener(System.Net.IPAddress.Loopback, 0);
-            ln.Start();
-            var addr = "127.0.0.1:" + ((System.Net.IPEndPoint)ln.LocalEndpoint).Port;
-            var th = new Thread(() =>
-            {
-                bool first = true;
-                try
-                {
-                    while (true)
-                    {
-                        var s = ln.AcceptTcpClient();
-                        times.Add(DateTime.UtcNow);
-                        if (first)
-                        {
-                            var st = s.GetStream();
-                            var h = Wire.EncodeHello(0, new byte[32]);
-                            st.Write(h, 0, 40);
-                            var a = new byte[72];
-                            int got = 0;
-                            while (got < 72) got += st.Read(a, got, 72 - got);
-                            st.Write(Wire.EncodeWelcome(0x4B, 0, 1, new byte[32]), 0, 40);
-                            first = false;
-                            Thread.Sleep(500);
-                        }
-                        s.Close();
-                    }
-                }
-                catch (Exception) { }
-            }) { IsBackground = true };
-            th.Start();
-            using (var c = new TicketingClient(new TicketingOptions { Addresses = new[] { addr, "127.0.0.1:1" } }))
+            // R2 through the synchronous form (the testkit's r2_silent_server drives the async
+            // one): no answer within wait + AnswerAllowance of the write → Indeterminate, and C.
+            using (var f = new QueuingFake { Silent = true })
+            using (var c = new TicketingClient(new TicketingOptions { Addresses = new[] { f.Server.Addr }, ConnectTimeout = TimeSpan.FromSeconds(5), AnswerAllowance = TimeSpan.FromMilliseconds(300) }))
             {
                 c.Connect();
-                Until.True(() => times.Count >= 8, 30);
-            }
-            ln.Stop();
-            var ts = times.ToArray();
-            var steps = new[] { 0.2, 0.4, 0.8, 1.6, 3.2, 3.2 };
-            for (int i = 0; i < 6; i++)
-            {
-                var gap = (ts[i + 2] - ts[i + 1]).TotalSeconds;
-                Assert.GreaterOrEqual(gap, steps[i] * 0.45, "gap " + i);
-                Assert.LessOrEqual(gap, steps[i] * 1.5 + 0.3, "gap " + i);
+                var sw = Stopwatch.StartNew();
+                var t = Task.Run(() => c.Acquire("k", TimeSpan.FromSeconds(5), TimeSpan.FromMilliseconds(200)));
+                Assert.IsTrue(((IAsyncResult)t).AsyncWaitHandle.WaitOne(10000), "the acquire outlived a silent server");
+                var e = (IndeterminateException)t.Exception.InnerException;
+                Assert.GreaterOrEqual(sw.Elapsed.TotalMilliseconds, 450, "not before wait + allowance");
+                StringAssert.Contains("answer allowance", e.Message);
+                StringAssert.Contains(f.Server.Addr, e.Message);
+                Assert.AreEqual(f.Queued().ReqId, f.CancelTarget(), "withdrawn with C");
             }
         }
 
         [Test]
-        public void BadInputBeforeAnythingIsSent()
+        public void AKeySetAgainstA10ServerIsUnsupportedAndNothingIsSent()
         {
-            using (var f = new FakeServer(null))
+            using (var f = new FakeServer(null)) // announces no 1.1 feature
             using (var c = Client(f))
             {
-                var s = TimeSpan.FromSeconds(1);
-                Assert.Throws<TicketingArgumentException>(() => c.Acquire("", s, TimeSpan.Zero));
-                Assert.Throws<TicketingArgumentException>(() => c.Acquire(new string('a', 251), s, TimeSpan.Zero));
-                Assert.Throws<TicketingArgumentException>(() => c.Acquire("a\tb", s, TimeSpan.Zero));
-                Assert.Throws<TicketingArgumentException>(() => c.Acquire("k", TimeSpan.Zero, TimeSpan.Zero));
-                Assert.Throws<TicketingArgumentException>(() => c.Acquire("k", TimeSpan.FromSeconds(-1), TimeSpan.Zero));
-                Assert.Throws<TicketingArgumentException>(() => c.Acquire("k", TimeSpan.FromDays(60), TimeSpan.Zero));
-                Assert.Throws<TicketingArgumentException>(() => c.Acquire("k", s, TimeSpan.FromSeconds(-1)));
-                Assert.Throws<TicketingArgumentException>(() => c.Release("", 1));
-                Assert.Throws<TicketingArgumentException>(() => c.Acquire((string)null, s, TimeSpan.Zero));
-                Thread.Sleep(100);
-                Assert.AreEqual(0, f.Drain().Count);
+                var e = Assert.Throws<TicketingUnsupportedException>(() => c.AcquireSet(new[] { "a", "b" }, TimeSpan.FromSeconds(5), TimeSpan.FromSeconds(5)));
+                StringAssert.Contains("not supported by this server", e.Message);
+                Assert.Throws<TicketingUnsupportedException>(() => c.ReleaseSet(new[] { "a", "b" }, 7));
+                Assert.IsFalse(f.Drain().Any(r => r.Op == Wire.OpAcquireSet || r.Op == Wire.OpReleaseSet || r.Op == Wire.OpLabel), "no S, X or L reached a 1.0 server");
             }
         }
+
+        [Test]
+        public void SetArgumentsAreCheckedBeforeSending()
+        {
+            using (var f = new FakeServer(null) { Features = Features.KeySets })
+            using (var c = Client(f))
+            {
+                var l = TimeSpan.FromSeconds(5);
+                StringAssert.Contains("2 to 16", Assert.Throws<TicketingArgumentException>(() => c.AcquireSet(new[] { "a" }, l, l)).Message);
+                StringAssert.Contains("2 to 16", Assert.Throws<TicketingArgumentException>(() => c.AcquireSet(Enumerable.Range(0, 17).Select(i => "k" + i), l, l)).Message);
+                StringAssert.Contains("twice", Assert.Throws<TicketingArgumentException>(() => c.AcquireSet(new[] { "a", "b", "a" }, l, l)).Message);
+                Assert.AreEqual("key", Assert.Throws<TicketingArgumentException>(() => c.AcquireSet(new[] { "a", "" }, l, l)).ParamName);
+                Assert.AreEqual("token", Assert.Throws<TicketingArgumentException>(() => c.ReleaseSet(new[] { "a", "b" }, 0)).ParamName);
+                Assert.AreEqual(0, f.Drain().Count, "nothing was sent");
+            }
+        }
+
+        [Test]
+        public void TheLabelFollowsTheFeaturePong()
+        {
+            // §12.3: L right after the feature pong when the server announces LABELS: the default
+            // label with AppName in front, the whole Label, or none for "".
+            Func<TicketingOptions, string> labelOf = o =>
+            {
+                using (var f = new FakeServer((s, r) => { if (r.Op == Wire.OpLabel) FakeServer.Respond(s, Status.Released, r); }) { Features = Features.KeySets | Features.Labels })
+                {
+                    o.Addresses = new[] { f.Addr };
+                    o.ConnectTimeout = TimeSpan.FromSeconds(5);
+                    using (var c = new TicketingClient(o))
+                    {
+                        c.Connect();
+                        Until.True(() => f.Accepts.Count >= 2 && c.ConnectedCount == 2);
+                    }
+                    var ls = f.Drain().Where(r => r.Op == Wire.OpLabel).Select(r => Encoding.UTF8.GetString(r.Key)).Distinct().ToList();
+                    return ls.Count == 0 ? null : string.Join("|", ls);
+                }
+            };
+            Assert.AreEqual(TicketingClient.DefaultLabel("billing"), labelOf(new TicketingOptions { AppName = "billing" }));
+            Assert.AreEqual("worker 7", labelOf(new TicketingOptions { Label = "worker 7" }));
+            Assert.IsNull(labelOf(new TicketingOptions { Label = "" }), "an empty Label sends none");
+            Assert.Throws<TicketingArgumentException>(() => new TicketingClient(new TicketingOptions { Addresses = new[] { "127.0.0.1:1" }, Label = "a\nb" }));
+        }
+
+
+        [Test]
+        public void ReconnectDelaysAreFullJitterWithinTheDoublingStep()
+        {
+            // R16: attempt n waits uniformly in [0, 0.1 s * 2^(n-1)], capped at 3.2 s. The
+            // timing against a refusing server is the testkit's backoff_schedule and
+            // r16_reconnect_jitter; this checks the draw itself.
+            using (var c = new TicketingClient(new TicketingOptions { Addresses = new[] { "127.0.0.1:1" } }))
+            {
+                var steps = new[] { 0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 3.2, 3.2 };
+                for (int n = 1; n <= steps.Length; n++)
+                {
+                    double lo = double.MaxValue, hi = 0;
+                    for (int i = 0; i < 400; i++)
+                    {
+                        var d = c.BackoffDelay(n).TotalSeconds;
+                        Assert.GreaterOrEqual(d, 0, "attempt " + n);
+                        Assert.LessOrEqual(d, steps[n - 1] + 1e-9, "attempt " + n);
+                        lo = Math.Min(lo, d);
+                        hi = Math.Max(hi, d);
+                    }
+                    // full jitter: the draws cover the whole step, not only its upper half
+                    Assert.Less(lo, steps[n - 1] * 0.2, "attempt " + n + ": lowest draw");
+                    Assert.Greater(hi, steps[n - 1] * 0.8, "attempt " + n + ": highest draw");
+                }
+            }
+        }
+
     }
 
     /// <summary>Against the real `ticketing serve` ($TICKETING_BIN).</summary>
@@ -387,58 +304,8 @@ namespace Ticketing.Tests
         static string Key() { return "cs/" + TestContext.CurrentContext.Test.Name + "/" + Guid.NewGuid().ToString("N").Substring(0, 8); }
         static readonly TimeSpan Ten = TimeSpan.FromSeconds(10);
 
-        [Test]
-        public async Task AcquireReleaseTokensIncrease()
-        {
-            var k = Key();
-            var l1 = await c.AcquireAsync(k, Ten, TimeSpan.Zero);
-            Assert.Greater(l1.Token, 1ul << 53, "tokens exceed 2^53 and stay exact");
-            Assert.That(l1.Remaining.TotalSeconds, Is.InRange(8.5, 10.0));
-            await l1.ReleaseAsync();
-            Assert.IsTrue(l1.IsReleased);
-            await l1.ReleaseAsync(); // idempotent
-            using (var l2 = c.Acquire(k, Ten, TimeSpan.Zero)) Assert.Greater(l2.Token, l1.Token);
-            Assert.IsNotNull(c.TryAcquire(k, Ten), "using released it");
-        }
 
-        [Test]
-        public void TryAcquireReturnsNullWhenHeld()
-        {
-            var k = Key();
-            using (c.Acquire(k, Ten, TimeSpan.Zero))
-            {
-                Assert.IsNull(c.TryAcquire(k, Ten));
-                Assert.IsNull(c.TryAcquireAsync(k, Ten).Result);
-                Assert.Throws<LockTimeoutException>(() => c.Acquire(k, Ten, TimeSpan.Zero));
-            }
-        }
 
-        [Test]
-        public void FifoHandoffBetweenWaiters()
-        {
-            var k = Key();
-            var holder = c.Acquire(k, TimeSpan.FromSeconds(30), TimeSpan.Zero);
-            var order = new ConcurrentQueue<Tuple<int, ulong>>();
-            var tasks = new List<Task>();
-            for (int i = 0; i < 5; i++)
-            {
-                int n = i;
-                tasks.Add(Task.Run(async () =>
-                {
-                    var l = await c.AcquireAsync(k, TimeSpan.FromSeconds(30), TimeSpan.FromSeconds(20));
-                    order.Enqueue(Tuple.Create(n, l.Token));
-                    await l.ReleaseAsync();
-                }));
-                Thread.Sleep(150); // queued in this order
-            }
-            holder.Release();
-            Assert.IsTrue(Task.WaitAll(tasks.ToArray(), 20000));
-            var got = order.ToArray();
-            CollectionAssert.AreEqual(new[] { 0, 1, 2, 3, 4 }, got.Select(g => g.Item1).ToArray());
-            var toks = new[] { holder.Token }.Concat(got.Select(g => g.Item2)).ToArray();
-            CollectionAssert.IsOrdered(toks);
-            Assert.AreEqual(toks.Length, toks.Distinct().Count());
-        }
 
         [Test]
         public void LeaseExpiryHandsOffAndLeaseEndingTokenFires()
@@ -450,39 +317,23 @@ namespace Ticketing.Tests
             using (var l2 = c.Acquire(k, TimeSpan.FromSeconds(5), TimeSpan.FromSeconds(10))) Assert.Greater(l2.Token, l.Token);
         }
 
-        [Test]
-        public void CancelWithdrawsServerSide()
-        {
-            var k = Key();
-            var holder = c.Acquire(k, TimeSpan.FromSeconds(30), TimeSpan.Zero);
-            var cts = new CancellationTokenSource(TimeSpan.FromMilliseconds(300));
-            Assert.Throws<OperationCanceledException>(() => c.Acquire(k, TimeSpan.FromSeconds(30), TimeSpan.FromSeconds(20), cts.Token));
-            holder.Release();
-            // The withdrawal (C) may still be on its way on the other connection when the
-            // release lands, and a grant that won that race is released by the client at once:
-            // either way the key is free again well inside the withdrawn acquire's 30 s lease.
-            using (var next = c.Acquire(k, TimeSpan.FromSeconds(5), TimeSpan.FromSeconds(10)))
-                Assert.IsNotNull(next, "the withdrawn waiter kept the lock");
-        }
+
+
 
         [Test]
-        public void ReleaseFromAnotherClient()
+        public void ASetLeaseReleasesEveryKeyOnDispose()
         {
-            var k = Key();
-            var l = c.Acquire(k, Ten, TimeSpan.Zero);
-            using (var other = new TicketingClient(new TicketingOptions { Addresses = new[] { srv.Addr }, Token = srv.Token }))
-                Task.Run(() => other.Release(k, l.Token)).Wait();
-            Assert.Throws<NotHolderException>(() => l.Release());
-            l.Dispose(); // never throws
-        }
-
-        [Test]
-        public void HundredInFlightThroughOneClient()
-        {
-            var tasks = Enumerable.Range(0, 100).Select(i => c.AcquireAsync("cs/many/" + i + "/" + Guid.NewGuid().ToString("N").Substring(0, 6), Ten, TimeSpan.FromSeconds(5))).ToArray();
-            Assert.IsTrue(Task.WaitAll(tasks, 20000));
-            Assert.AreEqual(100, tasks.Select(t => t.Result.Token).Distinct().Count());
-            foreach (var t in tasks) t.Result.Dispose();
+            // Lease of a set (protocol 1.1): Keys, IsSet, and Dispose releases the whole set (X).
+            string a = Key(), b = Key();
+            using (var l = c.AcquireSet(new[] { a, b }, Ten, TimeSpan.Zero))
+            {
+                Assert.IsTrue(l.IsSet);
+                CollectionAssert.AreEqual(new[] { a, b }, l.Keys);
+                Assert.IsNull(c.TryAcquire(b, Ten), "every key of the set is held");
+            }
+            using (var la = c.Acquire(a, Ten, TimeSpan.Zero))
+            using (var lb = c.Acquire(b, Ten, TimeSpan.Zero))
+                Assert.AreNotEqual(la.Token, lb.Token);
         }
 
         [Test]
@@ -505,14 +356,6 @@ namespace Ticketing.Tests
             Assert.AreEqual(64, done);
         }
 
-        [Test]
-        public void ServerLimitsComeBackTypedWithTheirCode()
-        {
-            var e = Assert.Throws<TicketingArgumentException>(() => c.Acquire(Key(), TimeSpan.FromHours(2), TimeSpan.Zero));
-            Assert.AreEqual(Code.BadLease, e.Code);
-            e = Assert.Throws<TicketingArgumentException>(() => c.Acquire(Key(), Ten, TimeSpan.FromHours(1)));
-            Assert.AreEqual(Code.BadWait, e.Code);
-        }
 
         [Test]
         public void WrongTokenIsAuthenticationError()
@@ -523,13 +366,6 @@ namespace Ticketing.Tests
                 StringAssert.Contains("requires a token", Assert.Throws<TicketingAuthenticationException>(() => none.Connect()).Message);
         }
 
-        [Test]
-        public void DisposedClientThrows()
-        {
-            var x = new TicketingClient(new TicketingOptions { Addresses = new[] { srv.Addr }, Token = srv.Token });
-            x.Dispose();
-            Assert.Throws<ObjectDisposedException>(() => x.Acquire(Key(), Ten, TimeSpan.Zero));
-        }
     }
 
     /// <summary>TLS and mutual TLS, certificates made with the openssl CLI.</summary>
@@ -595,7 +431,10 @@ namespace Ticketing.Tests
             using (var srv = new RealServer("tls", "--tls-cert " + F("server.pem") + " --tls-key " + F("server.key")))
             {
                 using (var c = new TicketingClient(new TicketingOptions { Addresses = new[] { srv.Addr }, Token = "tls", Tls = new TicketingTlsOptions { CaFile = F("ca.pem") } }))
+                {
+                    c.Connect(); // a TLS handshake on Mono may take longer than an acquire's wait 0 (R1)
                     c.Acquire("cs/tls", TimeSpan.FromSeconds(5), TimeSpan.Zero).Release();
+                }
                 using (var c = new TicketingClient(new TicketingOptions { Addresses = new[] { srv.Addr }, Token = "tls", Tls = new TicketingTlsOptions { CaFile = F("client.pem") }, ConnectTimeout = TimeSpan.FromSeconds(2) }))
                     Assert.Throws<TicketingTlsException>(() => c.Connect());
                 using (var c = new TicketingClient(new TicketingOptions { Addresses = new[] { srv.Addr }, Token = "tls", Tls = new TicketingTlsOptions { CaFile = F("ca.pem"), ServerName = "wrong.example" }, ConnectTimeout = TimeSpan.FromSeconds(2) }))
@@ -604,7 +443,10 @@ namespace Ticketing.Tests
             using (var srv = new RealServer("tls", "--tls-cert " + F("server.pem") + " --tls-key " + F("server.key") + " --tls-client-ca " + F("ca.pem")))
             {
                 using (var c = new TicketingClient(new TicketingOptions { Addresses = new[] { srv.Addr }, Token = "tls", Tls = new TicketingTlsOptions { CaFile = F("ca.pem"), ClientCertificatePfx = F("client.pfx") } }))
+                {
+                    c.Connect(); // a TLS handshake on Mono may take longer than an acquire's wait 0 (R1)
                     c.Acquire("cs/mtls", TimeSpan.FromSeconds(5), TimeSpan.Zero).Release();
+                }
                 using (var c = new TicketingClient(new TicketingOptions { Addresses = new[] { srv.Addr }, Token = "tls", Tls = new TicketingTlsOptions { CaFile = F("ca.pem") }, ConnectTimeout = TimeSpan.FromSeconds(2) }))
                     Assert.Throws(Is.InstanceOf<TicketingConnectionException>(), () => c.Connect());
             }

@@ -126,6 +126,8 @@ namespace Ticketing.Tests
         readonly string token;
         readonly bool prove;
         readonly List<TcpClient> conns = new List<TcpClient>();
+        /// <summary>The 1.1 features the fake announces (none: a 1.0 server).</summary>
+        public Features Features { get; set; }
 
         public FakeServer(Action<Stream, Request> handler, string token = "", bool prove = true)
         {
@@ -184,6 +186,13 @@ namespace Ticketing.Tests
                         int m = Wire.ParseRequest(buf, off, end, out r);
                         if (m == 0) break;
                         off += m;
+                        if (r.Op == Wire.OpPing && r.Arg == Wire.PingArgFeatures)
+                        {
+                            // protocol 1.1 feature ping (§12.1): the fake speaks 1.0 unless told
+                            var pong = Wire.EncodeResponse(Status.Pong, Code.None, (ushort)Features, r.ReqId, 0, null);
+                            lock (s) s.Write(pong, 0, pong.Length);
+                            continue;
+                        }
                         Requests.Add(r);
                         if (handler != null) handler(s, r);
                     }
@@ -214,6 +223,65 @@ namespace Ticketing.Tests
             ln.Stop();
             lock (conns) foreach (var c in conns) try { c.Close(); } catch (Exception) { }
         }
+    }
+
+    /// <summary>
+    /// The one fake for a queued acquire: it never answers an acquire (as if queued behind a
+    /// holder); a C is answered T + O (withdrawn), or, with GrantOnCancel, G + N (the grant won
+    /// the race); Silent answers nothing at all (R2); releases are answered O and recorded.
+    /// </summary>
+    sealed class QueuingFake : IDisposable
+    {
+        public readonly FakeServer Server;
+        public ulong GrantOnCancel;
+        public bool Silent;
+        readonly BlockingCollection<Request> queued = new BlockingCollection<Request>();
+        readonly BlockingCollection<Request> cancels = new BlockingCollection<Request>();
+        readonly BlockingCollection<ulong> releases = new BlockingCollection<ulong>();
+        Request acq;
+
+        public QueuingFake()
+        {
+            Server = new FakeServer((s, r) =>
+            {
+                if (r.Op == Wire.OpAcquire) { acq = r; queued.Add(r); }
+                else if (r.Op == Wire.OpCancel)
+                {
+                    cancels.Add(r);
+                    if (Silent) return;
+                    if (GrantOnCancel != 0) { FakeServer.Respond(s, Status.Granted, acq, value: GrantOnCancel); FakeServer.Respond(s, Status.NotHolder, r); }
+                    else { FakeServer.Respond(s, Status.Timeout, acq); FakeServer.Respond(s, Status.Released, r); }
+                }
+                else if (r.Op == Wire.OpRelease) { releases.Add(r.Arg); FakeServer.Respond(s, Status.Released, r); }
+            });
+        }
+
+        /// <summary>The first acquire that reached the fake (waits up to 10 s).</summary>
+        public Request Queued()
+        {
+            Request r;
+            if (!queued.TryTake(out r, 10000)) Assert.Fail("no acquire reached the fake within 10 s");
+            queued.Add(r);
+            return r;
+        }
+
+        /// <summary>The target req_id of the first C (waits up to 5 s).</summary>
+        public uint CancelTarget()
+        {
+            Request r;
+            if (!cancels.TryTake(out r, 5000)) Assert.Fail("no C within 5 s");
+            return (uint)(r.Arg >> 32);
+        }
+
+        /// <summary>The token of the first R (waits up to 5 s).</summary>
+        public ulong Released()
+        {
+            ulong t;
+            if (!releases.TryTake(out t, 5000)) Assert.Fail("no release within 5 s");
+            return t;
+        }
+
+        public void Dispose() { Server.Dispose(); }
     }
 
     static class Until

@@ -65,6 +65,18 @@ module Ticketing
     key.frozen? ? key : key.dup.freeze
   end
 
+  # The keys of a set (protocol.md §12.2): an Array of 2..16 distinct valid
+  # keys; frozen binary copies in the caller's order.
+  def check_keys(keys)
+    raise InvalidArgument, "keys must be an Array of 2..#{Wire::MAX_SET_KEYS} keys, got #{keys.class}" unless keys.is_a?(Array)
+    raise InvalidArgument, "keys must be 2..#{Wire::MAX_SET_KEYS} keys (got #{keys.size})" unless keys.size.between?(2, Wire::MAX_SET_KEYS)
+
+    out = keys.map { |k| check_key(k).b.freeze }
+    raise InvalidArgument, "keys must be distinct (#{keys.size - out.uniq.size} of #{keys.size} repeat another)" if out.uniq.size != out.size
+
+    out.freeze
+  end
+
   def check_token(token)
     t = token.is_a?(String) && token.match?(/\A\d+\z/) ? token.to_i : token
     raise InvalidArgument, "token must be an Integer 1..2**64-1 (got #{token.inspect})" unless t.is_a?(Integer) && t.positive? && t < 2**64

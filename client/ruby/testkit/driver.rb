@@ -12,9 +12,6 @@ require "ticketing"
 # Ruby's native way to interrupt a blocked call).
 class DriverCancelled < StandardError; end
 
-# The client lacks the feature (testkit.md: error kind unsupported).
-class Unsupported < StandardError; end
-
 class Driver
   def initialize
     @out = Mutex.new
@@ -90,7 +87,7 @@ class Driver
       t = Thread.new { execute(id, msg) }
       t.report_on_exception = false
       t[:scope] = msg["cmd"] == "with_lock"
-      @mu.synchronize { @pending[id] = t if %w[acquire try_acquire with_lock].include?(msg["cmd"]) }
+      @mu.synchronize { @pending[id] = t if %w[acquire acquire_set try_acquire with_lock].include?(msg["cmd"]) }
       @threads << t
     end
   end
@@ -142,8 +139,13 @@ class Driver
       l = lease_of(msg)
       l.on_ending(secs(msg.fetch("margin_ms", 0))) { |rem| q << rem }
       { "remaining_ms" => (q.pop * 1000).floor }
-    when "acquire_set", "release_set"
-      raise Unsupported, "key sets (protocol 1.1) are not implemented by the Ruby client yet"
+    when "acquire_set"
+      lease = client.acquire_set(msg.fetch("keys"), lease: secs(msg.fetch("lease_ms")), wait: secs(msg.fetch("wait_ms", 0)))
+      keep(lease)
+      { "token" => lease.token.to_s, "deadline_in_ms" => (lease.remaining * 1000).floor }
+    when "release_set"
+      client.release_set(msg.fetch("keys"), Integer(msg.fetch("token"), 10))
+      {}
     when "release"
       client.release(key(msg), Integer(msg.fetch("token"), 10))
       {}
@@ -239,7 +241,7 @@ class Driver
     when Ticketing::ClosedError then ["closed", nil]
     when Ticketing::ProtocolError then ["protocol", nil]
     when Ticketing::InsufficientLease then ["insufficient_lease", nil]
-    when Unsupported then ["unsupported", nil]
+    when Ticketing::NotSupported then ["unsupported", nil]
     else ["internal", nil]
     end
   end

@@ -1,11 +1,12 @@
 //! A blocking client for synchronous code.
 //!
-//! [`Client`] runs the async client on **its own runtime thread** (a
-//! current-thread tokio runtime that the client owns); each call hands its
-//! work to that thread and waits on a plain channel. It never uses, blocks or
-//! panics inside a runtime of the caller, so it also works from code that
-//! happens to run inside one (though async code should use
-//! [`crate::Client`]).
+//! [`Client`] runs the async client's connections on **its own runtime
+//! thread** (a current-thread tokio runtime that the client owns, driving the
+//! sockets and timers); each call runs its own request on the calling thread
+//! (`Handle::block_on`: no task and no channel per call). Called from inside
+//! a runtime of the caller, a call is handed to the client's thread instead
+//! and waited for on a plain channel: it never blocks or panics a runtime of
+//! the caller (though async code should use [`crate::Client`]).
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -25,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{oneshot, watch};
 
-use crate::{Config, Error};
+use crate::{AcquireOptions, Config, Error, ErrorKind};
 
 struct Runtime {
     handle: tokio::runtime::Handle,
@@ -58,13 +59,19 @@ impl Runtime {
         if !self.home() {
             // A forked child: the runtime thread did not survive fork(), so a
             // hand-off would wait forever. Closed, at once (README "Fork").
-            return Err(Error::Closed);
+            return Err(ErrorKind::Closed.into());
+        }
+        if tokio::runtime::Handle::try_current().is_err() {
+            // The caller's thread polls its own request; the runtime thread
+            // (in Runtime::block_on for the client's lifetime) drives the
+            // sockets and timers (issue 33 finding 4: no hop per call).
+            return Ok(self.handle.block_on(f));
         }
         let (tx, rx) = mpsc::sync_channel(1);
         self.handle.spawn(async move {
             let _ = tx.send(f.await);
         });
-        rx.recv().map_err(|_| Error::Closed)
+        rx.recv().map_err(|_| ErrorKind::Closed.into())
     }
 }
 
@@ -94,7 +101,7 @@ impl Client {
                 let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
                     Ok(rt) => rt,
                     Err(e) => {
-                        let _ = tx.send(Err(Error::Connect(format!("starting the runtime: {e}"))));
+                        let _ = tx.send(Err(ErrorKind::Connect(format!("starting the runtime: {e}")).into()));
                         return;
                     }
                 };
@@ -114,8 +121,8 @@ impl Client {
                     client.close().await;
                 });
             })
-            .map_err(|e| Error::Connect(format!("starting the runtime thread: {e}")))?;
-        let (inner, handle) = rx.recv().map_err(|_| Error::Closed)??;
+            .map_err(|e| Error::from(ErrorKind::Connect(format!("starting the runtime thread: {e}"))))?;
+        let (inner, handle) = rx.recv().map_err(|_| Error::from(ErrorKind::Closed))??;
         Ok(Client {
             inner,
             rt: Arc::new(Runtime {
@@ -128,14 +135,68 @@ impl Client {
 
     /// See [`crate::Client::acquire`].
     pub fn acquire(&self, key: impl AsRef<[u8]>, lease: Duration, wait: Duration) -> Result<Lease, Error> {
+        self.acquire_with(key, lease, wait, &AcquireOptions::new())
+    }
+
+    /// See [`crate::Client::acquire_with`] (e.g. a minimum working time, R14).
+    pub fn acquire_with(&self, key: impl AsRef<[u8]>, lease: Duration, wait: Duration, opts: &AcquireOptions) -> Result<Lease, Error> {
+        self.acquire_with_cancel(key, lease, wait, opts, &CancelToken::new())
+    }
+
+    /// [`Client::acquire_with`] that `cancel` can withdraw from another
+    /// thread (see [`Client::acquire_cancellable`]).
+    pub fn acquire_with_cancel(
+        &self,
+        key: impl AsRef<[u8]>,
+        lease: Duration,
+        wait: Duration,
+        opts: &AcquireOptions,
+        cancel: &CancelToken,
+    ) -> Result<Lease, Error> {
         let c = self.inner.clone();
         let key = key.as_ref().to_vec();
-        let l = self.rt.run(async move { c.acquire(key, lease, wait).await })??;
-        Ok(Lease {
+        let opts = opts.clone();
+        let tok = cancel.clone();
+        let l = self
+            .rt
+            .run(async move { tok.run(c.acquire_with(key, lease, wait, &opts)).await })??;
+        Ok(self.lease(l))
+    }
+
+    /// See [`crate::Client::acquire_set`]: one lease for 2..=16 keys
+    /// (protocol 1.1); its drop releases the whole set.
+    pub fn acquire_set<K: AsRef<[u8]>>(&self, keys: &[K], lease: Duration, wait: Duration) -> Result<Lease, Error> {
+        self.acquire_set_cancellable(keys, lease, wait, &CancelToken::new())
+    }
+
+    /// [`Client::acquire_set`] that `cancel` can withdraw from another thread.
+    pub fn acquire_set_cancellable<K: AsRef<[u8]>>(
+        &self,
+        keys: &[K],
+        lease: Duration,
+        wait: Duration,
+        cancel: &CancelToken,
+    ) -> Result<Lease, Error> {
+        let c = self.inner.clone();
+        let keys: Vec<Vec<u8>> = keys.iter().map(|k| k.as_ref().to_vec()).collect();
+        let tok = cancel.clone();
+        let l = self.rt.run(async move { tok.run(c.acquire_set(&keys, lease, wait)).await })??;
+        Ok(self.lease(l))
+    }
+
+    /// See [`crate::Client::release_set`].
+    pub fn release_set<K: AsRef<[u8]>>(&self, keys: &[K], token: u64) -> Result<(), Error> {
+        let c = self.inner.clone();
+        let keys: Vec<Vec<u8>> = keys.iter().map(|k| k.as_ref().to_vec()).collect();
+        self.rt.run(async move { c.release_set(&keys, token).await })?
+    }
+
+    fn lease(&self, l: crate::Lease) -> Lease {
+        Lease {
             inner: Some(l),
             rt: self.rt.clone(),
             done: watch::Sender::new(false),
-        })
+        }
     }
 
     /// [`Client::acquire`] that `cancel` can withdraw from another thread
@@ -150,7 +211,7 @@ impl Client {
     /// let c2 = cancel.clone();
     /// std::thread::spawn(move || { std::thread::sleep(Duration::from_secs(1)); c2.cancel(); });
     /// match client.acquire_cancellable("jobs/nightly", Duration::from_secs(60), Duration::from_secs(30), &cancel) {
-    ///     Err(ticketing::Error::Cancelled) => {} // withdrawn
+    ///     Err(e) if *e.kind() == ticketing::ErrorKind::Cancelled => {} // withdrawn
     ///     other => drop(other?),
     /// }
     /// # Ok(()) }
@@ -165,31 +226,15 @@ impl Client {
         let c = self.inner.clone();
         let key = key.as_ref().to_vec();
         let tok = cancel.clone();
-        let l = self.rt.run(async move {
-            let notified = tok.inner.notify.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            if tok.is_cancelled() {
-                return Err(Error::Cancelled);
-            }
-            tokio::select! {
-                r = c.acquire(key, lease, wait) => r,
-                // Dropping the acquire future withdraws it (crate::Client::acquire).
-                _ = notified => Err(Error::Cancelled),
-            }
-        })??;
-        Ok(Lease {
-            inner: Some(l),
-            rt: self.rt.clone(),
-            done: watch::Sender::new(false),
-        })
+        let l = self.rt.run(async move { tok.run(c.acquire(key, lease, wait)).await })??;
+        Ok(self.lease(l))
     }
 
     /// See [`crate::Client::try_acquire`].
     pub fn try_acquire(&self, key: impl AsRef<[u8]>, lease: Duration) -> Result<Option<Lease>, Error> {
         match self.acquire(key, lease, Duration::ZERO) {
             Ok(l) => Ok(Some(l)),
-            Err(Error::Timeout) => Ok(None),
+            Err(e) if *e.kind() == ErrorKind::Timeout => Ok(None),
             Err(e) => Err(e),
         }
     }
@@ -199,7 +244,7 @@ impl Client {
     pub fn try_acquire_for(&self, key: impl AsRef<[u8]>, lease: Duration, wait: Duration) -> Result<Option<Lease>, Error> {
         match self.acquire(key, lease, wait) {
             Ok(l) => Ok(Some(l)),
-            Err(Error::Timeout) => Ok(None),
+            Err(e) if *e.kind() == ErrorKind::Timeout => Ok(None),
             Err(e) => Err(e),
         }
     }
@@ -269,6 +314,21 @@ impl CancelToken {
     pub fn is_cancelled(&self) -> bool {
         self.inner.cancelled.load(std::sync::atomic::Ordering::SeqCst)
     }
+
+    /// Runs `f` until it ends or this token is cancelled (then `f` is
+    /// dropped: a queued acquire is withdrawn, crate::Client::acquire).
+    async fn run<T>(&self, f: impl Future<Output = Result<T, Error>>) -> Result<T, Error> {
+        let notified = self.inner.notify.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        if self.is_cancelled() {
+            return Err(ErrorKind::Cancelled.into());
+        }
+        tokio::select! {
+            r = f => r,
+            _ = notified => Err(ErrorKind::Cancelled.into()),
+        }
+    }
 }
 
 /// A lease from the blocking client (see [`crate::Lease`]).
@@ -298,6 +358,11 @@ impl Lease {
         self.l().key()
     }
 
+    /// See [`crate::Lease::keys`].
+    pub fn keys(&self) -> impl Iterator<Item = &[u8]> {
+        self.l().keys()
+    }
+
     /// See [`crate::Lease::token`].
     pub fn token(&self) -> u64 {
         self.l().token()
@@ -318,7 +383,7 @@ impl Lease {
         let l = self.inner.take().expect("lease");
         if !self.rt.home() {
             let _ = l.detach(); // the parent's lock: never released from the child
-            return Err(Error::Closed);
+            return Err(ErrorKind::Closed.into());
         }
         self.rt.run(async move { l.release().await })?
     }

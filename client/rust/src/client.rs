@@ -7,7 +7,7 @@ use tokio::task::JoinHandle;
 
 use crate::config::{split_host_port, Config};
 use crate::conn::{self, CallHandle, Conn, ConnErr, EnqErr, Owner, Reply, Req};
-use crate::error::Error;
+use crate::error::{Error, ErrorKind};
 use crate::lease::Lease;
 use crate::log;
 use crate::wire::{self, Op, Status};
@@ -20,6 +20,18 @@ const MAX_EXTRA_ENDPOINTS: usize = 32;
 const RELEASE_QUEUE_LEN: usize = 4096;
 const REDIRECT_BASE: Duration = Duration::from_millis(25);
 const REDIRECT_CAP: Duration = Duration::from_millis(200);
+/// How long past its wait a call may wait for a connection being opened for
+/// the first time (edge rule R1).
+const FIRST_CONNECT_GRACE: Duration = Duration::from_secs(1);
+
+fn unsupported(op: Op) -> Error {
+    let what = match op {
+        Op::AcquireSet | Op::ReleaseSet => "key sets (protocol 1.1, S and X)",
+        Op::Label => "connection labels (protocol 1.1)",
+        _ => "this request",
+    };
+    ErrorKind::Unsupported(what.to_string()).into()
+}
 
 pub(crate) struct Endpoint {
     addr: String,
@@ -125,17 +137,17 @@ impl Inner {
         x.wrapping_mul(0x2545_F491_4F6C_DD1D)
     }
 
+    /// Full jitter (edge rule R16): uniform in [0, step].
     fn jitter(&self, step: Duration) -> Duration {
-        let half = step / 2;
-        let span = (step - half).as_nanos() as u64;
+        let span = step.as_nanos() as u64;
         if span == 0 {
             return step;
         }
-        half + Duration::from_nanos(self.rand() % (span + 1))
+        Duration::from_nanos(self.rand() % (span + 1))
     }
 
-    /// The reconnect delay before attempt n ≥ 1: 0.1 s, 0.2 s, … 3.2 s, each
-    /// drawn from [step/2, step].
+    /// The reconnect delay before attempt n ≥ 1: steps 0.1 s, 0.2 s, … 3.2 s,
+    /// each delay drawn uniformly from [0, step] (full jitter, R16).
     pub(crate) fn backoff_delay(&self, n: u32) -> Duration {
         self.jitter(backoff_step(self.cfg.backoff_base, self.cfg.backoff_cap, n))
     }
@@ -167,6 +179,7 @@ impl Inner {
                 match ep.conns[(n0 + i) % n].enqueue(r) {
                     Ok(h) => return Ok(h),
                     Err(EnqErr::Full) => res = EnqErr::Full,
+                    Err(EnqErr::Unsupported) => return Err(EnqErr::Unsupported),
                     Err(EnqErr::Down) => {}
                 }
             }
@@ -182,6 +195,8 @@ impl Inner {
             match conns[(n0 + i) % n].enqueue(r) {
                 Ok(h) => return Ok(h),
                 Err(EnqErr::Full) => res = EnqErr::Full,
+                // Every node of a cluster announces the same features (§12.1).
+                Err(EnqErr::Unsupported) => return Err(EnqErr::Unsupported),
                 Err(EnqErr::Down) => {}
             }
         }
@@ -210,7 +225,7 @@ impl Inner {
             if st.up {
                 return None;
             }
-            if let Some(e @ (ConnErr::Auth(..) | ConnErr::Tls(_))) = &st.last_err {
+            if let Some(e @ (ConnErr::Auth(..) | ConnErr::Tls(..))) = &st.last_err {
                 hard = Some(e.into());
             }
         }
@@ -220,7 +235,7 @@ impl Inner {
     fn connect_err(&self) -> Error {
         match self.last_conn_err() {
             Some(e) => (&e).into(),
-            None => Error::Connect(format!("no connection to any server within {:?}", self.cfg.connect_timeout)),
+            None => ErrorKind::Connect(format!("no connection to {} yet", self.cfg.addrs.join(", "))).into(),
         }
     }
 
@@ -228,10 +243,12 @@ impl Inner {
     /// max_inflight slot (until slot_give_up; then `Ok(None)`).
     async fn send(&self, r: &Req<'_>, give_up: Instant, slot_give_up: Instant) -> Result<Option<CallHandle>, Error> {
         if self.is_closed() {
-            return Err(Error::Closed);
+            return Err(ErrorKind::Closed.into());
         }
-        if let Ok(h) = self.try_enqueue(r) {
-            return Ok(Some(h));
+        match self.try_enqueue(r) {
+            Ok(h) => return Ok(Some(h)),
+            Err(EnqErr::Unsupported) => return Err(unsupported(r.op)),
+            Err(_) => {}
         }
         let mut closed = self.close_rx();
         let mut req = *r;
@@ -239,7 +256,7 @@ impl Inner {
             let notified = self.changed.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            if req.op == Op::Acquire && req.counts {
+            if matches!(req.op, Op::Acquire | Op::AcquireSet) && req.counts {
                 // The time spent waiting for a connection or a slot comes out
                 // of the wait the request carries: wait bounds the whole call
                 // (slot_give_up is the end of the acquire's wait budget).
@@ -252,16 +269,26 @@ impl Inner {
                 Ok(h) => return Ok(Some(h)),
                 Err(EnqErr::Full) => true,
                 Err(EnqErr::Down) => false,
+                Err(EnqErr::Unsupported) => return Err(unsupported(req.op)),
             };
             if self.is_closed() {
-                return Err(Error::Closed);
+                return Err(ErrorKind::Closed.into());
             }
             if !full {
                 if let Some(e) = self.hard_failure() {
                     return Err(e);
                 }
             }
-            let limit = if full { slot_give_up } else { give_up };
+            // R1: a connection opened for the first time (a leader just
+            // learned from M, the second connection of one address) may be
+            // waited for up to FIRST_CONNECT_GRACE past a shorter wait.
+            let limit = if full {
+                slot_give_up
+            } else if self.conns().iter().any(|c| c.connecting()) {
+                give_up + FIRST_CONNECT_GRACE
+            } else {
+                give_up
+            };
             if Instant::now() >= limit {
                 return if full { Ok(None) } else { Err(self.connect_err()) };
             }
@@ -324,20 +351,20 @@ impl Inner {
         if *woken {
             tokio::select! {
                 _ = tokio::time::sleep(d) => Ok(()),
-                _ = closed.wait_for(|c| *c) => Err(Error::Closed),
+                _ = closed.wait_for(|c| *c) => Err(ErrorKind::Closed.into()),
             }
         } else {
             tokio::select! {
                 _ = tokio::time::sleep(d) => Ok(()),
                 _ = self.new_leader.notified() => { *woken = true; Ok(()) }
-                _ = closed.wait_for(|c| *c) => Err(Error::Closed),
+                _ = closed.wait_for(|c| *c) => Err(ErrorKind::Closed.into()),
             }
         }
     }
 
     /// Releases in the background a grant whose acquire was abandoned.
-    pub(crate) fn compensate(&self, key: Arc<[u8]>, token: u64) {
-        if !self.submit_release(key, token, RelState::new(self.cfg.release_window)) {
+    pub(crate) fn compensate(&self, key: Arc<[u8]>, token: u64, set: bool) {
+        if !self.submit_release(key, token, RelState::new(self.cfg.release_window, set)) {
             log(format_args!(
                 "release queue full or client closed: an abandoned grant stays held until its lease ends"
             ));
@@ -396,8 +423,88 @@ impl Owner for Inner {
         }
     }
     /// The client's decision: release it in the background.
-    fn unwanted_grant(&self, key: Arc<[u8]>, token: u64) {
-        self.compensate(key, token);
+    fn unwanted_grant(&self, key: Arc<[u8]>, token: u64, set: bool) {
+        self.compensate(key, token, set);
+    }
+}
+
+/// The address an error names: the connection used, else every configured one.
+fn where_(inner: &Inner, addr: &str) -> String {
+    if addr.is_empty() {
+        inner.cfg.addrs.join(", ")
+    } else {
+        addr.to_string()
+    }
+}
+
+/// A set's keys for messages: `a,b,c`.
+pub(crate) fn set_name(body: &[u8]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(body.len());
+    for (i, k) in wire::set_keys(body).enumerate() {
+        if i > 0 {
+            v.push(b',');
+        }
+        v.extend_from_slice(k);
+    }
+    v
+}
+
+fn joined<K: AsRef<[u8]>>(keys: &[K]) -> Vec<u8> {
+    keys.iter().map(|k| k.as_ref()).collect::<Vec<_>>().join(&b',')
+}
+
+/// R8: token 0 is refused before sending (the server never issues it).
+fn check_token(token: u64) -> Result<(), Error> {
+    if token == 0 {
+        Err(Error::invalid("token must not be 0 (the server never issues it)"))
+    } else {
+        Ok(())
+    }
+}
+
+/// Checks a key set (2..=16 distinct valid keys) and encodes its body.
+fn set_body<K: AsRef<[u8]>>(keys: &[K]) -> Result<Arc<[u8]>, Error> {
+    if keys.len() < wire::MIN_SET_KEYS || keys.len() > wire::MAX_SET_KEYS {
+        return Err(Error::invalid(format!(
+            "keys: a set has {}..{} keys (got {})",
+            wire::MIN_SET_KEYS,
+            wire::MAX_SET_KEYS,
+            keys.len()
+        )));
+    }
+    for (i, k) in keys.iter().enumerate() {
+        check_key(k.as_ref())?;
+        if keys[..i].iter().any(|o| o.as_ref() == k.as_ref()) {
+            return Err(Error::invalid(format!(
+                "keys: key {:?} appears twice in the set (key {} of {})",
+                String::from_utf8_lossy(k.as_ref()),
+                i + 1,
+                keys.len()
+            )));
+        }
+    }
+    Ok(Arc::from(wire::set_body(keys)))
+}
+
+/// Per-call options of [`Client::acquire_with`].
+#[derive(Clone, Debug, Default)]
+pub struct AcquireOptions {
+    min_remaining: Option<Duration>,
+}
+
+impl AcquireOptions {
+    /// No options: as [`Client::acquire`].
+    pub fn new() -> AcquireOptions {
+        AcquireOptions::default()
+    }
+
+    /// The minimum working time (edge rule R14): when the conservative
+    /// remaining lease right after the grant is below `d`, the client
+    /// releases the lock at once and the acquire fails with
+    /// [`ErrorKind::InsufficientLease`].
+    pub fn min_remaining(mut self, d: Duration) -> AcquireOptions {
+        self.min_remaining = Some(d);
+        self
     }
 }
 
@@ -421,7 +528,12 @@ pub(crate) fn check_key(key: &[u8]) -> Result<(), Error> {
     if wire::valid_key(key) {
         Ok(())
     } else {
-        Err(Error::invalid("key must be 1..250 bytes of UTF-8 without control characters"))
+        Err(Error::invalid(format!(
+            "key must be 1..{} bytes of UTF-8 without control characters (got {} bytes{})",
+            wire::MAX_KEY_LEN,
+            key.len(),
+            if std::str::from_utf8(key).is_err() { ", not UTF-8" } else { "" }
+        )))
     }
 }
 
@@ -433,16 +545,22 @@ pub(crate) struct RelState {
     moves: u32,
     retries: u32,
     woken: bool,
+    /// A key set (`X`, the key is the set's body) rather than one key (`R`).
+    set: bool,
+    /// The address of the last attempt (for the error, R15).
+    addr: String,
 }
 
 impl RelState {
-    pub(crate) fn new(window: Duration) -> RelState {
+    pub(crate) fn new(window: Duration, set: bool) -> RelState {
         RelState {
             deadline: Instant::now() + window,
             maybe: false,
             moves: 0,
             retries: 0,
             woken: false,
+            set,
+            addr: String::new(),
         }
     }
 }
@@ -454,8 +572,8 @@ enum RelStep {
 
 fn rel_outcome(inner: &Arc<Inner>, s: &mut RelState, r: Reply) -> RelStep {
     let a = match r {
-        Reply::Unsent if inner.is_closed() => return RelStep::Done(Err(Error::Closed)),
-        Reply::Lost if inner.is_closed() => return RelStep::Done(Err(Error::Indeterminate)),
+        Reply::Unsent if inner.is_closed() => return RelStep::Done(Err(ErrorKind::Closed.into())),
+        Reply::Lost if inner.is_closed() => return RelStep::Done(Err(ErrorKind::Indeterminate.into())),
         Reply::Unsent => return RelStep::Retry(Duration::ZERO),
         Reply::Lost => {
             s.maybe = true;
@@ -466,8 +584,8 @@ fn rel_outcome(inner: &Arc<Inner>, s: &mut RelState, r: Reply) -> RelStep {
     };
     match a.status {
         Status::Released => RelStep::Done(Ok(())),
-        Status::NotHolder if s.maybe => RelStep::Done(Err(Error::Indeterminate)),
-        Status::NotHolder => RelStep::Done(Err(Error::NotHolder)),
+        Status::NotHolder if s.maybe => RelStep::Done(Err(ErrorKind::Indeterminate.into())),
+        Status::NotHolder => RelStep::Done(Err(ErrorKind::NotHolder.into())),
         Status::Moved => {
             inner.follow(&a.payload);
             s.moves += 1;
@@ -489,10 +607,11 @@ fn rel_outcome(inner: &Arc<Inner>, s: &mut RelState, r: Reply) -> RelStep {
 }
 
 fn server_error(a: &conn::Answer) -> Error {
-    Error::Invalid(crate::error::Invalid {
+    ErrorKind::Invalid(crate::error::Invalid {
         code: Some(a.code),
         message: String::from_utf8_lossy(&a.payload).into_owned(),
     })
+    .into()
 }
 
 /// Releases key/token: retried until a definite answer or the state's
@@ -500,30 +619,43 @@ fn server_error(a: &conn::Answer) -> Error {
 pub(crate) async fn release_loop(inner: &Arc<Inner>, key: &Arc<[u8]>, token: u64, s: &mut RelState) -> Result<(), Error> {
     loop {
         if inner.is_closed() {
-            return Err(if s.maybe { Error::Indeterminate } else { Error::Closed });
+            return Err(if s.maybe {
+                ErrorKind::Indeterminate.into()
+            } else {
+                ErrorKind::Closed.into()
+            });
         }
         let now = Instant::now();
         if now >= s.deadline {
-            return Err(Error::Indeterminate);
+            return Err(ErrorKind::Indeterminate.into());
         }
         let req = Req {
-            op: Op::Release,
+            op: if s.set { Op::ReleaseSet } else { Op::Release },
             key,
             arg: token,
             counts: false,
         };
         let mut h = match inner.send(&req, s.deadline, s.deadline).await {
             Ok(Some(h)) => h,
-            Ok(None) => return Err(Error::Indeterminate),
-            Err(Error::Closed) => return Err(if s.maybe { Error::Indeterminate } else { Error::Closed }),
+            Ok(None) => return Err(ErrorKind::Indeterminate.into()),
+            Err(e) if *e.kind() == ErrorKind::Closed => {
+                return Err(if s.maybe {
+                    ErrorKind::Indeterminate.into()
+                } else {
+                    ErrorKind::Closed.into()
+                })
+            }
             // Nothing could be sent within the window: the lock may still be held.
-            Err(_) => return Err(Error::Indeterminate),
+            Err(e) if matches!(e.kind(), ErrorKind::Unsupported(_)) => return Err(e),
+            Err(_) => return Err(ErrorKind::Indeterminate.into()),
         };
+        s.addr.clear();
+        s.addr.push_str(h.addr());
         let reply = tokio::select! {
             r = h.wait() => r,
             // The window is over and this attempt is unanswered: never wait longer
             // (dropping h leaves the attempt to the connection).
-            _ = tokio::time::sleep_until(s.deadline.into()) => return Err(Error::Indeterminate),
+            _ = tokio::time::sleep_until(s.deadline.into()) => return Err(ErrorKind::Indeterminate.into()),
         };
         match rel_outcome(inner, s, reply) {
             RelStep::Done(r) => return r,
@@ -535,7 +667,11 @@ pub(crate) async fn release_loop(inner: &Arc<Inner>, key: &Arc<[u8]>, token: u64
                     let r = inner.sleep_redirect(d, &mut woken).await;
                     s.woken = woken;
                     if r.is_err() {
-                        return Err(if s.maybe { Error::Indeterminate } else { Error::Closed });
+                        return Err(if s.maybe {
+                            ErrorKind::Indeterminate.into()
+                        } else {
+                            ErrorKind::Closed.into()
+                        });
                     }
                 }
             }
@@ -559,7 +695,12 @@ impl ReleaseGuard {
         let key = self.key.clone();
         let r = release_loop(&inner, &key, self.token, &mut self.st).await;
         self.done = true;
-        r
+        let (op, shown) = if self.st.set {
+            ("release_set", set_name(&key))
+        } else {
+            ("release", key.to_vec())
+        };
+        r.map_err(|e| e.at(op, &shown, &where_(&inner, &self.st.addr)))
     }
 }
 
@@ -587,7 +728,8 @@ impl Client {
         let handle = tokio::runtime::Handle::try_current()
             .map_err(|_| Error::invalid("Client::connect must run inside a tokio runtime (or use ticketing::blocking)"))?;
         let mut seed = [0u8; 8];
-        ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut seed).map_err(|_| Error::Connect("no randomness".into()))?;
+        ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut seed)
+            .map_err(|_| Error::from(ErrorKind::Connect("no randomness".into())))?;
         let (close_tx, _) = watch::channel(false);
         let per = if cfg.addrs.len() == 1 { 2 } else { 1 };
         let timeout = cfg.connect_timeout;
@@ -653,7 +795,7 @@ impl Client {
                 }
                 all_failed &= st.failures > 0;
                 all_auth &= matches!(st.last_err, Some(ConnErr::Auth(..)));
-                all_tls &= matches!(st.last_err, Some(ConnErr::Tls(_)));
+                all_tls &= matches!(st.last_err, Some(ConnErr::Tls(..)));
                 if st.last_err.is_some() {
                     last.clone_from(&st.last_err);
                 }
@@ -681,7 +823,7 @@ impl Client {
     fn check_pid(&self) -> Result<(), Error> {
         if self.r.inner.is_closed() || std::process::id() != self.r.inner.pid {
             // After fork() the inherited sockets belong to the parent.
-            return Err(Error::Closed);
+            return Err(ErrorKind::Closed.into());
         }
         Ok(())
     }
@@ -690,11 +832,11 @@ impl Client {
     /// of `lease`. Both are rounded up to whole milliseconds; `lease` must be
     /// at least 1 ms; `wait` zero means try once (see [`Client::try_acquire`]).
     ///
-    /// Errors: [`Error::Timeout`] (not acquired within wait), [`Error::Busy`]
-    /// (refused at once, never retried), [`Error::Indeterminate`] (the request
+    /// Errors: [`ErrorKind::Timeout.into()`] (not acquired within wait), [`Error::Busy`]
+    /// (refused at once, never retried), [`ErrorKind::Indeterminate.into()`] (the request
     /// was written but no definite answer came: the lock may have been
     /// granted — do not enter the critical section), [`Error::Connect`],
-    /// [`Error::NoLeader`], [`Error::Invalid`], [`Error::Closed`].
+    /// [`ErrorKind::NoLeader.into()`], [`Error::Invalid`], [`ErrorKind::Closed.into()`].
     ///
     /// The request is retried internally only when it was never written or
     /// the answer was `M` (not executed), within the remaining wait.
@@ -703,29 +845,123 @@ impl Client {
     /// withdraws it (`C`) on its connection, and a grant that won the race is
     /// released by the client in the background.
     pub async fn acquire(&self, key: impl AsRef<[u8]>, lease: Duration, wait: Duration) -> Result<Lease, Error> {
-        self.check_pid()?;
+        self.acquire_with(key, lease, wait, &AcquireOptions::new()).await
+    }
+
+    /// [`Client::acquire`] with options, e.g. a minimum working time (edge
+    /// rule R14):
+    ///
+    /// ```no_run
+    /// # async fn demo(client: ticketing::Client) -> Result<(), ticketing::Error> {
+    /// use std::time::Duration;
+    /// use ticketing::AcquireOptions;
+    /// let opts = AcquireOptions::new().min_remaining(Duration::from_secs(20));
+    /// let lease = client.acquire_with("jobs/nightly", Duration::from_secs(30), Duration::from_secs(5), &opts).await?;
+    /// # drop(lease); Ok(()) }
+    /// ```
+    pub async fn acquire_with(
+        &self,
+        key: impl AsRef<[u8]>,
+        lease: Duration,
+        wait: Duration,
+        opts: &AcquireOptions,
+    ) -> Result<Lease, Error> {
         let key: Arc<[u8]> = Arc::from(key.as_ref());
-        check_key(&key)?;
+        let mut addr = String::new();
+        let r = match check_key(&key) {
+            Ok(()) => self.acquire_raw(Op::Acquire, &key, lease, wait, &mut addr).await,
+            Err(e) => Err(e),
+        };
+        let r = r.and_then(|(token, deadline)| self.granted(Lease::new(self.clone(), key.clone(), token, deadline, false), opts));
+        r.map_err(|e| e.at("acquire", &key, &where_(self.inner(), &addr)))
+    }
+
+    /// Acquires every key of `keys` at once (protocol 1.1 key sets,
+    /// protocol.md §12.2): 2..=16 distinct keys, one lease, one wait and one
+    /// fencing token for all of them; the returned lease covers every key
+    /// ([`Lease::keys`]) and releases them together. The set queues on each
+    /// key in FIFO order with single-key acquires, without deadlock.
+    ///
+    /// Errors as [`Client::acquire`], and [`ErrorKind::Unsupported`] when the
+    /// server does not announce key sets (a 1.0 server).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: ticketing::Client) -> Result<(), ticketing::Error> {
+    /// use std::time::Duration;
+    /// let lease = client.acquire_set(&["acct/17", "acct/42"], Duration::from_secs(30), Duration::from_secs(5)).await?;
+    /// // move money between both accounts, fenced with lease.token()
+    /// lease.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn acquire_set<K: AsRef<[u8]>>(&self, keys: &[K], lease: Duration, wait: Duration) -> Result<Lease, Error> {
+        self.acquire_set_with(keys, lease, wait, &AcquireOptions::new()).await
+    }
+
+    /// [`Client::acquire_set`] with options.
+    pub async fn acquire_set_with<K: AsRef<[u8]>>(
+        &self,
+        keys: &[K],
+        lease: Duration,
+        wait: Duration,
+        opts: &AcquireOptions,
+    ) -> Result<Lease, Error> {
+        let mut addr = String::new();
+        let r = match set_body(keys) {
+            Ok(body) => match self.acquire_raw(Op::AcquireSet, &body, lease, wait, &mut addr).await {
+                Ok((token, deadline)) => self.granted(Lease::new(self.clone(), body, token, deadline, true), opts),
+                Err(e) => Err(e),
+            },
+            Err(e) => Err(e),
+        };
+        r.map_err(|e| e.at("acquire_set", &joined(keys), &where_(self.inner(), &addr)))
+    }
+
+    /// R14: a grant with less than the minimum working time left is
+    /// released at once (dropping the lease) and refused.
+    fn granted(&self, l: Lease, opts: &AcquireOptions) -> Result<Lease, Error> {
+        if let Some(min) = opts.min_remaining {
+            let left = l.remaining();
+            if left < min {
+                drop(l);
+                return Err(ErrorKind::InsufficientLease(left).into());
+            }
+        }
+        Ok(l)
+    }
+
+    /// The acquire loop of `A` and `S` (`key` is the set's body for `S`):
+    /// the token and the conservative deadline; `addr` is the connection used.
+    async fn acquire_raw(
+        &self,
+        op: Op,
+        key: &Arc<[u8]>,
+        lease: Duration,
+        wait: Duration,
+        addr: &mut String,
+    ) -> Result<(u64, Instant), Error> {
+        self.check_pid()?;
         let lease_ms = match millis(lease) {
             Some(ms) if ms > 0 => ms,
-            _ => return Err(Error::invalid(format!("lease {lease:?} must be 1ms..{}ms", u32::MAX))),
+            _ => return Err(Error::invalid(format!("lease {} ms must be 1..{} ms", lease.as_millis(), u32::MAX))),
         };
-        let mut wait_ms = millis(wait).ok_or_else(|| Error::invalid(format!("wait {wait:?} must be 0..{}ms", u32::MAX)))?;
+        let mut wait_ms = millis(wait).ok_or_else(|| Error::invalid(format!("wait {} ms must be 0..{} ms", wait.as_millis(), u32::MAX)))?;
         let inner = self.inner();
         let start = Instant::now();
         let budget_end = start + Duration::from_millis(wait_ms as u64);
-        let conn_give_up = (start + inner.cfg.connect_timeout).max(budget_end);
         let (mut moves, mut rounds, mut woken) = (0u32, 0u32, false);
         loop {
             let req = Req {
-                op: Op::Acquire,
-                key: &key,
+                op,
+                key,
                 arg: (lease_ms as u64) << 32 | wait_ms as u64,
                 counts: wait_ms > 0,
             };
-            let Some(mut h) = inner.send(&req, conn_give_up, budget_end).await? else {
-                return Err(Error::Timeout); // no free max_inflight slot within the wait
+            // R1: the wait bounds the whole call, waiting for a connection included.
+            let Some(mut h) = inner.send(&req, budget_end, budget_end).await? else {
+                return Err(ErrorKind::Timeout.into()); // no free max_inflight slot within the wait
             };
+            addr.clear();
+            addr.push_str(h.addr());
             // R2: a written acquire is answered within its wait (T at the
             // latest); past wait + the answer allowance, counted from the
             // write, the server is silent: give up Indeterminate. Dropping h
@@ -737,27 +973,27 @@ impl Client {
                     drop(h);
                     log(format_args!(
                         "acquire of {:?}: no answer within its wait + {:?}: indeterminate",
-                        String::from_utf8_lossy(&key),
+                        String::from_utf8_lossy(key),
                         inner.cfg.answer_allowance
                     ));
-                    return Err(Error::Indeterminate);
+                    return Err(ErrorKind::Indeterminate.into());
                 }
             };
             let sent = h.sent;
             drop(h);
             match reply {
-                Reply::Lost if inner.is_closed() => return Err(Error::Closed),
-                Reply::Lost => return Err(Error::Indeterminate),
-                Reply::Unsent if inner.is_closed() => return Err(Error::Closed),
+                Reply::Lost if inner.is_closed() => return Err(ErrorKind::Closed.into()),
+                Reply::Lost => return Err(ErrorKind::Indeterminate.into()),
+                Reply::Unsent if inner.is_closed() => return Err(ErrorKind::Closed.into()),
                 Reply::Unsent => {} // never written: retry, on another connection if need be
                 Reply::Answer(a) => match a.status {
                     Status::Granted => {
                         let deadline = sent + wire::queued_duration(a.queued) + Duration::from_millis(lease_ms as u64);
-                        return Ok(Lease::new(self.clone(), key, a.value, deadline));
+                        return Ok((a.value, deadline));
                     }
-                    Status::Timeout => return Err(Error::Timeout),
-                    Status::Busy => return Err(Error::Busy(a.code)),
-                    Status::Unknown => return Err(Error::Indeterminate),
+                    Status::Timeout => return Err(ErrorKind::Timeout.into()),
+                    Status::Busy => return Err(ErrorKind::Busy(a.code).into()),
+                    Status::Unknown => return Err(ErrorKind::Indeterminate.into()),
                     Status::Moved => {
                         inner.follow(&a.payload);
                         moves += 1;
@@ -765,7 +1001,7 @@ impl Client {
                             rounds += 1;
                             let d = inner.redirect_delay(rounds);
                             if wait_ms == 0 || budget_end.saturating_duration_since(Instant::now()) <= d {
-                                return Err(Error::NoLeader);
+                                return Err(ErrorKind::NoLeader.into());
                             }
                             inner.sleep_redirect(d, &mut woken).await?;
                             moves = 0;
@@ -778,7 +1014,7 @@ impl Client {
             if wait_ms > 0 {
                 let rem = budget_end.saturating_duration_since(Instant::now());
                 if rem < Duration::from_millis(1) {
-                    return Err(Error::Timeout);
+                    return Err(ErrorKind::Timeout.into());
                 }
                 wait_ms = rem.as_millis() as u32;
             }
@@ -790,7 +1026,7 @@ impl Client {
     pub async fn try_acquire(&self, key: impl AsRef<[u8]>, lease: Duration) -> Result<Option<Lease>, Error> {
         match self.acquire(key, lease, Duration::ZERO).await {
             Ok(l) => Ok(Some(l)),
-            Err(Error::Timeout) => Ok(None),
+            Err(e) if *e.kind() == ErrorKind::Timeout => Ok(None),
             Err(e) => Err(e),
         }
     }
@@ -801,30 +1037,40 @@ impl Client {
     pub async fn try_acquire_for(&self, key: impl AsRef<[u8]>, lease: Duration, wait: Duration) -> Result<Option<Lease>, Error> {
         match self.acquire(key, lease, wait).await {
             Ok(l) => Ok(Some(l)),
-            Err(Error::Timeout) => Ok(None),
+            Err(e) if *e.kind() == ErrorKind::Timeout => Ok(None),
             Err(e) => Err(e),
         }
     }
 
     /// Releases the lock on `key` held with `token`, from any process that
     /// knows the token. `Ok` only when the server answered `O`;
-    /// [`Error::NotHolder`] when the key is free or held under another token;
-    /// [`Error::Indeterminate`] when no confirmation came within 5 s.
+    /// [`ErrorKind::NotHolder.into()`] when the key is free or held under another token;
+    /// [`ErrorKind::Indeterminate.into()`] when no confirmation came within 5 s.
     /// Dropping the future hands the release to the background (same window).
     pub async fn release(&self, key: impl AsRef<[u8]>, token: u64) -> Result<(), Error> {
-        self.check_pid()?;
         let key: Arc<[u8]> = Arc::from(key.as_ref());
-        check_key(&key)?;
-        if token == 0 {
-            // R8: refused before sending, as in every client.
-            return Err(Error::invalid("token must not be 0 (the server never issues it)"));
+        let pre = self.check_pid().and_then(|_| check_key(&key)).and_then(|_| check_token(token));
+        if let Err(e) = pre {
+            return Err(e.at("release", &key, &where_(self.inner(), "")));
         }
-        self.release_arc(key, token).await
+        self.release_arc(key, token, false).await
     }
 
-    pub(crate) async fn release_arc(&self, key: Arc<[u8]>, token: u64) -> Result<(), Error> {
+    /// Releases the key set `keys` held with `token` (protocol.md §12.2:
+    /// `X`): `Ok` when the server answered `O`; [`ErrorKind::NotHolder`]
+    /// when the token does not hold exactly these keys (in any order), the
+    /// set was released or its lease ended.
+    pub async fn release_set<K: AsRef<[u8]>>(&self, keys: &[K], token: u64) -> Result<(), Error> {
+        let pre = self.check_pid().and_then(|_| check_token(token)).and_then(|_| set_body(keys));
+        match pre {
+            Ok(body) => self.release_arc(body, token, true).await,
+            Err(e) => Err(e.at("release_set", &joined(keys), &where_(self.inner(), ""))),
+        }
+    }
+
+    pub(crate) async fn release_arc(&self, key: Arc<[u8]>, token: u64, set: bool) -> Result<(), Error> {
         let inner = self.inner().clone();
-        let st = RelState::new(inner.cfg.release_window);
+        let st = RelState::new(inner.cfg.release_window, set);
         ReleaseGuard {
             inner,
             key,
@@ -880,7 +1126,7 @@ impl Client {
     }
 
     /// Closes every connection and stops the background tasks. Operations in
-    /// progress fail with [`Error::Closed`]; background releases are
+    /// progress fail with [`ErrorKind::Closed.into()`]; background releases are
     /// abandoned (those locks end with their leases). Idempotent.
     pub async fn close(&self) {
         let inner = self.inner();

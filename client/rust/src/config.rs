@@ -36,6 +36,10 @@ pub struct Config {
     pub(crate) backoff_cap: Duration,
     pub(crate) release_window: Duration,
     pub(crate) answer_allowance: Duration,
+    /// The connection label sent to a 1.1 server (protocol.md §12.3); made by `build`.
+    pub(crate) label: String,
+    user_label: Option<String>,
+    app_name: Option<String>,
 }
 
 impl fmt::Debug for Config {
@@ -45,7 +49,8 @@ impl fmt::Debug for Config {
             .field("token", &if self.token.is_empty() { "<none>" } else { "<redacted>" })
             .field("role", &self.role)
             .field("connect_timeout", &self.connect_timeout)
-            .field("answer_allowance", &self.answer_allowance);
+            .field("answer_allowance", &self.answer_allowance)
+            .field("label", &self.label);
         #[cfg(feature = "rustls")]
         d.field("tls", &self.tls.is_some());
         d.finish()
@@ -67,6 +72,9 @@ impl Config {
                 backoff_cap: Duration::from_millis(3200),
                 release_window: Duration::from_secs(5),
                 answer_allowance: DEFAULT_ANSWER_ALLOWANCE,
+                label: String::new(),
+                user_label: None,
+                app_name: None,
             },
         }
     }
@@ -74,6 +82,13 @@ impl Config {
     /// The server addresses.
     pub fn addrs(&self) -> &[String] {
         &self.addrs
+    }
+
+    /// The connection label the client sends (protocol.md §12.3): the one
+    /// set with [`ConfigBuilder::label`], else `[<app> ]<host>/<pid>
+    /// rust/<version>`; at most 64 bytes.
+    pub fn label(&self) -> &str {
+        &self.label
     }
 }
 
@@ -134,6 +149,23 @@ impl ConfigBuilder {
         self
     }
 
+    /// The whole connection label shown to operators in the admin `locks`
+    /// (protocol.md §12.3; informational, never used for authorization):
+    /// at most 64 bytes of UTF-8 without control characters (cut at a
+    /// character boundary when longer). Empty: no label. Default: see
+    /// [`Config::label`].
+    pub fn label(mut self, label: impl Into<String>) -> Self {
+        self.cfg.user_label = Some(label.into());
+        self
+    }
+
+    /// An application name put before the default label:
+    /// `<app> <host>/<pid> rust/<version>`.
+    pub fn app_name(mut self, app: impl Into<String>) -> Self {
+        self.cfg.app_name = Some(app.into());
+        self
+    }
+
     /// Enables TLS (1.2 or later).
     #[cfg(feature = "rustls")]
     pub fn tls(mut self, tls: crate::tls::TlsConfig) -> Self {
@@ -177,8 +209,47 @@ impl ConfigBuilder {
         if self.cfg.answer_allowance.is_zero() {
             self.cfg.answer_allowance = DEFAULT_ANSWER_ALLOWANCE;
         }
+        let label = match (&self.cfg.user_label, &self.cfg.app_name) {
+            (Some(l), _) => l.clone(),
+            (None, Some(app)) if !app.is_empty() => format!("{app} {}", default_label()),
+            _ => default_label(),
+        };
+        if label.chars().any(|c| (c as u32) < 0x20 || (0x7f..=0x9f).contains(&(c as u32))) {
+            return Err(Error::invalid(format!(
+                "label {label:?} must be 0..{} bytes of UTF-8 without control characters",
+                crate::wire::MAX_LABEL_LEN
+            )));
+        }
+        self.cfg.label = cut(label, crate::wire::MAX_LABEL_LEN);
         Ok(self.cfg)
     }
+}
+
+/// `<host>/<pid> rust/<version>` (protocol.md §12.3).
+fn default_label() -> String {
+    format!("{}/{} rust/{}", hostname(), std::process::id(), crate::VERSION)
+}
+
+fn hostname() -> String {
+    let from_file = |p: &str| std::fs::read_to_string(p).ok().map(|s| s.trim().to_string());
+    from_file("/proc/sys/kernel/hostname")
+        .or_else(|| from_file("/etc/hostname"))
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .or_else(|| std::env::var("COMPUTERNAME").ok())
+        .filter(|h| !h.is_empty() && !h.contains(char::is_control))
+        .unwrap_or_else(|| "localhost".to_string())
+}
+
+/// Cuts `s` to at most `max` bytes at a character boundary.
+fn cut(mut s: String, max: usize) -> String {
+    if s.len() > max {
+        let mut n = max;
+        while !s.is_char_boundary(n) {
+            n -= 1;
+        }
+        s.truncate(n);
+    }
+    s
 }
 
 /// Splits `host:port` (IPv6 in brackets); `None` when malformed.
@@ -197,4 +268,29 @@ pub(crate) fn split_host_port(a: &str) -> Option<(&str, u16)> {
         return None;
     }
     Some((host, port))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels() {
+        let c = Config::builder().addr("a:1").build().unwrap();
+        let want_tail = format!("/{} rust/{}", std::process::id(), crate::VERSION);
+        assert!(c.label().ends_with(&want_tail), "{}", c.label());
+        assert!(!c.label().contains(' ') || c.label().split(' ').count() == 2, "{}", c.label());
+        let c = Config::builder().addr("a:1").app_name("billing").build().unwrap();
+        assert!(
+            c.label().starts_with("billing ") && c.label().ends_with(&want_tail),
+            "{}",
+            c.label()
+        );
+        let c = Config::builder().addr("a:1").label("mine").build().unwrap();
+        assert_eq!(c.label(), "mine");
+        // Cut at a character boundary to 64 bytes, never sent too long.
+        let c = Config::builder().addr("a:1").label("é".repeat(40)).build().unwrap();
+        assert_eq!(c.label(), "é".repeat(32));
+        assert!(Config::builder().addr("a:1").label("a\x01b").build().is_err());
+    }
 }

@@ -18,7 +18,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{oneshot, watch, Notify};
 
 use crate::config::Config;
-use crate::error::Error;
+use crate::error::{Error, ErrorKind};
 use crate::wire::{self, Code, Op, Status};
 
 /// What a connection needs from its owner and reports to it. The connection
@@ -36,8 +36,9 @@ pub(crate) trait Owner: Send + Sync + 'static {
     fn changed(&self);
     /// An acquire whose caller gave up is in flight (+1), or settled (-1).
     fn abandoned(&self, delta: i32);
-    /// A grant arrived for an acquire whose caller gave up.
-    fn unwanted_grant(&self, key: Arc<[u8]>, token: u64);
+    /// A grant arrived for an acquire whose caller gave up (`set`: a key
+    /// set, `key` its body).
+    fn unwanted_grant(&self, key: Arc<[u8]>, token: u64, set: bool);
 }
 
 const READ_BUF: usize = 64 << 10;
@@ -47,22 +48,35 @@ pub(crate) const MAX_WRITE_BUFFER: usize = 4 << 20;
 pub(crate) trait Stream: AsyncRead + AsyncWrite + Unpin + Send {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send> Stream for T {}
 
+/// The underlying error of a failure (an I/O or TLS error): `Error::source`.
+pub(crate) type Src = Arc<dyn std::error::Error + Send + Sync + 'static>;
+
 /// Why a connection attempt failed.
 #[derive(Clone, Debug)]
 pub(crate) enum ConnErr {
     /// The REJECT code (AUTH_FAILED, BAD_HANDSHAKE), or None when the server failed its proof.
     Auth(Option<Code>, String),
-    #[cfg_attr(not(feature = "rustls"), allow(dead_code))]
-    Tls(String),
+    /// TLS failed, the server requires TLS, or it does not speak TLS: a
+    /// configuration error (edge rule R5).
+    Tls(String, Option<Src>),
     /// REJECT OVERLOADED or SHUTTING_DOWN.
     Busy(Code),
-    Other(String),
+    Other(String, Option<Src>),
+}
+
+impl ConnErr {
+    pub(crate) fn other(m: impl Into<String>) -> ConnErr {
+        ConnErr::Other(m.into(), None)
+    }
+    pub(crate) fn io(m: impl Into<String>, e: std::io::Error) -> ConnErr {
+        ConnErr::Other(m.into(), Some(Arc::new(e)))
+    }
 }
 
 impl std::fmt::Display for ConnErr {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            ConnErr::Auth(_, m) | ConnErr::Tls(m) | ConnErr::Other(m) => f.write_str(m),
+            ConnErr::Auth(_, m) | ConnErr::Tls(m, _) | ConnErr::Other(m, _) => f.write_str(m),
             ConnErr::Busy(c) => write!(f, "handshake rejected ({c})"),
         }
     }
@@ -89,7 +103,8 @@ pub(crate) struct Answer {
 
 enum Waiter {
     Caller(oneshot::Sender<Reply>),
-    /// The caller gave up on an acquire: compensate a grant (key kept here).
+    /// The caller gave up on an acquire: compensate a grant (key kept here;
+    /// the body of a set when the op is `S`).
     Abandoned(Arc<[u8]>),
     /// Nobody waits and nothing is to be done.
     Dropped,
@@ -108,6 +123,8 @@ pub(crate) struct State {
     pub ever_up: bool,
     pub failures: u32,
     pub last_err: Option<ConnErr>,
+    /// The feature bits of the server of this connection (protocol.md §12.1).
+    features: u16,
     max_inflight: usize,
     inflight: usize,
     pending: HashMap<u32, Pending>,
@@ -136,6 +153,8 @@ pub(crate) struct Req<'a> {
 pub(crate) enum EnqErr {
     Down,
     Full,
+    /// Up, but the server does not announce the feature the op needs.
+    Unsupported,
 }
 
 /// A request in flight; dropping it before its answer withdraws it.
@@ -152,6 +171,11 @@ pub(crate) struct CallHandle {
 }
 
 impl CallHandle {
+    /// The address of the connection the request went to.
+    pub fn addr(&self) -> &str {
+        &self.conn.addr
+    }
+
     pub async fn wait(&mut self) -> Reply {
         let r = (&mut self.rx).await;
         self.armed = false;
@@ -170,30 +194,35 @@ impl Drop for CallHandle {
             let mine = st.epoch == self.epoch && st.pending.contains_key(&self.id);
             if mine {
                 let p = st.pending.get_mut(&self.id).expect("pending");
-                if self.op == Op::Acquire {
+                if matches!(self.op, Op::Acquire | Op::AcquireSet) {
                     p.waiter = Waiter::Abandoned(self.key.clone());
                     if let Some(inner) = self.conn.inner.upgrade() {
                         inner.abandoned(1);
                     }
                     if self.counts {
                         // Withdraw the queued acquire (protocol.md §5 "Cancel").
+                        // A set is withdrawn by its first key (§12.2).
                         let arg = (self.id as u64) << 32;
-                        self.conn
-                            .enqueue_locked(&mut st, Op::Cancel, &self.key, arg, false, Waiter::Dropped);
+                        let key: &[u8] = if self.op == Op::AcquireSet {
+                            wire::set_keys(&self.key).next().unwrap_or_default()
+                        } else {
+                            &self.key
+                        };
+                        self.conn.enqueue_locked(&mut st, Op::Cancel, key, arg, false, Waiter::Dropped);
                     }
                 } else {
                     p.waiter = Waiter::Dropped;
                 }
             } else if let Ok(Reply::Answer(a)) = self.rx.try_recv() {
                 // Answered before the caller gave up: the answer is ours to handle.
-                if self.op == Op::Acquire && a.status == Status::Granted {
+                if matches!(self.op, Op::Acquire | Op::AcquireSet) && a.status == Status::Granted {
                     comp = Some(a.value);
                 }
             }
         }
         self.conn.kick.notify_one();
         if let (Some(token), Some(inner)) = (comp, self.conn.inner.upgrade()) {
-            inner.unwanted_grant(self.key.clone(), token);
+            inner.unwanted_grant(self.key.clone(), token, self.op == Op::AcquireSet);
         }
     }
 }
@@ -208,6 +237,7 @@ impl Conn {
                 ever_up: false,
                 failures: 0,
                 last_err: None,
+                features: 0,
                 max_inflight: 1,
                 inflight: 0,
                 pending: HashMap::new(),
@@ -229,6 +259,9 @@ impl Conn {
             let mut st = self.st.lock().unwrap();
             if !st.up || st.wbuf.len() > MAX_WRITE_BUFFER {
                 return Err(EnqErr::Down);
+            }
+            if matches!(r.op, Op::AcquireSet | Op::ReleaseSet) && st.features & wire::FEATURE_KEY_SETS == 0 {
+                return Err(EnqErr::Unsupported);
             }
             if r.counts && st.inflight >= st.max_inflight {
                 return Err(EnqErr::Full);
@@ -270,6 +303,9 @@ impl Conn {
             Op::Cancel => wire::append_cancel(&mut st.wbuf, id, key, (arg >> 32) as u32),
             Op::Ping => wire::append_ping(&mut st.wbuf, id),
             Op::Query => wire::append_query(&mut st.wbuf, id, key),
+            Op::AcquireSet => wire::append_acquire_set(&mut st.wbuf, id, key, (arg >> 32) as u32, arg as u32),
+            Op::ReleaseSet => wire::append_release_set(&mut st.wbuf, id, key, arg),
+            Op::Label => wire::append_label(&mut st.wbuf, id, key),
         }
         id
     }
@@ -293,7 +329,7 @@ impl Conn {
         inner.changed();
     }
 
-    fn up(&self, inner: &dyn Owner, max_inflight: u32) -> Option<u64> {
+    fn up(&self, inner: &dyn Owner, max_inflight: u32, features: u16) -> Option<u64> {
         let epoch = {
             let mut st = self.st.lock().unwrap();
             if inner.is_closed() {
@@ -303,6 +339,7 @@ impl Conn {
             st.ever_up = true;
             st.failures = 0;
             st.last_err = None;
+            st.features = features;
             st.max_inflight = (max_inflight.max(1) as usize).min(1 << 30);
             st.inflight = 0;
             st.next_id = 0;
@@ -358,7 +395,7 @@ impl Conn {
     fn dispatch(&self, inner: &dyn Owner, epoch: u64, b: &[u8]) -> Result<usize, String> {
         let mut used = 0;
         let mut freed = false;
-        let mut comps: Vec<(Arc<[u8]>, u64)> = Vec::new();
+        let mut comps: Vec<(Arc<[u8]>, u64, bool)> = Vec::new();
         let mut res = Ok(());
         {
             let mut st = self.st.lock().unwrap();
@@ -401,8 +438,8 @@ impl Conn {
                         }));
                     }
                     Waiter::Abandoned(key) => {
-                        if p.op == Op::Acquire && r.status == Status::Granted {
-                            comps.push((key, r.value));
+                        if matches!(p.op, Op::Acquire | Op::AcquireSet) && r.status == Status::Granted {
+                            comps.push((key, r.value, p.op == Op::AcquireSet));
                         } else {
                             inner.abandoned(-1);
                         }
@@ -411,9 +448,9 @@ impl Conn {
                 }
             }
         }
-        for (key, token) in comps {
+        for (key, token, set) in comps {
             // The caller gave up but the grant won the race: release it ourselves.
-            inner.unwanted_grant(key, token);
+            inner.unwanted_grant(key, token, set);
             inner.abandoned(-1);
         }
         if freed {
@@ -442,7 +479,7 @@ pub(crate) async fn run(inner: Arc<dyn Owner>, conn: Arc<Conn>) {
             r = tokio::time::timeout(inner.config().connect_timeout, connect(&*inner, &conn.addr)) => r,
             _ = closed.wait_for(|c| *c) => return,
         };
-        let (stream, max_inflight) = match res {
+        let (stream, max_inflight, features) = match res {
             Ok(Ok(x)) => x,
             Ok(Err(e)) => {
                 conn.failed(&*inner, e);
@@ -452,16 +489,23 @@ pub(crate) async fn run(inner: Arc<dyn Owner>, conn: Arc<Conn>) {
             Err(_) => {
                 conn.failed(
                     &*inner,
-                    ConnErr::Other(format!("no connection within {:?}", inner.config().connect_timeout)),
+                    ConnErr::other(format!(
+                        "no connection to {} within {:?}",
+                        conn.addr,
+                        inner.config().connect_timeout
+                    )),
                 );
                 attempt += 1;
                 continue;
             }
         };
-        let Some(epoch) = conn.up(&*inner, max_inflight) else {
+        let Some(epoch) = conn.up(&*inner, max_inflight, features) else {
             return;
         };
-        crate::log(format_args!("connected to {} (max_inflight {max_inflight})", conn.addr));
+        crate::log(format_args!(
+            "connected to {} (max_inflight {max_inflight}, features {features:#06x})",
+            conn.addr
+        ));
         let cause = tokio::select! {
             e = serve(&*inner, &conn, epoch, stream) => e,
             _ = closed.wait_for(|c| *c) => "client closed".to_string(),
@@ -474,10 +518,10 @@ pub(crate) async fn run(inner: Arc<dyn Owner>, conn: Arc<Conn>) {
     }
 }
 
-async fn connect(inner: &dyn Owner, addr: &str) -> Result<(Box<dyn Stream>, u32), ConnErr> {
+async fn connect(inner: &dyn Owner, addr: &str) -> Result<(Box<dyn Stream>, u32, u16), ConnErr> {
     let tcp = tokio::net::TcpStream::connect(addr)
         .await
-        .map_err(|e| ConnErr::Other(format!("dial {addr}: {e}")))?;
+        .map_err(|e| ConnErr::io(format!("dial {addr}: {e}"), e))?;
     let _ = tcp.set_nodelay(true);
     // Detect a silently dead server as the server detects a dead client
     // (protocol.md §1 "Liveness"): probe after 15 s idle, every 5 s, 3 probes.
@@ -490,33 +534,46 @@ async fn connect(inner: &dyn Owner, addr: &str) -> Result<(Box<dyn Stream>, u32)
     #[cfg(feature = "rustls")]
     if let Some(tls) = &inner.config().tls {
         let host = crate::config::split_host_port(addr).map(|(h, _)| h).unwrap_or(addr);
-        let mut s = tls.connect(host, tcp).await.map_err(|e| match e {
-            Error::Tls(m) => ConnErr::Tls(m),
-            e => ConnErr::Other(e.to_string()),
-        })?;
-        let mi = handshake(inner, &mut s, true).await?;
-        return Ok((Box::new(s), mi));
+        let mut s = tls.connect(addr, host, tcp).await?;
+        let (mi, f) = handshake(inner, addr, &mut s, true).await?;
+        return Ok((Box::new(s), mi, f));
     }
     let mut tcp = tcp;
-    let mi = handshake(inner, &mut tcp, false).await?;
-    Ok((Box::new(tcp), mi))
+    let (mi, f) = handshake(inner, addr, &mut tcp, false).await?;
+    Ok((Box::new(tcp), mi, f))
 }
 
-async fn handshake<S: AsyncRead + AsyncWrite + Unpin>(inner: &dyn Owner, s: &mut S, tls: bool) -> Result<u32, ConnErr> {
+/// The req_ids of the handshake's feature ping and label (the connection's
+/// own ids count up from 1 and never reach them while these are pending).
+const FEATURE_REQ_ID: u32 = u32::MAX;
+const LABEL_REQ_ID: u32 = u32::MAX - 1;
+
+/// HELLO, AUTH (with the feature ping behind it, §12.1), WELCOME, the
+/// feature pong and, when the server takes labels, the label (§12.3).
+/// Returns max_inflight and the feature bits.
+async fn handshake<S: AsyncRead + AsyncWrite + Unpin>(inner: &dyn Owner, addr: &str, s: &mut S, tls: bool) -> Result<(u32, u16), ConnErr> {
     // A TLS alert after the handshake (e.g. the server refused our client
     // certificate under TLS 1.3) surfaces on the first read: a TLS error.
     let io = |what: &str, e: std::io::Error| {
         if tls && is_tls_error(&e) {
-            ConnErr::Tls(format!("{what}: {e}"))
+            ConnErr::Tls(format!("{what} from {addr}: {e}"), Some(Arc::new(e)))
         } else {
-            ConnErr::Other(format!("{what}: {e}"))
+            ConnErr::io(format!("{what} from {addr}: {e}"), e)
         }
     };
     let mut b = [0u8; wire::AUTH_LEN];
     s.read_exact(&mut b[..wire::HELLO_LEN]).await.map_err(|e| io("reading HELLO", e))?;
-    let h = wire::parse_hello(&b[..wire::HELLO_LEN]).map_err(|e| ConnErr::Other(format!("not a ticketing v1 server: {e}")))?;
+    if !tls && wire::is_tls_required(&b[..wire::HELLO_LEN]) {
+        // §12.4: a configuration error, not an outage.
+        return Err(ConnErr::Tls(
+            format!("the server at {addr} requires TLS (REJECT TLS_REQUIRED): configure TLS for it"),
+            None,
+        ));
+    }
+    let h = wire::parse_hello(&b[..wire::HELLO_LEN])
+        .map_err(|e| ConnErr::Other(format!("{addr} is not a ticketing v1 server: {e}"), Some(Arc::new(e))))?;
     let mut nonce = [0u8; wire::NONCE_LEN];
-    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut nonce).map_err(|_| ConnErr::Other("no randomness".into()))?;
+    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut nonce).map_err(|_| ConnErr::other("no randomness"))?;
     let role = inner.config().role;
     let token = &inner.config().token;
     let a = wire::Auth {
@@ -524,14 +581,18 @@ async fn handshake<S: AsyncRead + AsyncWrite + Unpin>(inner: &dyn Owner, s: &mut
         nonce,
         proof: wire::client_proof(token, role, &h.nonce, &nonce),
     };
-    let mut out = Vec::with_capacity(wire::AUTH_LEN);
+    let mut out = Vec::with_capacity(wire::AUTH_LEN + wire::HEADER_LEN);
     wire::append_auth(&mut out, &a);
+    // The feature ping rides behind AUTH (§1 "Requests behind AUTH"): a 1.0
+    // server answers a plain pong (features 0).
+    wire::append_ping_features(&mut out, FEATURE_REQ_ID);
     s.write_all(&out).await.map_err(|e| io("sending AUTH", e))?;
     s.flush().await.map_err(|e| io("sending AUTH", e))?;
     s.read_exact(&mut b[..wire::WELCOME_LEN])
         .await
         .map_err(|e| io("reading WELCOME", e))?;
-    let w = wire::parse_welcome(&b[..wire::WELCOME_LEN]).map_err(|e| ConnErr::Other(format!("bad WELCOME: {e}")))?;
+    let w = wire::parse_welcome(&b[..wire::WELCOME_LEN])
+        .map_err(|e| ConnErr::Other(format!("bad WELCOME from {addr}: {e}"), Some(Arc::new(e))))?;
     if !w.accepted() {
         return Err(match w.code {
             Code::AUTH_FAILED | Code::BAD_HANDSHAKE => {
@@ -540,10 +601,10 @@ async fn handshake<S: AsyncRead + AsyncWrite + Unpin>(inner: &dyn Owner, s: &mut
                 } else {
                     ""
                 };
-                ConnErr::Auth(Some(w.code), format!("handshake rejected ({}){hint}", w.code))
+                ConnErr::Auth(Some(w.code), format!("handshake rejected by {addr} ({}){hint}", w.code))
             }
             c @ (Code::OVERLOADED | Code::SHUTTING_DOWN) => ConnErr::Busy(c),
-            c => ConnErr::Other(format!("handshake rejected ({c})")),
+            c => ConnErr::other(format!("handshake rejected by {addr} ({c})")),
         });
     }
     if !token.is_empty() {
@@ -551,11 +612,58 @@ async fn handshake<S: AsyncRead + AsyncWrite + Unpin>(inner: &dyn Owner, s: &mut
         if !wire::proof_eq(&want, &w.proof) {
             return Err(ConnErr::Auth(
                 None,
-                "the server did not prove the token (an impostor, or a server without this token)".into(),
+                format!("{addr} did not prove the token (an impostor, or a server without this token)"),
             ));
         }
     }
-    Ok(w.max_inflight.max(1))
+    let pong = read_response(s, addr, tls, FEATURE_REQ_ID).await?;
+    let features = if pong.status == Status::Pong { pong.queued } else { 0 };
+    let label = inner.config().label.as_bytes();
+    if features & wire::FEATURE_LABELS != 0 && !label.is_empty() {
+        out.clear();
+        wire::append_label(&mut out, LABEL_REQ_ID, label);
+        s.write_all(&out).await.map_err(|e| io("sending the label", e))?;
+        s.flush().await.map_err(|e| io("sending the label", e))?;
+        let r = read_response(s, addr, tls, LABEL_REQ_ID).await?;
+        if r.status != Status::Released {
+            // The connection keeps no label (§12.3); nothing else changes.
+            crate::log(format_args!("{addr} refused the connection label ({})", r.code));
+        }
+    }
+    Ok((w.max_inflight.max(1), features))
+}
+
+/// Reads responses until the one answering `req_id` (the handshake's own
+/// requests: nothing else is outstanding yet).
+async fn read_response<S: AsyncRead + Unpin>(s: &mut S, addr: &str, tls: bool, req_id: u32) -> Result<Answer, ConnErr> {
+    let io = |e: std::io::Error| {
+        if tls && is_tls_error(&e) {
+            ConnErr::Tls(format!("reading from {addr}: {e}"), Some(Arc::new(e)))
+        } else {
+            ConnErr::io(format!("reading from {addr}: {e}"), e)
+        }
+    };
+    loop {
+        let mut buf = vec![0u8; wire::HEADER_LEN];
+        s.read_exact(&mut buf).await.map_err(io)?;
+        let n = wire::response_frame_len(&buf);
+        buf.resize(n, 0);
+        s.read_exact(&mut buf[wire::HEADER_LEN..]).await.map_err(io)?;
+        let (r, _) = match wire::parse_response(&buf) {
+            Ok(Some(x)) => x,
+            Ok(None) => return Err(ConnErr::other(format!("short response from {addr}"))),
+            Err(e) => return Err(ConnErr::Other(format!("protocol violation by {addr}: {e}"), Some(Arc::new(e)))),
+        };
+        if r.req_id == req_id {
+            return Ok(Answer {
+                status: r.status,
+                code: r.code,
+                queued: r.queued,
+                value: r.value,
+                payload: r.payload.to_vec(),
+            });
+        }
+    }
 }
 
 #[cfg(feature = "rustls")]
@@ -648,10 +756,10 @@ async fn serve(inner: &dyn Owner, conn: &Arc<Conn>, epoch: u64, stream: Box<dyn 
 impl From<&ConnErr> for Error {
     fn from(e: &ConnErr) -> Error {
         match e {
-            ConnErr::Auth(c, _) => Error::Auth(*c),
-            ConnErr::Tls(m) => Error::Tls(m.clone()),
-            ConnErr::Busy(c) => Error::Busy(*c),
-            ConnErr::Other(m) => Error::Connect(m.clone()),
+            ConnErr::Auth(c, _) => ErrorKind::Auth(*c).into(),
+            ConnErr::Tls(m, src) => Error::from(ErrorKind::Tls(m.clone())).with_source(src.clone()),
+            ConnErr::Busy(c) => ErrorKind::Busy(*c).into(),
+            ConnErr::Other(m, src) => Error::from(ErrorKind::Connect(m.clone())).with_source(src.clone()),
         }
     }
 }

@@ -17,16 +17,18 @@ use crate::error::Error;
 #[must_use = "dropping a Lease releases it in the background at once"]
 pub struct Lease {
     client: Client,
+    /// The key, or the body of a key set (protocol.md §12.2).
     key: Arc<[u8]>,
     token: u64,
     deadline: Instant,
     released: bool,
+    set: bool,
 }
 
 impl std::fmt::Debug for Lease {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Lease")
-            .field("key", &String::from_utf8_lossy(&self.key))
+            .field("keys", &self.keys().map(String::from_utf8_lossy).collect::<Vec<_>>())
             .field("token", &self.token)
             .field("remaining", &self.remaining())
             .finish()
@@ -34,19 +36,36 @@ impl std::fmt::Debug for Lease {
 }
 
 impl Lease {
-    pub(crate) fn new(client: Client, key: Arc<[u8]>, token: u64, deadline: Instant) -> Lease {
+    pub(crate) fn new(client: Client, key: Arc<[u8]>, token: u64, deadline: Instant, set: bool) -> Lease {
         Lease {
             client,
             key,
             token,
             deadline,
             released: false,
+            set,
         }
     }
 
-    /// The locked key.
+    /// The locked key (the first key of a key set).
     pub fn key(&self) -> &[u8] {
-        &self.key
+        self.keys().next().unwrap_or_default()
+    }
+
+    /// Every key this lease holds: one, or the keys of a set
+    /// ([`Client::acquire_set`]) in the order given.
+    pub fn keys(&self) -> impl Iterator<Item = &[u8]> {
+        let (one, set) = if self.set {
+            (None, Some(crate::wire::set_keys(&self.key)))
+        } else {
+            (Some(&self.key[..]), None)
+        };
+        one.into_iter().chain(set.into_iter().flatten())
+    }
+
+    /// Whether this lease holds a key set.
+    pub fn is_set(&self) -> bool {
+        self.set
     }
 
     /// The fencing token of this grant (protocol.md §6): strictly greater
@@ -70,8 +89,11 @@ impl Lease {
         self.deadline.saturating_duration_since(Instant::now())
     }
 
-    /// Resolves at [`Lease::deadline`] minus `margin`: the lease is about to
-    /// end; stop touching the protected resource.
+    /// Resolves at [`Lease::deadline`] minus `margin` (edge rule R12): the
+    /// lease is about to end; stop touching the protected resource. A future
+    /// is Rust's cancellation primitive: `select!` it against the work. It
+    /// never fails; after [`Lease::release`] the lease is gone (it was moved),
+    /// so nothing can wait on a released lease.
     pub async fn expiring(&self, margin: Duration) {
         let at = self.deadline.checked_sub(margin).unwrap_or(self.deadline);
         tokio::time::sleep_until(at.into()).await
@@ -94,7 +116,7 @@ impl Lease {
     pub async fn release(mut self) -> Result<(), Error> {
         self.released = true;
         let key = self.key.clone();
-        self.client.release_arc(key, self.token).await
+        self.client.release_arc(key, self.token, self.set).await
     }
 }
 
@@ -102,7 +124,7 @@ impl Drop for Lease {
     fn drop(&mut self) {
         if !self.released {
             let inner = self.client.inner();
-            inner.submit_release(self.key.clone(), self.token, RelState::new(inner.cfg.release_window));
+            inner.submit_release(self.key.clone(), self.token, RelState::new(inner.cfg.release_window, self.set));
         }
     }
 }

@@ -23,7 +23,7 @@
 //! ```no_run
 //! # async fn demo() -> Result<(), ticketing::Error> {
 //! use std::time::Duration;
-//! use ticketing::{Client, Config, Error};
+//! use ticketing::{Client, Config, ErrorKind};
 //!
 //! let client = Client::connect(Config::builder().addr("127.0.0.1:7470").build()?).await?;
 //! match client.acquire("orders/42", Duration::from_secs(30), Duration::from_secs(5)).await {
@@ -31,8 +31,8 @@
 //!         println!("token {} valid for {:?}", lease.token(), lease.remaining());
 //!         lease.release().await?;
 //!     }
-//!     Err(Error::Timeout) => println!("held by someone else"),
-//!     Err(Error::Indeterminate) => println!("unknown: do not enter the critical section"),
+//!     Err(e) if *e.kind() == ErrorKind::Timeout => println!("held by someone else"),
+//!     Err(e) if *e.kind() == ErrorKind::Indeterminate => println!("unknown: do not enter the critical section"),
 //!     Err(e) => return Err(e),
 //! }
 //! # Ok(()) }
@@ -48,14 +48,17 @@ mod error;
 mod lease;
 #[cfg(feature = "rustls")]
 mod tls;
-// The codec is not public API (no semver promise; hidden from the docs): it
-// is reachable only for the crate's own tests and fake servers.
+// The codec is not public API: private, unless the cargo feature
+// `unstable-wire` (the crate's own tests and fake servers; no semver promise).
+#[cfg(feature = "unstable-wire")]
 #[doc(hidden)]
 pub mod wire;
+#[cfg(not(feature = "unstable-wire"))]
+mod wire;
 
-pub use client::Client;
+pub use client::{AcquireOptions, Client};
 pub use config::{Config, ConfigBuilder, DEFAULT_ANSWER_ALLOWANCE, DEFAULT_CONNECT_TIMEOUT};
-pub use error::{Error, Invalid};
+pub use error::{Error, ErrorKind, Invalid};
 pub use lease::Lease;
 #[cfg(feature = "rustls")]
 pub use tls::TlsConfig;

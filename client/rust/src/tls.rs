@@ -30,7 +30,7 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
 }
 
 fn tls_err(e: impl std::fmt::Display) -> Error {
-    Error::Tls(e.to_string())
+    Error::from(crate::error::ErrorKind::Tls(e.to_string()))
 }
 
 impl TlsConfig {
@@ -114,14 +114,32 @@ impl TlsConfig {
 
     pub(crate) async fn connect(
         &self,
+        addr: &str,
         host: &str,
         tcp: tokio::net::TcpStream,
-    ) -> Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>, Error> {
+    ) -> Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>, crate::conn::ConnErr> {
+        use crate::conn::ConnErr;
         let name = self.server_name.as_deref().unwrap_or(host);
-        let sn = ServerName::try_from(name.to_string()).map_err(|e| tls_err(format!("server name {name:?}: {e}")))?;
+        let sn =
+            ServerName::try_from(name.to_string()).map_err(|e| ConnErr::Tls(format!("server name {name:?}: {e}"), Some(Arc::new(e))))?;
         tokio_rustls::TlsConnector::from(self.config.clone())
             .connect(sn, tcp)
             .await
-            .map_err(|e| tls_err(format!("handshake: {e}")))
+            .map_err(|e| {
+                let plaintext = e
+                    .get_ref()
+                    .and_then(|i| i.downcast_ref::<rustls::Error>())
+                    .is_some_and(|r| matches!(r, rustls::Error::InvalidMessage(_)));
+                if plaintext {
+                    // Its first bytes are not a TLS record (a plaintext HELLO
+                    // begins "TKTS"): protocol.md §12.4.
+                    ConnErr::Tls(
+                        format!("the server at {addr} does not speak TLS (its first bytes are not a TLS record): {e}"),
+                        Some(Arc::new(e)),
+                    )
+                } else {
+                    ConnErr::Tls(format!("handshake with {addr}: {e}"), Some(Arc::new(e)))
+                }
+            })
     }
 }

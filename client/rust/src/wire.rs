@@ -21,6 +21,9 @@
 //! assert_eq!(wire::parse_response(&bytes[..10]), Ok(None));
 //! assert!(wire::parse_response(&[0xff; 16]).is_err());
 //! ```
+// Encoders and decoders the client itself does not use are for the fake
+// servers of the tests (feature `unstable-wire`).
+#![cfg_attr(not(feature = "unstable-wire"), allow(dead_code))]
 
 use std::fmt;
 use std::time::Duration;
@@ -96,6 +99,12 @@ impl Code {
     pub const NOT_PERMITTED: Code = Code(27);
     /// 28: server bug.
     pub const INTERNAL: Code = Code(28);
+    /// 12: REJECT from a TLS listener to a plaintext client (§12.4).
+    pub const TLS_REQUIRED: Code = Code(12);
+    /// 29: a malformed key set (§12.2).
+    pub const BAD_KEYSET: Code = Code(29);
+    /// 30: a bad connection label (§12.3).
+    pub const BAD_LABEL: Code = Code(30);
 
     /// The code's name in protocol.md §4, e.g. `QUEUE_FULL`; `None` when unknown.
     pub fn name(self) -> Option<&'static str> {
@@ -117,6 +126,9 @@ impl Code {
             26 => "BAD_ADMIN",
             27 => "NOT_PERMITTED",
             28 => "INTERNAL",
+            12 => "TLS_REQUIRED",
+            29 => "BAD_KEYSET",
+            30 => "BAD_LABEL",
             _ => return None,
         })
     }
@@ -150,6 +162,12 @@ pub enum Op {
     Ping = b'P' as isize,
     /// `Q`: admin query.
     Query = b'Q' as isize,
+    /// `S`: acquire a key set (§12.2).
+    AcquireSet = b'S' as isize,
+    /// `X`: release a key set (§12.2).
+    ReleaseSet = b'X' as isize,
+    /// `L`: set the connection label (§12.3).
+    Label = b'L' as isize,
 }
 
 /// Response statuses (§3).
@@ -228,8 +246,9 @@ impl Status {
             return true;
         }
         match op {
-            Op::Acquire => matches!(self, Granted | Timeout | Busy | Moved | Unknown),
-            Op::Release | Op::Cancel => matches!(self, Released | NotHolder | Moved | Unknown),
+            Op::Acquire | Op::AcquireSet => matches!(self, Granted | Timeout | Busy | Moved | Unknown),
+            Op::Release | Op::Cancel | Op::ReleaseSet => matches!(self, Released | NotHolder | Moved | Unknown),
+            Op::Label => self == Released,
             Op::Ping => self == Pong,
             Op::Query => matches!(self, Admin | Moved),
         }
@@ -476,6 +495,82 @@ pub fn append_cancel(b: &mut Vec<u8>, req_id: u32, key: &[u8], target: u32) {
 /// Appends a ping.
 pub fn append_ping(b: &mut Vec<u8>, req_id: u32) {
     append_header(b, Op::Ping, 0, req_id, 0);
+}
+
+/// The ping arg asking a 1.1 server for its feature bits (§12.1).
+pub const PING_FEATURES: u64 = 1;
+/// Feature bit: `S` and `X` accepted (§12.1).
+pub const FEATURE_KEY_SETS: u16 = 0x0001;
+/// Feature bit: `L` accepted, labels shown in `locks`.
+pub const FEATURE_LABELS: u16 = 0x0002;
+/// Feature bit: the TLS listener sends REJECT TLS_REQUIRED (informational).
+pub const FEATURE_TLS_HINT: u16 = 0x0004;
+/// Keys in a set: 2..=16 (§12.2).
+pub const MIN_SET_KEYS: usize = 2;
+/// Keys in a set: 2..=16 (§12.2).
+pub const MAX_SET_KEYS: usize = 16;
+/// The longest label (§12.3).
+pub const MAX_LABEL_LEN: usize = 64;
+
+/// Appends the feature ping (§12.1): `P` with arg 1; the pong's `queued`
+/// field carries the feature bits.
+pub fn append_ping_features(b: &mut Vec<u8>, req_id: u32) {
+    append_header(b, Op::Ping, 0, req_id, PING_FEATURES);
+}
+
+/// The body of `S`/`X` (§12.2): each key as key_len (u8) ‖ key, in order
+/// (the caller checked 2..=16 valid keys).
+pub fn set_body<K: AsRef<[u8]>>(keys: &[K]) -> Vec<u8> {
+    let mut b = Vec::with_capacity(keys.iter().map(|k| k.as_ref().len() + 1).sum());
+    for k in keys {
+        b.push(k.as_ref().len() as u8);
+        b.extend_from_slice(k.as_ref());
+    }
+    b
+}
+
+/// The keys of a set body made by [`set_body`].
+pub fn set_keys(body: &[u8]) -> impl Iterator<Item = &[u8]> {
+    let mut rest = body;
+    std::iter::from_fn(move || {
+        let (&n, tail) = rest.split_first()?;
+        let n = (n as usize).min(tail.len());
+        let (k, t) = tail.split_at(n);
+        rest = t;
+        Some(k)
+    })
+}
+
+fn append_set(b: &mut Vec<u8>, op: Op, req_id: u32, body: &[u8], arg: u64) {
+    let count = set_keys(body).count() as u8;
+    b.push(op as u8);
+    b.push(count);
+    b.extend_from_slice(&(body.len() as u16).to_be_bytes());
+    b.extend_from_slice(&req_id.to_be_bytes());
+    b.extend_from_slice(&arg.to_be_bytes());
+    b.extend_from_slice(body);
+}
+
+/// Appends `S`: acquire the set whose [`set_body`] is `body`.
+pub fn append_acquire_set(b: &mut Vec<u8>, req_id: u32, body: &[u8], lease_ms: u32, wait_ms: u32) {
+    append_set(b, Op::AcquireSet, req_id, body, (lease_ms as u64) << 32 | wait_ms as u64);
+}
+
+/// Appends `X`: release the set whose [`set_body`] is `body`.
+pub fn append_release_set(b: &mut Vec<u8>, req_id: u32, body: &[u8], token: u64) {
+    append_set(b, Op::ReleaseSet, req_id, body, token);
+}
+
+/// Appends `L` (§12.3; the caller keeps the label at 0..=64 bytes).
+pub fn append_label(b: &mut Vec<u8>, req_id: u32, label: &[u8]) {
+    append_header(b, Op::Label, label.len() as u8, req_id, 0);
+    b.extend_from_slice(label);
+}
+
+/// Whether the 40 bytes where a plaintext client expects HELLO are the
+/// REJECT TLS_REQUIRED of a TLS listener (§12.4).
+pub fn is_tls_required(b: &[u8]) -> bool {
+    b.len() >= 2 && b[0] == b'E' && b[1] == Code::TLS_REQUIRED.0
 }
 
 /// Appends an admin query (the caller keeps the body at 1..=65,536 bytes).

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use common::{watchdog, Server};
 use ticketing::blocking::Client;
-use ticketing::{Config, Error};
+use ticketing::{Config, ErrorKind};
 
 const S: Duration = Duration::from_secs(1);
 const BOUND: Duration = Duration::from_secs(60);
@@ -72,13 +72,13 @@ fn forked_child_gets_closed_and_never_hangs() {
     assert!(pid >= 0, "fork failed");
     if pid == 0 {
         let mut code = 0;
-        if c.acquire("fork/child", Duration::from_secs(30), S).err() != Some(Error::Closed) {
+        if c.acquire("fork/child", Duration::from_secs(30), S).err().map(|e| e.kind().clone()) != Some(ErrorKind::Closed) {
             code |= 1;
         }
-        if c.release("fork/held", held.token()).err() != Some(Error::Closed) {
+        if c.release("fork/held", held.token()).err().map(|e| e.kind().clone()) != Some(ErrorKind::Closed) {
             code |= 2;
         }
-        if c.try_acquire("fork/child", S).err() != Some(Error::Closed) {
+        if c.try_acquire("fork/child", S).err().map(|e| e.kind().clone()) != Some(ErrorKind::Closed) {
             code |= 4;
         }
         drop(dropped); // must neither release the parent's lock nor hang
@@ -173,13 +173,13 @@ fn acquire_cancellable_withdraws() {
         std::thread::spawn(move || c.acquire_cancellable("blk/cancel", Duration::from_secs(30), Duration::from_secs(30), &cancel))
     };
     cancel.cancel();
-    assert_eq!(waiter.join().unwrap().unwrap_err(), Error::Cancelled);
+    assert_eq!(waiter.join().unwrap().unwrap_err(), ErrorKind::Cancelled);
     assert!(cancel.is_cancelled());
     // Started with a cancelled token: fails at once.
     assert_eq!(
         c.acquire_cancellable("blk/cancel2", Duration::from_secs(30), S, &cancel)
             .unwrap_err(),
-        Error::Cancelled
+        ErrorKind::Cancelled
     );
     holder.release().unwrap();
     assert!(c.try_acquire("blk/cancel", S).unwrap().is_some(), "no grant left behind");

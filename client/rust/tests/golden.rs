@@ -258,3 +258,123 @@ fn responses() {
     }
     assert_eq!(wire::queued_duration(625), std::time::Duration::from_secs(10));
 }
+
+// Protocol 1.1 (protocol.md §12.6): client/wire/testdata/golden/v1_1/.
+
+fn load11(name: &str) -> Vec<u8> {
+    load(&format!("v1_1/{name}"))
+}
+
+#[test]
+fn v1_1_every_file_is_covered() {
+    let mut names: Vec<String> = std::fs::read_dir(dir().join("v1_1"))
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.ends_with(".hex"))
+        .collect();
+    names.sort();
+    assert_eq!(names, COVERED_1_1, "every v1_1 golden file has a test here");
+}
+
+const COVERED_1_1: &[&str] = &[
+    "reject_tls_required.hex",
+    "req_acquire_set.hex",
+    "req_acquire_set_try.hex",
+    "req_cancel_set.hex",
+    "req_label.hex",
+    "req_ping_features.hex",
+    "req_release_set.hex",
+    "resp_error_bad_keyset.hex",
+    "resp_error_bad_label.hex",
+    "resp_label_ok.hex",
+    "resp_pong_features.hex",
+];
+
+#[test]
+fn v1_1_requests_encode_byte_for_byte() {
+    let mut b = Vec::new();
+    wire::append_ping_features(&mut b, 9);
+    assert_eq!(b, load11("req_ping_features.hex"));
+
+    let set = wire::set_body(&["acct/17", "acct/42"]);
+    b.clear();
+    wire::append_acquire_set(&mut b, 0x0a, &set, 30_000, 5_000);
+    assert_eq!(b, load11("req_acquire_set.hex"));
+
+    b.clear();
+    wire::append_acquire_set(&mut b, 0x10, &wire::set_body(&["jobs", "tables", "queue1"]), 10_000, 0);
+    assert_eq!(b, load11("req_acquire_set_try.hex"));
+
+    b.clear();
+    wire::append_release_set(&mut b, 0x0b, &set, 0x18bc_fe56_8000_0009);
+    assert_eq!(b, load11("req_release_set.hex"));
+
+    // A queued set is withdrawn by its first key as sent in the S.
+    let first = wire::set_keys(&set).next().unwrap();
+    assert_eq!(first, b"acct/17");
+    b.clear();
+    wire::append_cancel(&mut b, 0x0c, first, 0x0a);
+    assert_eq!(b, load11("req_cancel_set.hex"));
+
+    b.clear();
+    wire::append_label(&mut b, 0x0d, b"web-1/4242 go/1.1.0");
+    assert_eq!(b, load11("req_label.hex"));
+
+    let three = wire::set_body(&["jobs", "tables", "queue1"]);
+    let keys: Vec<&[u8]> = wire::set_keys(&three).collect();
+    assert_eq!(keys, [&b"jobs"[..], b"tables", b"queue1"]);
+}
+
+#[test]
+fn v1_1_responses_decode_and_reencode() {
+    type Case = (&'static str, Status, Code, u16, u32, u64, &'static [u8]);
+    let cases: &[Case] = &[
+        (
+            "resp_pong_features.hex",
+            Status::Pong,
+            Code::NONE,
+            0x0007,
+            9,
+            0x0006_0a24_1820_2240,
+            b"",
+        ),
+        ("resp_label_ok.hex", Status::Released, Code::NONE, 0, 0x0d, 0, b""),
+        ("resp_error_bad_label.hex", Status::Error, Code::BAD_LABEL, 0, 0x0d, 0, b""),
+        (
+            "resp_error_bad_keyset.hex",
+            Status::Error,
+            Code::BAD_KEYSET,
+            0,
+            0x0a,
+            20,
+            b"duplicate key in set",
+        ),
+    ];
+    for &(name, status, code, queued, req_id, value, payload) in cases {
+        let bytes = load11(name);
+        let (r, n) = wire::parse_response(&bytes)
+            .unwrap()
+            .unwrap_or_else(|| panic!("{name}: incomplete"));
+        assert_eq!(n, bytes.len(), "{name}");
+        assert_eq!(
+            (r.status, r.code, r.queued, r.req_id, r.value, r.payload),
+            (status, code, queued, req_id, value, payload),
+            "{name}"
+        );
+        let mut out = Vec::new();
+        wire::append_response(&mut out, &r);
+        assert_eq!(out, bytes, "{name}: re-encoded");
+    }
+    assert_eq!(wire::FEATURE_KEY_SETS | wire::FEATURE_LABELS | wire::FEATURE_TLS_HINT, 0x0007);
+    assert_eq!(Code::BAD_KEYSET.to_string(), "BAD_KEYSET");
+    assert_eq!(Code::BAD_LABEL.to_string(), "BAD_LABEL");
+}
+
+#[test]
+fn v1_1_reject_tls_required() {
+    let b = load11("reject_tls_required.hex");
+    assert_eq!(b.len(), wire::HELLO_LEN, "40 bytes where a plaintext client reads HELLO");
+    assert!(wire::is_tls_required(&b));
+    assert!(!wire::is_tls_required(&load("hello_flags0.hex")));
+    assert_eq!(Code::TLS_REQUIRED.to_string(), "TLS_REQUIRED");
+}

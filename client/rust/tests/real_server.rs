@@ -5,7 +5,7 @@ mod common;
 use std::time::Duration;
 
 use common::Server;
-use ticketing::{Client, Config, Error};
+use ticketing::{Client, Config, Error, ErrorKind};
 
 const S: Duration = Duration::from_secs(1);
 
@@ -33,7 +33,7 @@ async fn acquire_release_fencing_and_try_once() {
     assert!(l2.token() > t1, "strictly increasing tokens");
     let t2 = l2.token();
     l2.release().await.unwrap();
-    assert_eq!(c.release("it/a", t2).await.unwrap_err(), Error::NotHolder);
+    assert_eq!(c.release("it/a", t2).await.unwrap_err(), ErrorKind::NotHolder);
     // The server's limits come back typed with their code.
     let e = c.acquire("it/x", Duration::from_secs(7200), S).await.unwrap_err();
     assert_eq!(e.code(), Some(ticketing::Code::BAD_LEASE), "{e:?}");
@@ -150,11 +150,11 @@ async fn token_auth() {
     c.close().await;
     assert_eq!(
         connect(&s, Some("wrong")).await.unwrap_err(),
-        Error::Auth(Some(ticketing::Code::AUTH_FAILED))
+        ErrorKind::Auth(Some(ticketing::Code::AUTH_FAILED))
     );
     assert_eq!(
         connect(&s, None).await.unwrap_err(),
-        Error::Auth(Some(ticketing::Code::AUTH_FAILED))
+        ErrorKind::Auth(Some(ticketing::Code::AUTH_FAILED))
     );
 }
 

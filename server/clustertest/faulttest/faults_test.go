@@ -180,7 +180,11 @@ func TestFaults(t *testing.T) {
 	}
 }
 
-func faultRun(t *testing.T, n int, f fault) {
+func faultRun(t *testing.T, n int, f fault) { faultRunSets(t, n, f, 0) }
+
+// faultRunSets is faultRun with a share sets of the acquires taking key
+// sets of 2 keys (clustertest.Workload.Sets).
+func faultRunSets(t *testing.T, n int, f fault, sets float64) {
 	ph := runPhases()
 	c := clustertest.StartProcs(t, bin, n, clustertest.ProcOptions{})
 	w := &clustertest.Workload{
@@ -188,6 +192,7 @@ func faultRun(t *testing.T, n int, f fault) {
 		Lease: time.Second,
 		Wait:  time.Second,
 		Hold:  20 * time.Millisecond,
+		Sets:  sets,
 	}
 	if err := w.Start(); err != nil {
 		t.Fatal(err)
@@ -220,6 +225,18 @@ func faultRun(t *testing.T, n int, f fault) {
 	t.Logf("workload stopped at %v", w.H.Now())
 	checkHistory(t, w)
 	t.Logf("history checked at %v", w.H.Now())
+	if sets > 0 {
+		n := 0
+		for _, o := range w.H.Ops() {
+			if o.Keys != nil && o.Kind == 'A' && o.Outcome == clustertest.Granted {
+				n++
+			}
+		}
+		t.Logf("%d key sets granted", n)
+		if n == 0 {
+			t.Error("no key set was granted: the run checked single keys only")
+		}
+	}
 	c.WaitSameTables(30 * time.Second)
 	t.Logf("same tables at %v", w.H.Now())
 }

@@ -102,9 +102,40 @@ module Ticketing
       lease_ms = Ticketing.millis(lease, "lease", min_ms: 1)
       wait_ms = Ticketing.millis(wait, "wait", min_ms: 0)
       min_rem = min_remaining.nil? ? nil : Ticketing.seconds(min_remaining, "min_remaining", min_ms: 0)
-      check_fork
-      raise ClosedError, "acquire #{key.inspect}: client closed" if @closed
+      acquire_checked(key, key.inspect, lease_ms, wait_ms, min_rem, nil, nil)
+    end
 
+    # Acquires 2..16 distinct keys at once (protocol 1.1 key sets,
+    # protocol.md §12.2): one lease, one wait and one fencing token for all
+    # of them, granted when all are free, never a deadlock whatever the order.
+    # Returns a Lease whose #keys lists them; Lease#release (or release_set)
+    # frees them all. Raises as acquire, and NotSupported (nothing sent) when
+    # the server does not announce key sets.
+    #
+    #   client.lock(["acct/17", "acct/42"], lease: 30, wait: 5) { |l| transfer(fence: l.token) }
+    def acquire_set(keys, lease:, wait: 0, min_remaining: nil)
+      ks = Ticketing.check_keys(keys)
+      lease_ms = Ticketing.millis(lease, "lease", min_ms: 1)
+      wait_ms = Ticketing.millis(wait, "wait", min_ms: 0)
+      min_rem = min_remaining.nil? ? nil : Ticketing.seconds(min_remaining, "min_remaining", min_ms: 0)
+      acquire_checked(ks[0], "set #{keys.inspect}", lease_ms, wait_ms, min_rem, ks, Wire.keyset_body(ks).freeze)
+    end
+
+    # Releases the set of keys acquired under token (X), from any process
+    # that knows both: true after O. Raises NotHolder when token does not
+    # hold exactly these keys (any order), else as release.
+    def release_set(keys, token)
+      ks = Ticketing.check_keys(keys)
+      release_token(ks[0], Ticketing.check_token(token), Wire.keyset_body(ks).freeze, ks.size)
+    end
+
+    # acquire (a set: acquire_set) after the arguments' checks (internal).
+    def acquire_checked(key, name, lease_ms, wait_ms, min_rem, keys, body)
+      check_fork
+      raise ClosedError, "acquire #{name}: client closed" if @closed
+
+      op = body ? Wire::OP_ACQUIRE_SET : Wire::OP_ACQUIRE
+      nkeys = keys ? keys.size : 0
       start = Ticketing.now
       budget_end = start + (wait_ms / 1000.0)
       conn_give_up = budget_end # R1: the wait bounds the whole call, connecting included
@@ -112,9 +143,9 @@ module Ticketing
       rounds = 0
       woken = [false]
       loop do
-        call = Call.new(Wire::OP_ACQUIRE, key, lease_ms, wait_ms, counts: wait_ms.positive?)
+        call = Call.new(op, key, lease_ms, wait_ms, counts: wait_ms.positive?, body: body, nkeys: nkeys)
         lease_obj = Thread.handle_interrupt(DEFER) do
-          attempt_acquire(call, key, lease_ms, conn_give_up, budget_end)
+          attempt_acquire(call, name, lease_ms, conn_give_up, budget_end, keys)
         end
         return check_remaining(lease_obj, min_rem) if lease_obj
 
@@ -128,7 +159,7 @@ module Ticketing
             d = redirect_delay(rounds)
             if wait_ms.zero? || budget_end - Ticketing.now <= d
               raise NoLeader,
-                    "acquire #{key.inspect}: no leader: #{moves} consecutive redirects#{addr.empty? ? ' (no leader elected)' : " (last to #{addr})"}"
+                    "acquire #{name}: no leader: #{moves} consecutive redirects#{addr.empty? ? ' (no leader elected)' : " (last to #{addr})"}"
             end
 
             sleep_redirect(d, current_leader, woken)
@@ -138,7 +169,7 @@ module Ticketing
         next unless wait_ms.positive?
 
         rem = budget_end - Ticketing.now
-        raise LockTimeout, "acquire #{key.inspect}: timed out, not acquired" if rem < 0.001
+        raise LockTimeout, "acquire #{name}: timed out, not acquired" if rem < 0.001
 
         wait_ms = (rem * 1000).floor
       end
@@ -146,7 +177,10 @@ module Ticketing
 
     # acquire, but "not acquired within wait" is nil instead of LockTimeout
     # (edge rule R13); wait 0 tries once.
+    # An Array of keys tries to acquire them as one set (acquire_set).
     def try_acquire(key, lease:, wait: 0, min_remaining: nil)
+      return acquire_set(key, lease: lease, wait: wait, min_remaining: min_remaining) if key.is_a?(Array)
+
       acquire(key, lease: lease, wait: wait, min_remaining: min_remaining)
     rescue LockTimeout
       nil
@@ -157,10 +191,11 @@ module Ticketing
     # being interrupted). Returns the block's value. Raises what acquire
     # raises; a failed release raises only when the block itself succeeded.
     # Without a block it is acquire: it returns the Lease (release it yourself).
+    # An Array of 2..16 keys locks them as one set (acquire_set).
     def lock(key, lease:, wait: 0, &block)
-      return acquire(key, lease: lease, wait: wait) unless block
+      l = key.is_a?(Array) ? acquire_set(key, lease: lease, wait: wait) : acquire(key, lease: lease, wait: wait)
+      return l unless block
 
-      l = acquire(key, lease: lease, wait: wait)
       ok = false
       begin
         result = yield l
@@ -242,6 +277,7 @@ module Ticketing
     def release(lease_or_key, token = nil)
       if lease_or_key.is_a?(Lease)
         return lease_or_key.release if lease_or_key.client.equal?(self)
+        return release_set(lease_or_key.keys, lease_or_key.token) if lease_or_key.set?
 
         key = lease_or_key.key
         token = lease_or_key.token
@@ -253,8 +289,8 @@ module Ticketing
 
     # release for a Lease of this client (internal): its key was checked at
     # the acquire and its token came from the server, so neither is checked again.
-    def release_checked(key, token)
-      release_token(key, token)
+    def release_checked(key, token, body = nil, nkeys = 0)
+      release_token(key, token, body, nkeys)
     end
 
     # Closes every connection and stops the background threads. Calls in
@@ -315,7 +351,7 @@ module Ticketing
       when :caller then call.finish!
       when :abandoned
         r = call.response
-        compensate(call.key, r.value) if call.fail.nil? && r.status == Wire::STATUS_GRANTED
+        compensate(call, r.value) if call.fail.nil? && r.status == Wire::STATUS_GRANTED
       when :releaser then @releaser.completed(call)
       when :setup then setup_answered(call)
       end
@@ -336,10 +372,12 @@ module Ticketing
       return if call.fail
 
       r = call.response
-      if call.op == Wire::OP_PING && r.status == Wire::STATUS_PONG
-        call.conn.features = r.queued
+      if call.op == Wire::OP_PING
+        features = r.status == Wire::STATUS_PONG ? r.queued : 0
         lb = label_bytes
-        call.conn.enqueue(Call.new(Wire::OP_LABEL, lb, owner: :setup)) if r.queued.anybits?(Wire::FEATURE_LABELS) && !lb.empty?
+        call.conn.enqueue(Call.new(Wire::OP_LABEL, lb, owner: :setup)) if features.anybits?(Wire::FEATURE_LABELS) && !lb.empty?
+        call.conn.features = features
+        changed # set calls waiting for the features go on
       elsif call.op == Wire::OP_LABEL && r.status == Wire::STATUS_ERROR
         log(:warn, "ticketing: #{call.conn.addr} refused the connection label: #{r.payload}")
       end
@@ -376,21 +414,30 @@ module Ticketing
       if (ep = @leader)
         n = ep.conns.size
         n.times do |i|
-          case ep.conns[(r + i) % n].enqueue(call)
+          case (r2 = ep.conns[(r + i) % n].enqueue(call))
           when :ok then return :ok
           when :full then res = :full
+          when :unsupported, :early then res = worse(res, r2)
           end
         end
         return res if res == :full || ep.conns.any?(&:connecting?)
       end
       n = pool.conns.size
       n.times do |i|
-        case pool.conns[(r + i) % n].enqueue(call)
+        case (r2 = pool.conns[(r + i) % n].enqueue(call))
         when :ok then return :ok
         when :full then res = :full
+        when :unsupported, :early then res = worse(res, r2)
         end
       end
       res
+    end
+
+    ENQ_RANK = { down: 0, early: 1, unsupported: 2, full: 3 }.freeze
+
+    # Of two enqueue results the one that says most.
+    def worse(a, b)
+      ENQ_RANK.fetch(a) >= ENQ_RANK.fetch(b) ? a : b
     end
 
     # Remembers the leader named by an M answer; an unknown address gets a
@@ -436,7 +483,14 @@ module Ticketing
 
     Endpoint = Struct.new(:addr, :conns)
     Pool = Struct.new(:eps, :conns, :by_addr, :extra)
-    RelState = Struct.new(:key, :token, :deadline, :maybe, :moves, :retries, :woken)
+    # body, nkeys: of a set (X), else nil, 0.
+    RelState = Struct.new(:key, :token, :deadline, :maybe, :moves, :retries, :woken, :body, :nkeys) do
+      def call(owner = :caller)
+        return Call.new(Wire::OP_RELEASE, key, token, owner: owner) unless body
+
+        Call.new(Wire::OP_RELEASE_SET, key, token, owner: owner, body: body, nkeys: nkeys)
+      end
+    end
 
     # Interprets one release attempt: [final, wait, error].
     def release_outcome(st, call)
@@ -484,12 +538,12 @@ module Ticketing
       end
     end
 
-    # Background release of a grant whose acquire was abandoned.
-    def compensate(key, token)
-      st = RelState.new(key, token, Ticketing.now + RELEASE_WINDOW, false, 0, 0, false)
+    # Background release of a grant whose acquire call was abandoned.
+    def compensate(call, token)
+      st = RelState.new(call.key, token, Ticketing.now + RELEASE_WINDOW, false, 0, 0, false, call.body, call.nkeys)
       return if @releaser.submit(st)
 
-      log(:warn, "ticketing: release queue full; an abandoned grant of #{key.inspect} stays held until its lease ends")
+      log(:warn, "ticketing: release queue full; an abandoned grant of #{call.key.inspect} stays held until its lease ends")
     end
 
     # Sleeps d seconds, returning early the first time (per call) the client
@@ -529,9 +583,9 @@ module Ticketing
                                "below min_remaining #{(min_rem * 1000).round} ms; released"
     end
 
-    def attempt_acquire(call, key, lease_ms, conn_give_up, budget_end)
+    def attempt_acquire(call, name, lease_ms, conn_give_up, budget_end, keys)
       res = send_call(call, conn_give_up, budget_end)
-      raise LockTimeout, "acquire #{key.inspect}: timed out waiting for a free max_inflight slot, not acquired" if res == :noslot
+      raise LockTimeout, "acquire #{name}: timed out waiting for a free max_inflight slot, not acquired" if res == :noslot
 
       # ensure, not rescue: Timeout.timeout unwinds with throw, which no rescue sees.
       answered = false
@@ -541,7 +595,7 @@ module Ticketing
         unless Thread.handle_interrupt(IMMEDIATE) { call.wait_done(call.sent_at + allowance - Ticketing.now) }
           if call.conn.abandon(call, withdraw: true)
             answered = true
-            raise Indeterminate, "acquire #{key.inspect} on #{call.conn.addr}: no answer within #{allowance.round(3)} s of the " \
+            raise Indeterminate, "acquire #{name} on #{call.conn.addr}: no answer within #{allowance.round(3)} s of the " \
                                  "request's write (its wait #{call.arg2 / 1000.0} s + the answer allowance #{@answer_allowance} s); withdrawn"
           end
           call.wait_done # answered meanwhile
@@ -550,19 +604,19 @@ module Ticketing
       ensure
         # interrupted: withdraw; if it was answered meanwhile, a grant is released
         if !answered && !call.conn.abandon(call) && call.fail.nil? && call.response.status == Wire::STATUS_GRANTED
-          compensate(key, call.response.value)
+          compensate(call, call.response.value)
         end
       end
-      outcome = acquire_outcome(call, key, lease_ms)
+      outcome = acquire_outcome(call, name, lease_ms, keys)
       if outcome.is_a?(Lease) && Thread.pending_interrupt?
-        compensate(key, outcome.token) # the thread is being interrupted: nobody will take this lease
+        compensate(call, outcome.token) # the thread is being interrupted: nobody will take this lease
       end
       outcome
     end
 
     # A Lease, nil to retry (unsent, M), or raises.
-    def acquire_outcome(call, key, lease_ms)
-      at = "acquire #{key.inspect} on #{call.conn&.addr}"
+    def acquire_outcome(call, name, lease_ms, keys)
+      at = "acquire #{name} on #{call.conn&.addr}"
       if call.fail
         if call.fail == :lost
           raise Indeterminate, "#{at}: client closed after the request was written" if call.fail_err.is_a?(ClosedError)
@@ -577,7 +631,7 @@ module Ticketing
       case r.status
       when Wire::STATUS_GRANTED
         deadline = call.sent_at + (r.queued * Wire::QUEUED_UNIT_MS / 1000.0) + (lease_ms / 1000.0)
-        Lease.new(self, key, r.value, deadline)
+        Lease.new(self, call.key, r.value, deadline, keys, call.body)
       when Wire::STATUS_TIMEOUT then raise LockTimeout, "#{at}: timed out, not acquired"
       when Wire::STATUS_BUSY then raise Busy.new(r.code, "#{at}: busy (#{Wire.code_name(r.code)}), not acquired")
       when Wire::STATUS_UNKNOWN then raise Indeterminate, "#{at}: the cluster could not confirm the commit"
@@ -595,17 +649,17 @@ module Ticketing
       end
     end
 
-    def release_token(key, token)
+    def release_token(key, token, body = nil, nkeys = 0)
       check_fork
       raise ClosedError, "release #{key.inspect}: the client was closed (nothing was sent)" if @closed
 
-      st = RelState.new(key, token, Ticketing.now + RELEASE_WINDOW, false, 0, 0, false)
+      st = RelState.new(key, token, Ticketing.now + RELEASE_WINDOW, false, 0, 0, false, body, nkeys)
       cause = nil
       woken = [false]
       loop do
         raise Indeterminate, give_up_msg(st, cause) if Ticketing.now >= st.deadline
 
-        call = Call.new(Wire::OP_RELEASE, key, token)
+        call = st.call
         outcome = Thread.handle_interrupt(DEFER) { attempt_release(call, st) }
         return true if outcome == :released
         raise Indeterminate, give_up_msg(st, cause) if outcome == :gave_up
@@ -651,11 +705,12 @@ module Ticketing
     # ConnectionError or ClosedError.
     def send_call(call, give_up, slot_give_up)
       waited = false
+      early_until = nil
       loop do
         gen = @mu.synchronize { @gen }
         raise ClosedError, "client closed" if @closed
 
-        if waited && call.op == Wire::OP_ACQUIRE && call.counts
+        if waited && call.acquire? && call.counts
           # Time spent waiting for a connection or a slot comes out of the
           # wait the request carries: wait bounds the whole call.
           rem = [((slot_give_up - Ticketing.now) * 1000).floor, 0].max
@@ -663,6 +718,7 @@ module Ticketing
         end
         r = try_enqueue(call)
         return :ok if r == :ok
+        raise NotSupported, "the server does not support key sets (protocol 1.1, KEY_SETS); nothing was sent" if r == :unsupported
 
         if r != :full
           conns = @pool.conns
@@ -670,6 +726,8 @@ module Ticketing
           raise connect_error if conns.all?(&:cfg_err)
         end
         limit = r == :full ? slot_give_up : conn_limit(call, give_up)
+        # a set op on a connection that is up waits for its feature pong (one round trip)
+        limit = [limit, early_until ||= Ticketing.now + @connect_timeout].max if r == :early
         left = limit - Ticketing.now
         if left <= 0
           return :noslot if r == :full
@@ -687,7 +745,7 @@ module Ticketing
     # end (R1), or up to 1 s past it while a connection is being opened for
     # the first time.
     def conn_limit(call, give_up)
-      return give_up unless call.op == Wire::OP_ACQUIRE && @pool.conns.any?(&:connecting?)
+      return give_up unless call.acquire? && @pool.conns.any?(&:connecting?)
 
       give_up + FIRST_CONNECT_GRACE
     end

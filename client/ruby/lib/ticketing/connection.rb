@@ -27,12 +27,16 @@ module Ticketing
   # :caller (a thread waits on it), :abandoned (nobody: a grant is
   # compensated), :releaser (the background releaser), :dropped (nothing to do).
   class Call
+    # key: the key (binary); of a set op (S, X) the set's first key, which a
+    # cancel names (protocol.md §12.2), with body the set's body of nkeys keys.
     attr_accessor :op, :key, :arg1, :arg2, :counts, :conn, :req_id, :seq, :sent_at, :pending,
-                  :owner, :job, :response, :fail, :fail_err
+                  :owner, :job, :response, :fail, :fail_err, :body, :nkeys
 
-    def initialize(op, key, arg1 = 0, arg2 = 0, counts: false, owner: :caller)
+    def initialize(op, key, arg1 = 0, arg2 = 0, counts: false, owner: :caller, body: nil, nkeys: 0)
       @op = op
       @key = key
+      @body = body
+      @nkeys = nkeys
       @arg1 = arg1
       @arg2 = arg2
       @counts = counts
@@ -51,6 +55,8 @@ module Ticketing
       when Wire::OP_PING then Wire.encode_ping(@req_id, @arg1)
       when Wire::OP_LABEL then Wire.encode_label(@req_id, @key)
       when Wire::OP_QUERY then Wire.encode_query(@req_id, @key) # the key field holds the JSON body
+      when Wire::OP_ACQUIRE_SET then Wire.encode_acquire_set(@req_id, @nkeys, @body, @arg1, @arg2)
+      when Wire::OP_RELEASE_SET then Wire.encode_release_set(@req_id, @nkeys, @body, @arg1)
       end
     end
 
@@ -62,6 +68,11 @@ module Ticketing
       when Wire::OP_CANCEL then Wire.append_request(buf, @op, @req_id, @arg1 << 32, @key)
       else buf << frame
       end
+    end
+
+    # An acquire of one key or of a set (S): it waits, and is withdrawn by C.
+    def acquire?
+      @op == Wire::OP_ACQUIRE || @op == Wire::OP_ACQUIRE_SET
     end
 
     def finish!
@@ -181,7 +192,8 @@ module Ticketing
     # error: waiting calls fail at once, edge rule R4), else nil.
     attr_reader :cfg_err
 
-    # Protocol 1.1 feature bits the server announced (protocol.md §12.1).
+    # Protocol 1.1 feature bits the server announced (protocol.md §12.1);
+    # nil until the feature pong of this connection was read.
     attr_accessor :features
 
     def failures
@@ -193,11 +205,19 @@ module Ticketing
       @mu.synchronize { @state == :down && !@ever_up && @failures.zero? }
     end
 
-    # Queues call's frame; :ok, :down (not connected or too much unsent), or
-    # :full (every max_inflight slot in use).
+    # Queues call's frame; :ok, :down (not connected or too much unsent),
+    # :early (a set op before the feature pong), :unsupported (a set op the
+    # server does not announce, §12.1) or :full (every max_inflight slot in use).
     def enqueue(call)
       @mu.synchronize do
         return :down if @state != :up || @wbuf.bytesize > MAX_WRITE_BUFFER
+
+        if call.body
+          f = @features
+          return :early if f.nil? # up, the feature pong not read yet
+
+          return :unsupported unless f.anybits?(Wire::FEATURE_KEY_SETS)
+        end
         return :full if call.counts && @inflight >= @max_inflight
 
         enqueue_locked(call)
@@ -220,7 +240,7 @@ module Ticketing
         return false unless call.pending
 
         call.owner = :abandoned
-        if call.op == Wire::OP_ACQUIRE && (call.counts || withdraw) && @state == :up
+        if call.acquire? && (call.counts || withdraw) && @state == :up
           enqueue_locked(Call.new(Wire::OP_CANCEL, call.key, call.req_id, owner: :dropped))
         end
       end
@@ -279,7 +299,7 @@ module Ticketing
       @seq += 1
       @pending[id] = call
       @inflight += 1 if call.counts
-      call.sent_at = Ticketing.now if call.op == Wire::OP_ACQUIRE # t_send (protocol.md §5)
+      call.sent_at = Ticketing.now if call.acquire? # t_send (protocol.md §5)
       call.write_frame(@wbuf)
     end
 
@@ -512,7 +532,7 @@ module Ticketing
         return false if @client.closed?
 
         @cfg_err = nil
-        @features = 0
+        @features = nil
         @state = :up
         @sock = sock
         @ever_up = true

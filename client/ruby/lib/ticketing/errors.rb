@@ -93,6 +93,10 @@ module Ticketing
 
   # The client was closed.
   class ClosedError < Error; end
+
+  # The server does not announce the feature the call needs (protocol 1.1
+  # key sets against a 1.0 server, protocol.md §12.1); nothing was sent.
+  class NotSupported < Error; end
 end
 
 module Ticketing

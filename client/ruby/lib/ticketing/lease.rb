@@ -12,9 +12,15 @@ module Ticketing
     # queued (from G) + lease (protocol.md §5).
     attr_reader :deadline
 
-    def initialize(client, key, token, deadline)
+    # The keys of a key set (acquire_set), in the order given; [key] for one key.
+    attr_reader :keys
+
+    def initialize(client, key, token, deadline, keys = nil, body = nil)
       @client = client
       @key = key
+      @keys = keys ? keys.map { |k| k.dup.force_encoding(Encoding::UTF_8).freeze }.freeze : [key].freeze
+      @key = @keys[0] if keys
+      @body = body
       @token = token
       @deadline = deadline
       @released = false
@@ -38,6 +44,11 @@ module Ticketing
       remaining <= margin
     end
 
+    # True for a lease of a key set (Client#acquire_set).
+    def set?
+      !@body.nil?
+    end
+
     # True once the server confirmed the release (O).
     def released?
       @mu.synchronize { @released }
@@ -50,7 +61,7 @@ module Ticketing
     def release
       return false if released?
 
-      @client.release_checked(@key, @token)
+      @client.release_checked(@key, @token, @body, @keys.size)
       @mu.synchronize do
         @released = true
         @cv.broadcast
@@ -82,7 +93,8 @@ module Ticketing
     end
 
     def inspect
-      "#<Ticketing::Lease key=#{@key.inspect} token=#{@token} remaining=#{format('%.3f', remaining)}s#{released? ? ' released' : ''}>"
+      what = set? ? "keys=#{@keys.inspect}" : "key=#{@key.inspect}"
+      "#<Ticketing::Lease #{what} token=#{@token} remaining=#{format('%.3f', remaining)}s#{released? ? ' released' : ''}>"
     end
     alias to_s inspect
   end

@@ -113,7 +113,7 @@ module Ticketing
             next
           end
           if j.call.nil? && now >= j.next_at
-            call = Call.new(Wire::OP_RELEASE, j.st.key, j.st.token, owner: :releaser)
+            call = j.st.call(:releaser)
             call.job = j
             j.call = call
             if @client.try_enqueue(call) != :ok

@@ -25,12 +25,15 @@ module Ticketing
     OP_PING = 0x50    # P
     OP_QUERY = 0x51   # Q
     OP_LABEL = 0x4C   # L (protocol 1.1, §12.3)
+    OP_ACQUIRE_SET = 0x53 # S (protocol 1.1, §12.2)
+    OP_RELEASE_SET = 0x58 # X
 
     # Protocol 1.1 feature discovery (protocol.md §12.1).
     PING_FEATURES = 1 # a ping's arg asking for the feature bits
     FEATURE_KEY_SETS = 0x0001
     FEATURE_LABELS = 0x0002
     MAX_LABEL = 64
+    MAX_SET_KEYS = 16 # a key set is 2..16 distinct keys (protocol.md §12.2)
 
     # Response statuses (protocol.md §3) and the most payload each may carry.
     STATUS_GRANTED = 0x47  # G
@@ -70,7 +73,9 @@ module Ticketing
       OP_CANCEL => [STATUS_RELEASED, STATUS_NOT_HOLDER, STATUS_MOVED, STATUS_UNKNOWN, STATUS_ERROR],
       OP_PING => [STATUS_PONG, STATUS_ERROR],
       OP_QUERY => [STATUS_ADMIN, STATUS_MOVED, STATUS_ERROR],
-      OP_LABEL => [STATUS_RELEASED, STATUS_ERROR]
+      OP_LABEL => [STATUS_RELEASED, STATUS_ERROR],
+      OP_ACQUIRE_SET => [STATUS_GRANTED, STATUS_TIMEOUT, STATUS_BUSY, STATUS_MOVED, STATUS_UNKNOWN, STATUS_ERROR],
+      OP_RELEASE_SET => [STATUS_RELEASED, STATUS_NOT_HOLDER, STATUS_MOVED, STATUS_UNKNOWN, STATUS_ERROR]
     }.freeze
 
     # Raised by the decoders: the peer broke the protocol; the stream is unreadable.
@@ -89,7 +94,7 @@ module Ticketing
     end
     # A decoded response. value: the token (G), server µs (P), payload length (M E J).
     Response = Struct.new(:status, :code, :queued, :req_id, :value, :payload) # positional: no Hash per answer
-    Request = Struct.new(:op, :key, :flags, :req_id, :arg, :body, keyword_init: true)
+    Request = Struct.new(:op, :key, :flags, :req_id, :arg, :body, :nkeys, keyword_init: true) # nkeys: of S/X
 
     module_function
 
@@ -194,6 +199,39 @@ module Ticketing
       [op, key.bytesize, 0, req_id, arg, key].pack("CCnNQ>a*", buffer: buf)
     end
 
+    # The body of S and X: count times (key_len u8 ‖ key bytes), keys binary
+    # and already checked (protocol.md §12.2).
+    def keyset_body(keys)
+      keys.each_with_object(String.new(encoding: Encoding::BINARY)) { |k, b| b << k.bytesize.chr << k }
+    end
+
+    # S: acquire the set whose body is body (keyset_body) of count keys.
+    def encode_acquire_set(req_id, count, body, lease_ms, wait_ms)
+      [OP_ACQUIRE_SET, count, body.bytesize, req_id, lease_ms, wait_ms].pack("CCnNNN") + body
+    end
+
+    # X: release the set acquired under token.
+    def encode_release_set(req_id, count, body, token)
+      [OP_RELEASE_SET, count, body.bytesize, req_id, token].pack("CCnNQ>") + body
+    end
+
+    # The keys of a set body; raises DecodeError when it is not count
+    # entries of 1..250 bytes with nothing left over.
+    def parse_set_body(body, count)
+      keys = []
+      off = 0
+      count.times do
+        n = body.getbyte(off)
+        raise DecodeError, "set body cut short" if n.nil? || n.zero? || n > MAX_KEY_LEN || off + 1 + n > body.bytesize
+
+        keys << body.byteslice(off + 1, n)
+        off += 1 + n
+      end
+      raise DecodeError, "#{body.bytesize - off} bytes after the last key of a set" unless off == body.bytesize
+
+      keys
+    end
+
     def encode_ping(req_id, arg = 0)
       [OP_PING, 0, 0, req_id, arg].pack("CCnNQ>")
     end
@@ -224,12 +262,18 @@ module Ticketing
       return [nil, 0] if b.bytesize - off < HEADER_LEN
 
       op, klen, flags, req_id, arg = b.byteslice(off, HEADER_LEN).unpack("CCnNQ>")
-      len = op == OP_QUERY ? HEADER_LEN + (arg >> 32) : HEADER_LEN + klen
+      set = [OP_ACQUIRE_SET, OP_RELEASE_SET].include?(op) # offset 1 count, offsets 2-3 body_len
+      len = HEADER_LEN + if op == OP_QUERY
+                           arg >> 32
+                         else
+                           set ? flags : klen
+                         end
       return [nil, 0] if b.bytesize - off < len
 
       rest = b.byteslice(off + HEADER_LEN, len - HEADER_LEN)
-      req = Request.new(op: op, key: op == OP_QUERY ? "".b : rest, flags: flags, req_id: req_id, arg: arg,
-                        body: op == OP_QUERY ? rest : nil)
+      keyed = op != OP_QUERY && !set
+      req = Request.new(op: op, key: keyed ? rest : "".b, flags: flags, req_id: req_id, arg: arg,
+                        body: keyed ? nil : rest, nkeys: set ? klen : nil)
       [req, len]
     end
 

@@ -196,6 +196,12 @@ async fn serve(mut s: tokio::net::TcpStream, n: usize, mode: Mode, etx: mpsc::Un
                 arg: u64::from_be_bytes(h[8..16].try_into().unwrap()),
                 key,
             };
+            if r.op == b'P' {
+                // A 1.0 server: a plain pong (features 0, protocol.md §12.1),
+                // the client's handshake ping included.
+                ctl.send(resp(r.req_id, Status::Pong, Code::NONE, 0, 1, b""));
+                continue;
+            }
             let _ = etx.send(Event::Request(r, ctl.clone()));
         }
     };

@@ -11,7 +11,8 @@ final class Call {
     static final int FAIL_LOST = 2;
 
     final byte op;
-    final byte[] key;
+    final byte[] key; // a set's: its first key (the key of its C, protocol.md §12.2)
+    byte[][] keys; // S and X: every key of the set, in order
     final long arg; // A: lease<<32|wait; R: token; C: target<<32
     final boolean counts; // a queueing acquire: holds one of max_inflight while outstanding
     volatile Consumer<Call> handler;
@@ -33,6 +34,11 @@ final class Call {
     int fail;
     Throwable failCause;
 
+    /** The protocol 1.1 feature the connection's server must announce for this call, or 0. */
+    int need() {
+        return op == Wire.OP_ACQUIRE_SET || op == Wire.OP_RELEASE_SET ? Wire.FEATURE_KEY_SETS : 0;
+    }
+
     Call(byte op, byte[] key, long arg, boolean counts, Consumer<Call> handler) {
         this.op = op;
         this.key = key;
@@ -49,6 +55,10 @@ final class Call {
                 return Wire.release(id, key, arg);
             case Wire.OP_CANCEL:
                 return Wire.cancel(id, key, (int) (arg >>> 32));
+            case Wire.OP_ACQUIRE_SET:
+                return Wire.acquireSet(id, keys, arg >>> 32, arg & 0xffffffffL);
+            case Wire.OP_RELEASE_SET:
+                return Wire.releaseSet(id, keys, arg);
             default:
                 return Wire.ping(id);
         }
@@ -60,9 +70,11 @@ final class Call {
         }
         switch (op) {
             case Wire.OP_ACQUIRE:
+            case Wire.OP_ACQUIRE_SET:
                 return st == Wire.ST_GRANTED || st == Wire.ST_TIMEOUT || st == Wire.ST_BUSY || st == Wire.ST_MOVED
                         || st == Wire.ST_UNKNOWN;
             case Wire.OP_RELEASE:
+            case Wire.OP_RELEASE_SET:
             case Wire.OP_CANCEL:
                 return st == Wire.ST_RELEASED || st == Wire.ST_NOT_HOLDER || st == Wire.ST_MOVED || st == Wire.ST_UNKNOWN;
             case Wire.OP_PING:

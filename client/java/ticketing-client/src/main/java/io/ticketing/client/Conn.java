@@ -29,7 +29,7 @@ import javax.net.ssl.SSLSocket;
 final class Conn {
     private static final System.Logger LOG = System.getLogger("io.ticketing.client");
     private static final SecureRandom RANDOM = new SecureRandom();
-    static final int ENQ_OK = 0, ENQ_DOWN = 1, ENQ_FULL = 2;
+    static final int ENQ_OK = 0, ENQ_DOWN = 1, ENQ_FULL = 2, ENQ_UNSUPPORTED = 3;
     private static final int MAX_WRITE_BUFFER = 4 << 20;
 
     final TicketingClient cl;
@@ -45,6 +45,8 @@ final class Conn {
     int failures;
     Throwable lastError;
     private long maxInflight = 1;
+    private int features; // from the feature pong of the current connection (protocol.md §12.1)
+    private int nextFeatures; // negotiated by the handshake, installed with the socket
     private int inflight;
     private final Map<Integer, Call> pending = new HashMap<>();
     private int nextId;
@@ -168,7 +170,11 @@ final class Conn {
                 p.setProtocols(new String[] {"TLSv1.3", "TLSv1.2"});
                 ts.setSSLParameters(p);
                 ts.setSoTimeout(remainingMs(end));
-                ts.startHandshake();
+                try {
+                    ts.startHandshake();
+                } catch (javax.net.ssl.SSLException e) {
+                    throw tlsError(e);
+                }
                 s = ts;
             }
             s.setSoTimeout(remainingMs(end));
@@ -182,6 +188,20 @@ final class Conn {
             closeQuietly(raw);
             throw e;
         }
+    }
+
+    /**
+     * A failed TLS handshake as the client reports it (R5, protocol.md §12.4): the server's first
+     * bytes were not a TLS record (a plaintext listener's HELLO) → "does not speak TLS"; anything
+     * else (a certificate, a protocol version) → the handshake's own reason. Both are
+     * configuration errors: waiting calls fail at once (R4).
+     */
+    static TlsException tlsError(javax.net.ssl.SSLException e) {
+        String m = String.valueOf(e.getMessage());
+        if (m.contains("Unsupported or unrecognized SSL message") || m.contains("plaintext connection")) {
+            return new TlsException("the server does not speak TLS (its first bytes are not a TLS record; is it a plaintext listener?): " + m, -1, e);
+        }
+        return new TlsException("TLS handshake failed: " + m, -1, e);
     }
 
     private static int remainingMs(long end) throws SocketTimeoutException {
@@ -198,6 +218,10 @@ final class Conn {
         byte[] hb = in.readNBytes(Wire.HELLO_LEN);
         if (hb.length != Wire.HELLO_LEN) {
             throw new IOException("connection closed before HELLO");
+        }
+        if (cl.ssl == null && hb[0] == Wire.ST_ERROR && Wire.u8(hb, 1) == Wire.CODE_TLS_REQUIRED) {
+            // A TLS listener's plaintext REJECT TLS_REQUIRED where HELLO was expected (§12.4).
+            throw new TlsException("the server requires TLS (REJECT TLS_REQUIRED; configure the client with TLS)", Wire.CODE_TLS_REQUIRED, null);
         }
         Wire.Hello h;
         try {
@@ -234,6 +258,58 @@ final class Conn {
             }
         }
         maxInflight = Math.max(1, Math.min(w.maxInflight(), 1 << 30));
+        nextFeatures = negotiate(in, out);
+    }
+
+    /**
+     * Protocol 1.1 (protocol.md §12.1, §12.3): asks for the feature bits with a ping (req_id 1)
+     * and, when the server takes labels, sends the connection label (req_id 2). A 1.0 server
+     * answers a plain pong: features 0. A refused label is informational: the connection stays.
+     */
+    private int negotiate(InputStream in, OutputStream out) throws IOException {
+        out.write(Wire.pingFeatures(1));
+        out.flush();
+        Wire.Response r = readOne(in);
+        if (r.status() != Wire.ST_PONG || r.reqId() != 1) {
+            throw new ProtocolException("the feature ping was answered '" + (char) r.status() + "'");
+        }
+        int f = r.queued();
+        byte[] label = cl.label;
+        if ((f & Wire.FEATURE_LABELS) == 0 || label.length == 0) {
+            return f;
+        }
+        out.write(Wire.label(2, label));
+        out.flush();
+        r = readOne(in);
+        if (r.status() != Wire.ST_RELEASED || r.reqId() != 2) {
+            LOG.log(System.Logger.Level.WARNING, "ticketing: the server at " + addr + " refused the connection label \""
+                    + new String(label, java.nio.charset.StandardCharsets.UTF_8) + "\" (code " + r.code() + ")");
+        }
+        return f;
+    }
+
+    /** Reads one response frame during the handshake. */
+    private static Wire.Response readOne(InputStream in) throws IOException {
+        byte[] h = in.readNBytes(Wire.HEADER_LEN);
+        if (h.length != Wire.HEADER_LEN) {
+            throw new IOException("connection closed during the feature negotiation");
+        }
+        try {
+            int n = Wire.frameLength(h, 0, h.length);
+            byte[] f = h;
+            if (n > Wire.HEADER_LEN) {
+                byte[] rest = in.readNBytes(n - Wire.HEADER_LEN);
+                if (rest.length != n - Wire.HEADER_LEN) {
+                    throw new IOException("connection closed during the feature negotiation");
+                }
+                f = new byte[n];
+                System.arraycopy(h, 0, f, 0, h.length);
+                System.arraycopy(rest, 0, f, h.length, rest.length);
+            }
+            return Wire.parseResponse(f, 0, f.length);
+        } catch (Wire.DecodeException e) {
+            throw new ProtocolException("protocol violation by the server: " + e.getMessage());
+        }
     }
 
     private void failed(Throwable e) {
@@ -259,6 +335,7 @@ final class Conn {
             }
             up = true;
             sock = s;
+            features = nextFeatures;
             everUp = true;
             failures = 0;
             lastError = null;
@@ -386,6 +463,9 @@ final class Conn {
             if (c.counts && inflight >= maxInflight) {
                 return ENQ_FULL;
             }
+            if ((features & c.need()) != c.need()) {
+                return ENQ_UNSUPPORTED;
+            }
             enqueueLocked(c);
             if (writer != sock) {
                 if (c.virtual || c.blocking && blockingPending <= 1) {
@@ -459,7 +539,7 @@ final class Conn {
             if (!c.pending) {
                 return false;
             }
-            if (c.op == Wire.OP_ACQUIRE && c.counts && up) {
+            if ((c.op == Wire.OP_ACQUIRE || c.op == Wire.OP_ACQUIRE_SET) && c.counts && up) {
                 Call cc = new Call(Wire.OP_CANCEL, c.key, (c.reqId & 0xffffffffL) << 32, false, x -> {});
                 enqueueLocked(cc);
                 if (writer != sock) {
@@ -549,7 +629,6 @@ final class Conn {
         }
     }
 
-    /** Adds the operations of pending releases past their window to out (a new list when null). */
     /**
      * Adds the acquires written and unanswered past their wait plus the answer allowance (R2),
      * counted from their write, to out (a new list when null).
@@ -571,6 +650,7 @@ final class Conn {
         return out;
     }
 
+    /** Adds the operations of pending releases past their window to out (a new list when null). */
     List<TicketingClient.ReleaseOp> expiredReleases(long now, List<TicketingClient.ReleaseOp> out) {
         mu.lock();
         try {
@@ -639,6 +719,29 @@ final class Conn {
 
     boolean isUpLocked() {
         return up;
+    }
+
+    /** The feature bits of the connection's server (0 while down). */
+    int features() {
+        mu.lock();
+        try {
+            return up ? features : 0;
+        } finally {
+            mu.unlock();
+        }
+    }
+
+    /**
+     * The configuration error (auth, TLS) of a connection that is down and whose last attempt
+     * failed with one, else null (R4, R5: retrying will not cure it).
+     */
+    Throwable configError() {
+        mu.lock();
+        try {
+            return !up && failures > 0 && TicketingClient.isFatal(lastError) ? lastError : null;
+        } finally {
+            mu.unlock();
+        }
     }
 
     boolean isUp() {

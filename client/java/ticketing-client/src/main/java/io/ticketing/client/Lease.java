@@ -21,14 +21,21 @@ import java.util.concurrent.CompletableFuture;
 public final class Lease implements AutoCloseable {
     private final TicketingClient client;
     private final byte[] key;
+    private final byte[][] keys; // a key set's keys (protocol.md §12.2), else null
     private final long token;
     private final long deadlineNanos;
     // No monitors (virtual-thread friendly: a virtual thread never blocks on one here).
     private final java.util.concurrent.atomic.AtomicBoolean released = new java.util.concurrent.atomic.AtomicBoolean();
+    private final CompletableFuture<Void> releasedSignal = new CompletableFuture<>();
 
     Lease(TicketingClient client, byte[] key, long token, long deadlineNanos) {
+        this(client, key, null, token, deadlineNanos);
+    }
+
+    Lease(TicketingClient client, byte[] key, byte[][] keys, long token, long deadlineNanos) {
         this.client = client;
         this.key = key;
+        this.keys = keys;
         this.token = token;
         this.deadlineNanos = deadlineNanos;
     }
@@ -40,6 +47,63 @@ public final class Lease implements AutoCloseable {
      */
     public String key() {
         return new String(key, StandardCharsets.UTF_8);
+    }
+
+    /**
+     * The keys this lease holds: the one key, or every key of a key set in the order asked
+     * ({@link TicketingClient#acquireSet}).
+     *
+     * @return the keys (decoded as UTF-8)
+     */
+    public java.util.List<String> keys() {
+        if (keys == null) {
+            return java.util.List.of(key());
+        }
+        java.util.List<String> out = new java.util.ArrayList<>(keys.length);
+        for (byte[] k : keys) {
+            out.add(new String(k, StandardCharsets.UTF_8));
+        }
+        return java.util.List.copyOf(out);
+    }
+
+    /**
+     * Whether this is the lease of a key set.
+     *
+     * @return true for a set
+     */
+    public boolean isSet() {
+        return keys != null;
+    }
+
+    /**
+     * The lease's end as a future (R12): completes normally at {@link #deadline()} minus
+     * {@code margin} (at once when that has passed), or at once when the lease is released
+     * through this handle; never exceptionally. Completes on the client's callback executor.
+     * Cancel it to stop waiting (that does not touch the lease).
+     *
+     * <pre>{@code
+     * lease.ending(Duration.ofSeconds(2)).thenRun(worker::stopWriting);
+     * }</pre>
+     *
+     * @param margin how long before the conservative deadline it fires
+     * @return completes when the lease is about to end or has been released
+     */
+    public CompletableFuture<Void> ending(Duration margin) {
+        java.util.Objects.requireNonNull(margin, "margin");
+        CompletableFuture<Void> f = new CompletableFuture<>();
+        long d = deadlineNanos - margin.toNanos() - System.nanoTime();
+        if (released.get() || d <= 0) {
+            f.complete(null);
+            return f;
+        }
+        java.util.concurrent.ScheduledFuture<?> t = client.completeLater(f, d);
+        releasedSignal.thenRun(() -> f.complete(null));
+        f.whenComplete((v, e) -> {
+            if (t != null) {
+                t.cancel(false);
+            }
+        });
+        return f;
     }
 
     /**
@@ -124,7 +188,7 @@ public final class Lease implements AutoCloseable {
             return;
         }
         try {
-            client.release(key, token);
+            client.releaseBlocking(key, keys, token);
         } catch (NotHolderException e) {
             markReleased();
             throw e;
@@ -134,6 +198,7 @@ public final class Lease implements AutoCloseable {
 
     private void markReleased() {
         released.set(true);
+        releasedSignal.complete(null);
     }
 
     /**
@@ -157,7 +222,7 @@ public final class Lease implements AutoCloseable {
         if (released.get()) {
             return CompletableFuture.completedFuture(null);
         }
-        CompletableFuture<Void> f = executor == null ? client.releaseAsync(key, token) : client.releaseAsync(key, token, executor);
+        CompletableFuture<Void> f = client.releaseAsync(key, keys, token, executor == null ? client.callbackExecutor() : executor);
         return f.whenComplete((v, e) -> {
             Throwable c = e instanceof java.util.concurrent.CompletionException && e.getCause() != null ? e.getCause() : e;
             if (c == null || c instanceof NotHolderException) {
@@ -177,11 +242,12 @@ public final class Lease implements AutoCloseable {
         if (!released.compareAndSet(false, true)) {
             return CompletableFuture.completedFuture(null);
         }
-        return client.releaseBackground(key, token, true);
+        releasedSignal.complete(null);
+        return client.releaseBackground(key, keys, token, true);
     }
 
     @Override
     public String toString() {
-        return "Lease[key=" + key() + ", token=" + tokenString() + ", remaining=" + remaining() + "]";
+        return "Lease[" + (keys == null ? "key=" + key() : "keys=" + keys()) + ", token=" + tokenString() + ", remaining=" + remaining() + "]";
     }
 }

@@ -51,12 +51,15 @@ public final class TicketingClient implements AutoCloseable {
     static final long RELEASE_WINDOW_NANOS = TimeUnit.SECONDS.toNanos(5);
     private static final long POLL_NANOS = TimeUnit.MILLISECONDS.toNanos(5);
     private static final long SWEEP_NANOS = TimeUnit.MILLISECONDS.toNanos(50);
+    /** R1: how long past a shorter wait a call waits for a connection that is opened for the first time. */
+    private static final long FIRST_CONNECT_GRACE_NANOS = TimeUnit.SECONDS.toNanos(1);
 
     final byte[] token;
     final SSLContext ssl;
     final String serverName;
     final long connectTimeoutNanos;
     final long answerAllowanceNanos;
+    final byte[] label; // the connection label (protocol.md §12.3), empty for none
     private final long backoffBaseNanos;
     private final long backoffCapNanos;
     private final Executor callbacks;
@@ -121,8 +124,36 @@ public final class TicketingClient implements AutoCloseable {
         private Duration backoffBase = Duration.ofMillis(100);
         private Duration backoffCap = Duration.ofMillis(3200);
         private Executor executor;
+        private String label;
+        private String appName;
 
         private Builder() {}
+
+        /**
+         * The whole connection label (protocol.md §12.3) that admin {@code locks} shows for this
+         * client's locks and waiters; cut to 64 bytes at a character boundary. Default
+         * {@code <host>/<pid> java/<version>} (with {@link #appName} in front when set); an empty
+         * label sends none.
+         *
+         * @param label the label (UTF-8, no control characters)
+         * @return this builder
+         */
+        public Builder label(String label) {
+            this.label = label;
+            return this;
+        }
+
+        /**
+         * The application name put in front of the default label:
+         * {@code <app> <host>/<pid> java/<version>}.
+         *
+         * @param appName the application's name
+         * @return this builder
+         */
+        public Builder appName(String appName) {
+            this.appName = appName;
+            return this;
+        }
 
         /**
          * The servers' client addresses, {@code host:port} (a cluster: every node).
@@ -303,6 +334,7 @@ public final class TicketingClient implements AutoCloseable {
         serverName = b.serverName;
         connectTimeoutNanos = b.connectTimeout.toNanos();
         answerAllowanceNanos = b.answerAllowance.toNanos();
+        label = connLabel(b.label, b.appName);
         backoffBaseNanos = b.backoffBase.toNanos();
         backoffCapNanos = b.backoffCap.toNanos();
         ScheduledThreadPoolExecutor s = new ScheduledThreadPoolExecutor(1, r -> {
@@ -410,8 +442,86 @@ public final class TicketingClient implements AutoCloseable {
         }
     }
 
-    private static boolean isFatal(Throwable e) {
-        return e instanceof AuthenticationException || e instanceof SSLException;
+    /** A connection failure that retrying will not cure: auth or TLS (R4, R5). */
+    static boolean isFatal(Throwable e) {
+        return e instanceof AuthenticationException || e instanceof TlsException || e instanceof SSLException;
+    }
+
+    /**
+     * The default connection label, {@code <host>/<pid> java/<version>}, with {@code app} in front
+     * when given (protocol.md §12.3), cut to 64 bytes.
+     *
+     * @param app the application name, or null
+     * @return the label
+     */
+    public static String defaultLabel(String app) {
+        String l = hostName() + "/" + ProcessHandle.current().pid() + " java/" + VERSION;
+        if (app != null && !app.isEmpty()) {
+            l = app + " " + l;
+        }
+        return Wire.cutLabel(l);
+    }
+
+    private static byte[] connLabel(String whole, String app) {
+        String l = whole != null ? Wire.cutLabel(whole) : defaultLabel(app);
+        byte[] b = l.getBytes(StandardCharsets.UTF_8);
+        if (!Wire.validLabel(b)) {
+            LOG.log(System.Logger.Level.WARNING, "ticketing: connection label \"" + l + "\" is not valid (UTF-8 without control characters): none sent");
+            return new byte[0];
+        }
+        return b;
+    }
+
+    /** The host's name as gethostname(2) has it, without a DNS lookup where the OS tells it. */
+    private static String hostName() {
+        try {
+            java.nio.file.Path p = java.nio.file.Path.of("/proc/sys/kernel/hostname");
+            if (java.nio.file.Files.isReadable(p)) {
+                String h = java.nio.file.Files.readString(p).trim();
+                if (!h.isEmpty()) {
+                    return h;
+                }
+            }
+        } catch (java.io.IOException | RuntimeException e) {
+            // fall through
+        }
+        for (String v : new String[] {"HOSTNAME", "COMPUTERNAME"}) {
+            String h = System.getenv(v);
+            if (h != null && !h.isEmpty()) {
+                return h;
+            }
+        }
+        try {
+            return java.net.InetAddress.getLocalHost().getHostName();
+        } catch (java.io.IOException | RuntimeException e) {
+            return "unknown";
+        }
+    }
+
+    /**
+     * The configuration error (auth, TLS) when no connection is up and every connection's last
+     * attempt failed with one (R4, R5), else null.
+     */
+    private Throwable configErr() {
+        Throwable e = null;
+        for (Conn c : pool.conns) {
+            Throwable x = c.configError();
+            if (x == null) {
+                return null;
+            }
+            e = x;
+        }
+        return e;
+    }
+
+    /** Whether a connection is making its first attempt (R1's grace). */
+    private boolean firstConnecting() {
+        for (Conn c : pool.conns) {
+            if (c.connecting()) {
+                return true;
+            }
+        }
+        return false;
     }
 
     private Endpoint newEndpoint(String addr, int n) {
@@ -435,6 +545,10 @@ public final class TicketingClient implements AutoCloseable {
         if (last instanceof AuthenticationException) {
             AuthenticationException a = (AuthenticationException) last;
             return new AuthenticationException(a.getMessage(), a.code(), a);
+        }
+        if (last instanceof TlsException) {
+            TlsException a = (TlsException) last;
+            return new TlsException(a.getMessage(), a.code(), a);
         }
         for (Throwable t = last; t != null; t = t.getCause()) {
             if (t instanceof SSLException) {
@@ -484,6 +598,21 @@ public final class TicketingClient implements AutoCloseable {
         }
     }
 
+    Executor callbackExecutor() {
+        return callbacks;
+    }
+
+    /** Completes f on the callback executor after nanos (Lease#ending). */
+    java.util.concurrent.ScheduledFuture<?> completeLater(CompletableFuture<Void> f, long nanos) {
+        return schedule(() -> {
+            try {
+                callbacks.execute(() -> f.complete(null));
+            } catch (java.util.concurrent.RejectedExecutionException e) {
+                f.complete(null);
+            }
+        }, nanos);
+    }
+
     /** Leader first, then round robin over every connection. */
     int tryEnqueue(Call c) {
         int r = rr.getAndIncrement() & Integer.MAX_VALUE;
@@ -498,12 +627,12 @@ public final class TicketingClient implements AutoCloseable {
                 if (x == Conn.ENQ_OK) {
                     return x;
                 }
-                if (x == Conn.ENQ_FULL) {
+                if (x == Conn.ENQ_FULL || x == Conn.ENQ_UNSUPPORTED && res == Conn.ENQ_DOWN) {
                     res = x;
                 }
                 connecting |= cn.connecting();
             }
-            if (res == Conn.ENQ_FULL || connecting) {
+            if (res != Conn.ENQ_DOWN || connecting) {
                 return res;
             }
         }
@@ -514,7 +643,7 @@ public final class TicketingClient implements AutoCloseable {
             if (x == Conn.ENQ_OK) {
                 return x;
             }
-            if (x == Conn.ENQ_FULL) {
+            if (x == Conn.ENQ_FULL || x == Conn.ENQ_UNSUPPORTED && res == Conn.ENQ_DOWN) {
                 res = x;
             }
         }
@@ -679,7 +808,139 @@ public final class TicketingClient implements AutoCloseable {
      * @throws InterruptedException the thread was interrupted (nothing is held)
      */
     public Lease acquire(byte[] key, Duration lease, Duration wait) throws InterruptedException {
-        AcquireOp op = newAcquire(key, lease, wait, true);
+        return await(newAcquire(key, null, lease, wait, null, true));
+    }
+
+    /**
+     * {@link #acquire(String, Duration, Duration)} with a minimum working time (R14): when the
+     * conservative remaining lease after the grant (see {@link Lease#remaining()}) is below
+     * {@code minRemaining}, the client releases the grant at once and throws
+     * {@link InsufficientLeaseException}.
+     *
+     * @param key the key
+     * @param lease the lease
+     * @param wait the wait
+     * @param minRemaining the least time the caller needs the lock for
+     * @return the lease, with at least {@code minRemaining} left
+     * @throws InterruptedException the thread was interrupted (nothing is held)
+     * @throws InsufficientLeaseException granted with less than {@code minRemaining} left (released)
+     */
+    public Lease acquire(String key, Duration lease, Duration wait, Duration minRemaining) throws InterruptedException {
+        return await(newAcquire(keyBytes(key), null, lease, wait, minRemaining, true));
+    }
+
+    /**
+     * Acquires every key of a <b>key set</b> atomically (protocol 1.1, docs/protocol.md §12.2):
+     * 2..16 distinct keys, one lease, one wait, one fencing token; the set queues in every key's
+     * FIFO queue at one instant, so sets never deadlock. {@link Lease#close()} releases the whole
+     * set. Needs a server that announces key sets ({@link UnsupportedFeatureException} otherwise,
+     * nothing sent).
+     *
+     * @param keys the keys (2..16, distinct, each as for {@link #acquire(String, Duration, Duration)})
+     * @param lease the lease of the whole set
+     * @param wait how long to wait; zero: try once
+     * @return the lease of the set
+     * @throws InterruptedException the thread was interrupted (the set is withdrawn)
+     * @throws AcquireTimeoutException not acquired within the wait
+     */
+    public Lease acquireSet(java.util.Collection<String> keys, Duration lease, Duration wait) throws InterruptedException {
+        byte[][] ks = setKeys(keys);
+        return await(newAcquire(ks[0], ks, lease, wait, null, true));
+    }
+
+    /**
+     * {@link #acquireSet} asynchronously (the future behaves as {@link #acquireAsync}'s).
+     *
+     * @param keys the keys
+     * @param lease the lease
+     * @param wait the wait
+     * @return the future lease of the set
+     */
+    public CompletableFuture<Lease> acquireSetAsync(java.util.Collection<String> keys, Duration lease, Duration wait) {
+        return acquireSetAsync(keys, lease, wait, callbacks);
+    }
+
+    /**
+     * {@link #acquireSetAsync(java.util.Collection, Duration, Duration)} completing on {@code executor}.
+     *
+     * @param keys the keys
+     * @param lease the lease
+     * @param wait the wait
+     * @param executor where the future completes
+     * @return the future lease of the set
+     */
+    public CompletableFuture<Lease> acquireSetAsync(java.util.Collection<String> keys, Duration lease, Duration wait, Executor executor) {
+        byte[][] ks;
+        try {
+            ks = setKeys(keys);
+        } catch (TicketingException e) {
+            return CompletableFuture.failedFuture(e);
+        }
+        return startAsync(ks[0], ks, lease, wait, null, executor);
+    }
+
+    /**
+     * {@link #acquireAsync(String, Duration, Duration)} with a minimum working time (see
+     * {@link #acquire(String, Duration, Duration, Duration)}).
+     *
+     * @param key the key
+     * @param lease the lease
+     * @param wait the wait
+     * @param minRemaining the least time the caller needs the lock for
+     * @return the future lease; fails with {@link InsufficientLeaseException}
+     */
+    public CompletableFuture<Lease> acquireAsync(String key, Duration lease, Duration wait, Duration minRemaining) {
+        byte[] k;
+        try {
+            k = keyBytes(key);
+        } catch (TicketingException e) {
+            return CompletableFuture.failedFuture(e);
+        }
+        return startAsync(k, null, lease, wait, minRemaining, callbacks);
+    }
+
+    /**
+     * {@link #acquireAsync(String, Duration, Duration, Duration)} completing on {@code executor}
+     * (see {@link #acquireAsync(byte[], Duration, Duration, Executor)}).
+     *
+     * @param key the key
+     * @param lease the lease
+     * @param wait the wait
+     * @param minRemaining the least time the caller needs the lock for, or null for none
+     * @param executor where the future completes, or null for the client's callback executor
+     * @return the future lease
+     */
+    public CompletableFuture<Lease> acquireAsync(String key, Duration lease, Duration wait, Duration minRemaining, Executor executor) {
+        byte[] k;
+        try {
+            k = keyBytes(key);
+        } catch (TicketingException e) {
+            return CompletableFuture.failedFuture(e);
+        }
+        return startAsync(k, null, lease, wait, minRemaining, executor == null ? callbacks : executor);
+    }
+
+    /** The keys of a set, checked (2..16, each valid, distinct) before anything is sent (R8). */
+    static byte[][] setKeys(java.util.Collection<String> keys) {
+        Objects.requireNonNull(keys, "keys");
+        if (keys.size() < Wire.MIN_SET_KEYS || keys.size() > Wire.MAX_SET_KEYS) {
+            throw new InvalidArgumentException("keys: a key set has 2..16 keys, got " + keys.size(), 29, null);
+        }
+        byte[][] out = new byte[keys.size()][];
+        java.util.Set<String> seen = new java.util.HashSet<>();
+        int i = 0;
+        for (String k : keys) {
+            byte[] b = keyBytes(k);
+            checkKey(b);
+            if (!seen.add(k)) {
+                throw new InvalidArgumentException("keys: " + describe(b) + " appears twice (the 2..16 keys of a set are distinct)", 29, null);
+            }
+            out[i++] = b;
+        }
+        return out;
+    }
+
+    private Lease await(AcquireOp op) throws InterruptedException {
         try {
             return op.result.get();
         } catch (InterruptedException e) {
@@ -748,7 +1009,7 @@ public final class TicketingClient implements AutoCloseable {
      * @return the lease, or empty when the key is held
      */
     public Optional<Lease> tryAcquire(byte[] key, Duration lease) {
-        AcquireOp op = newAcquire(key, lease, Duration.ZERO, true);
+        AcquireOp op = newAcquire(key, null, lease, Duration.ZERO, null, true);
         boolean interrupted = false;
         try {
             while (true) {
@@ -812,9 +1073,13 @@ public final class TicketingClient implements AutoCloseable {
      * @return the future lease
      */
     public CompletableFuture<Lease> acquireAsync(byte[] key, Duration lease, Duration wait, Executor executor) {
+        return startAsync(key, null, lease, wait, null, executor);
+    }
+
+    private CompletableFuture<Lease> startAsync(byte[] key, byte[][] keys, Duration lease, Duration wait, Duration minRemaining, Executor executor) {
         AcquireFuture f;
         try {
-            f = new AcquireFuture(newAcquire(key, lease, wait, false));
+            f = new AcquireFuture(newAcquire(key, keys, lease, wait, minRemaining, false));
         } catch (TicketingException e) {
             return CompletableFuture.failedFuture(e);
         }
@@ -926,7 +1191,7 @@ public final class TicketingClient implements AutoCloseable {
      * Starts an acquire; {@code blocking}: the calling thread waits for it (see
      * {@link Call#blocking}).
      */
-    private AcquireOp newAcquire(byte[] key, Duration lease, Duration wait, boolean blocking) {
+    private AcquireOp newAcquire(byte[] key, byte[][] keys, Duration lease, Duration wait, Duration minRemaining, boolean blocking) {
         if (isClosed()) {
             throw new ClientClosedException("client closed");
         }
@@ -934,7 +1199,16 @@ public final class TicketingClient implements AutoCloseable {
         checkKey(k);
         long leaseMs = millis(lease, "lease", false);
         long waitMs = millis(wait, "wait", true);
+        long minNanos = 0;
+        if (minRemaining != null) {
+            if (minRemaining.isNegative()) {
+                throw new InvalidArgumentException("min_remaining " + minRemaining + " is negative (0 .. the lease)");
+            }
+            minNanos = minRemaining.toNanos();
+        }
         AcquireOp op = new AcquireOp(this, k, leaseMs, waitMs);
+        op.keys = keys;
+        op.minRemainingNanos = minNanos;
         if (blocking) {
             op.caller = Thread.currentThread();
         }
@@ -958,11 +1232,13 @@ public final class TicketingClient implements AutoCloseable {
     /** One acquire, retried only when never sent or answered M, within the remaining wait. */
     final class AcquireOp {
         final TicketingClient cl = TicketingClient.this;
-        final byte[] key;
+        final byte[] key; // a set's: its first key (the key of its C)
+        byte[][] keys; // a key set's keys (protocol.md §12.2), else null
+        long minRemainingNanos; // R14, 0 = none
         final long leaseMs;
         long waitMs;
         final long budgetEnd;
-        final long connGiveUp;
+        final long grace; // R1: a connection opened for the first time may be waited for until here
         int moves;
         int rounds;
         final CompletableFuture<Lease> result = new CompletableFuture<>();
@@ -986,7 +1262,7 @@ public final class TicketingClient implements AutoCloseable {
             this.queues = waitMs > 0;
             long now = System.nanoTime();
             budgetEnd = now + TimeUnit.MILLISECONDS.toNanos(waitMs);
-            connGiveUp = Math.max(budgetEnd, now + connectTimeoutNanos);
+            grace = now + FIRST_CONNECT_GRACE_NANOS;
         }
 
         void attempt() {
@@ -1016,7 +1292,9 @@ public final class TicketingClient implements AutoCloseable {
             }
             // Counts against max_inflight by the wait it was asked with, even once
             // shortened to 0 (a slot is what it has been waiting for).
-            Call c = new Call(Wire.OP_ACQUIRE, key, (leaseMs << 32) | waitMs, waitMs > 0 || waitedForConnection && queues, this::onAnswer);
+            Call c = new Call(keys == null ? Wire.OP_ACQUIRE : Wire.OP_ACQUIRE_SET, key, (leaseMs << 32) | waitMs,
+                    waitMs > 0 || waitedForConnection && queues, this::onAnswer);
+            c.keys = keys;
             c.acquire = this;
             c.blocking = caller == Thread.currentThread();
             c.virtual = c.blocking && Conn.isVirtual(caller);
@@ -1029,8 +1307,23 @@ public final class TicketingClient implements AutoCloseable {
                 }
                 return;
             }
-            long limit = r == Conn.ENQ_FULL ? budgetEnd : connGiveUp;
-            if (System.nanoTime() >= limit) {
+            if (r == Conn.ENQ_UNSUPPORTED) {
+                fail(new UnsupportedFeatureException("key sets are not supported by this server (protocol 1.1 KEY_SETS, docs/protocol.md §12.1); nothing sent"));
+                return;
+            }
+            long limit = budgetEnd;
+            if (r != Conn.ENQ_FULL) {
+                Throwable ce = configErr();
+                if (ce != null) {
+                    // Every connection failed auth or TLS: retrying will not help (R4, R5).
+                    fail(connectError(ce));
+                    return;
+                }
+                if (limit - grace < 0 && firstConnecting()) {
+                    limit = grace; // a connection is being opened for the first time (R1)
+                }
+            }
+            if (System.nanoTime() - limit >= 0) {
                 fail(r == Conn.ENQ_FULL ? new AcquireTimeoutException("no free max_inflight slot within the wait") : connectError());
                 return;
             }
@@ -1040,7 +1333,7 @@ public final class TicketingClient implements AutoCloseable {
 
         private void fail(TicketingException e) {
             finished = true;
-            result.completeExceptionally(e.at(where("acquire", key, lastAddr)));
+            result.completeExceptionally(e.at(where(keys == null ? "acquire" : "acquire set", key, lastAddr)));
         }
 
         /** Withdraws; false when the result is already decided. */
@@ -1103,7 +1396,7 @@ public final class TicketingClient implements AutoCloseable {
             Wire.Response r = c.resp;
             if (finished) {
                 if (c.fail == Call.FAIL_NONE && r.status() == Wire.ST_GRANTED) {
-                    compensate(key, r.value());
+                    compensate(key, keys, r.value());
                 }
                 return;
             }
@@ -1126,8 +1419,16 @@ public final class TicketingClient implements AutoCloseable {
             switch (r.status()) {
                 case Wire.ST_GRANTED:
                     long deadline = c.sentNanos + r.queued() * 16_000_000L + TimeUnit.MILLISECONDS.toNanos(leaseMs);
+                    Lease l = new Lease(cl, key, keys, r.value(), deadline);
+                    long left = deadline - System.nanoTime();
+                    if (minRemainingNanos > 0 && left < minRemainingNanos) {
+                        l.releaseInBackground(); // R14: the grant is released at once
+                        fail(new InsufficientLeaseException("granted with " + Math.max(0, left / 1_000_000) + " ms of the lease left, below min_remaining "
+                                + TimeUnit.NANOSECONDS.toMillis(minRemainingNanos) + " ms; released"));
+                        return;
+                    }
                     finished = true;
-                    result.complete(new Lease(cl, key, r.value(), deadline));
+                    result.complete(l);
                     return;
                 case Wire.ST_TIMEOUT:
                     fail(new AcquireTimeoutException("timed out, not acquired"));
@@ -1230,12 +1531,60 @@ public final class TicketingClient implements AutoCloseable {
     public void release(byte[] key, long token) {
         byte[] k = key.clone();
         checkKey(k);
+        releaseBlocking(k, null, token);
+    }
+
+    /**
+     * Releases the key set {@code keys} held with {@code token} (protocol.md §12.2: the keys of
+     * the set, in any order); retried for at most 5 s like {@link #release(String, long)}.
+     *
+     * @param keys the set's keys
+     * @param token the set's fencing token
+     * @throws NotHolderException the token does not hold exactly these keys (any more)
+     * @throws IndeterminateException no confirmation within 5 s
+     */
+    public void releaseSet(java.util.Collection<String> keys, long token) {
+        byte[][] ks = setKeys(keys);
+        releaseBlocking(ks[0], ks, token);
+    }
+
+    /**
+     * {@link #releaseSet} asynchronously; the future completes on the callback executor.
+     *
+     * @param keys the set's keys
+     * @param token the set's token
+     * @return completes on {@code O}
+     */
+    public CompletableFuture<Void> releaseSetAsync(java.util.Collection<String> keys, long token) {
+        return releaseSetAsync(keys, token, callbacks);
+    }
+
+    /**
+     * {@link #releaseSetAsync(java.util.Collection, long)} completing on {@code executor}.
+     *
+     * @param keys the set's keys
+     * @param token the set's token
+     * @param executor where the future completes
+     * @return completes on {@code O}
+     */
+    public CompletableFuture<Void> releaseSetAsync(java.util.Collection<String> keys, long token, Executor executor) {
+        byte[][] ks;
+        try {
+            ks = setKeys(keys);
+        } catch (TicketingException e) {
+            return CompletableFuture.failedFuture(e);
+        }
+        return releaseAsync(ks[0], ks, token, executor);
+    }
+
+    void releaseBlocking(byte[] k, byte[][] keys, long token) {
         checkToken(token);
         if (isClosed()) {
             // Nothing was sent: Closed, not Indeterminate (R7).
-            throw new ClientClosedException("release " + describe(k) + ": client closed, nothing sent");
+            throw new ClientClosedException((keys == null ? "release " : "release set ") + describe(k) + ": client closed, nothing sent");
         }
         ReleaseOp op = new ReleaseOp(k, token, false);
+        op.keys = keys;
         op.caller = Thread.currentThread();
         releasing.incrementAndGet();
         op.start();
@@ -1282,6 +1631,24 @@ public final class TicketingClient implements AutoCloseable {
     }
 
     /**
+     * {@link #releaseAsync(String, long)} completing on {@code executor}.
+     *
+     * @param key the key
+     * @param token the token
+     * @param executor where the future completes, or null for the client's callback executor
+     * @return completes on {@code O}
+     */
+    public CompletableFuture<Void> releaseAsync(String key, long token, Executor executor) {
+        byte[] k;
+        try {
+            k = keyBytes(key);
+        } catch (TicketingException e) {
+            return CompletableFuture.failedFuture(e);
+        }
+        return releaseAsync(k, token, executor == null ? callbacks : executor);
+    }
+
+    /**
      * {@link #releaseAsync(byte[], long)} completing on {@code executor} (see
      * {@link #acquireAsync(byte[], Duration, Duration, Executor)}).
      *
@@ -1294,15 +1661,25 @@ public final class TicketingClient implements AutoCloseable {
         byte[] k = key.clone();
         try {
             checkKey(k);
+        } catch (TicketingException e) {
+            return CompletableFuture.failedFuture(e);
+        }
+        return releaseAsync(k, null, token, executor);
+    }
+
+    CompletableFuture<Void> releaseAsync(byte[] k, byte[][] keys, long token, Executor executor) {
+        try {
             checkToken(token);
         } catch (TicketingException e) {
             return CompletableFuture.failedFuture(e);
         }
         if (isClosed()) {
             // Nothing was sent: Closed, not Indeterminate (R7).
-            return CompletableFuture.failedFuture(new ClientClosedException("release " + describe(k) + ": client closed, nothing sent"));
+            return CompletableFuture.failedFuture(new ClientClosedException((keys == null ? "release " : "release set ") + describe(k)
+                    + ": client closed, nothing sent"));
         }
         ReleaseOp op = new ReleaseOp(k, token, false);
+        op.keys = keys;
         releasing.incrementAndGet();
         op.start();
         CompletableFuture<Void> f = new CompletableFuture<>();
@@ -1324,12 +1701,12 @@ public final class TicketingClient implements AutoCloseable {
     }
 
     /** Queues a background release (compensation, or a lease closed from a cancelled path). */
-    void compensate(byte[] key, long token) {
+    void compensate(byte[] key, byte[][] keys, long token) {
         compensations.incrementAndGet();
-        releaseBackground(key, token, true);
+        releaseBackground(key, keys, token, true);
     }
 
-    CompletableFuture<Void> releaseBackground(byte[] key, long token, boolean compensation) {
+    CompletableFuture<Void> releaseBackground(byte[] key, byte[][] keys, long token, boolean compensation) {
         if (isClosed() || releasing.incrementAndGet() > RELEASE_QUEUE_LEN) {
             if (!isClosed()) {
                 releasing.decrementAndGet();
@@ -1338,6 +1715,7 @@ public final class TicketingClient implements AutoCloseable {
             return CompletableFuture.failedFuture(new IndeterminateException("release queue full"));
         }
         ReleaseOp op = new ReleaseOp(key, token, compensation);
+        op.keys = keys;
         op.start();
         return op.result;
     }
@@ -1349,6 +1727,7 @@ public final class TicketingClient implements AutoCloseable {
 
     final class ReleaseOp {
         final byte[] key;
+        byte[][] keys; // a key set's (X), else null
         final long token;
         final boolean compensation;
         final long deadline = System.nanoTime() + RELEASE_WINDOW_NANOS;
@@ -1397,7 +1776,7 @@ public final class TicketingClient implements AutoCloseable {
             finished = true;
             releasing.decrementAndGet();
             if (e != null) {
-                e.at(where(compensation ? "background release of" : "release", key, lastAddr));
+                e.at(where((compensation ? "background release of" : "release") + (keys == null ? "" : " set"), key, lastAddr));
             }
             if (e == null) {
                 result.complete(null);
@@ -1433,11 +1812,17 @@ public final class TicketingClient implements AutoCloseable {
                 finish(giveUp());
                 return;
             }
-            Call c = new Call(Wire.OP_RELEASE, key, token, false, this::onAnswer);
+            Call c = new Call(keys == null ? Wire.OP_RELEASE : Wire.OP_RELEASE_SET, key, token, false, this::onAnswer);
+            c.keys = keys;
             c.blocking = caller == Thread.currentThread();
             c.virtual = c.blocking && Conn.isVirtual(caller);
             c.release = this;
-            if (tryEnqueue(c) != Conn.ENQ_OK) {
+            int r = tryEnqueue(c);
+            if (r == Conn.ENQ_UNSUPPORTED) {
+                finish(new UnsupportedFeatureException("key sets are not supported by this server (protocol 1.1 KEY_SETS); nothing sent"));
+                return;
+            }
+            if (r != Conn.ENQ_OK) {
                 schedule(this::attempt, POLL_NANOS * 2);
                 return;
             }

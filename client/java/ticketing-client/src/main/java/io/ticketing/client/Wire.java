@@ -25,9 +25,14 @@ final class Wire {
     static final int MAX_ADMIN_BODY = 65536;
 
     static final byte OP_ACQUIRE = 'A', OP_RELEASE = 'R', OP_CANCEL = 'C', OP_PING = 'P', OP_QUERY = 'Q';
+    /** Protocol 1.1 (protocol.md §12): acquire a key set, release a key set, connection label. */
+    static final byte OP_ACQUIRE_SET = 'S', OP_RELEASE_SET = 'X', OP_LABEL = 'L';
+    /** Feature bits of the feature pong (protocol.md §12.1). */
+    static final int FEATURE_KEY_SETS = 1, FEATURE_LABELS = 2, FEATURE_TLS_HINT = 4;
+    static final int MAX_SET_KEYS = 16, MIN_SET_KEYS = 2, MAX_LABEL = 64;
     static final byte ST_GRANTED = 'G', ST_TIMEOUT = 'T', ST_BUSY = 'B', ST_RELEASED = 'O', ST_NOT_HOLDER = 'N',
             ST_MOVED = 'M', ST_UNKNOWN = 'U', ST_ERROR = 'E', ST_PONG = 'P', ST_ADMIN = 'J';
-    static final int CODE_AUTH_FAILED = 11, CODE_DUPLICATE_REQ_ID = 25;
+    static final int CODE_AUTH_FAILED = 11, CODE_TLS_REQUIRED = 12, CODE_DUPLICATE_REQ_ID = 25;
     static final byte ROLE_CLIENT = 1, ROLE_ADMIN = 2, ROLE_PEER = 3;
 
     /** A decoded response frame. */
@@ -114,6 +119,71 @@ final class Wire {
         return request(OP_PING, reqId, 0, new byte[0]);
     }
 
+    /** The feature ping (protocol.md §12.1): a P with arg 1. */
+    static byte[] pingFeatures(int reqId) {
+        return request(OP_PING, reqId, 1, new byte[0]);
+    }
+
+    /** S (acquire a set, §12.2): count, body_len, req_id, lease_ms, wait_ms, then the keys. */
+    static byte[] acquireSet(int reqId, byte[][] keys, long leaseMs, long waitMs) {
+        return set(OP_ACQUIRE_SET, reqId, (leaseMs << 32) | (waitMs & 0xffffffffL), keys);
+    }
+
+    /** X (release a set, §12.2): count, body_len, req_id, token, then the keys. */
+    static byte[] releaseSet(int reqId, byte[][] keys, long token) {
+        return set(OP_RELEASE_SET, reqId, token, keys);
+    }
+
+    private static byte[] set(byte op, int reqId, long arg, byte[][] keys) {
+        int body = 0;
+        for (byte[] k : keys) {
+            body += 1 + k.length;
+        }
+        byte[] f = new byte[HEADER_LEN + body];
+        f[0] = op;
+        f[1] = (byte) keys.length;
+        put16(f, 2, body);
+        put32(f, 4, reqId);
+        put64(f, 8, arg);
+        int off = HEADER_LEN;
+        for (byte[] k : keys) {
+            f[off++] = (byte) k.length;
+            System.arraycopy(k, 0, f, off, k.length);
+            off += k.length;
+        }
+        return f;
+    }
+
+    /** L (connection label, §12.3). */
+    static byte[] label(int reqId, byte[] label) {
+        return request(OP_LABEL, reqId, 0, label);
+    }
+
+    /** A label cut at a character boundary to at most 64 bytes of UTF-8 (§12.3). */
+    static String cutLabel(String l) {
+        if (l.getBytes(StandardCharsets.UTF_8).length <= MAX_LABEL) {
+            return l;
+        }
+        int n = 0;
+        StringBuilder b = new StringBuilder();
+        for (int i = 0; i < l.length(); ) {
+            int cp = l.codePointAt(i);
+            int w = new String(Character.toChars(cp)).getBytes(StandardCharsets.UTF_8).length;
+            if (n + w > MAX_LABEL) {
+                break;
+            }
+            b.appendCodePoint(cp);
+            n += w;
+            i += Character.charCount(cp);
+        }
+        return b.toString();
+    }
+
+    /** §12.3: 0..64 bytes of strict UTF-8 without control characters. */
+    static boolean validLabel(byte[] label) {
+        return label.length == 0 || label.length <= MAX_LABEL && validKey(label);
+    }
+
     static byte[] query(int reqId, byte[] body) {
         return request(OP_QUERY, reqId, (body.length & 0xffffffffL) << 32, body);
     }
@@ -174,7 +244,7 @@ final class Wire {
         byte st = b[off];
         int code = u8(b, off + 1);
         int queued = u16(b, off + 2);
-        if (st != ST_GRANTED && queued != 0) {
+        if (st != ST_GRANTED && st != ST_PONG && queued != 0) { // a pong's queued field: the features (§12.1)
             throw new DecodeException("queued set on status " + (char) st);
         }
         int reqId = u32(b, off + 4);

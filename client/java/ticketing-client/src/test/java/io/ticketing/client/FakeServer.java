@@ -67,6 +67,8 @@ final class FakeServer implements AutoCloseable {
     volatile boolean badProof;
     volatile int rejectCode;
     volatile int maxInflight = 1024;
+    volatile int features; // announced in the feature pong (0: a 1.0 server)
+    volatile String label; // the last connection label received
     volatile Script script = r -> {};
     final LinkedBlockingQueue<Req> requests = new LinkedBlockingQueue<>();
     final List<FakeConn> conns = new CopyOnWriteArrayList<>();
@@ -154,9 +156,19 @@ final class FakeServer implements AutoCloseable {
                 if (h.length < 16) {
                     return;
                 }
-                int kl = h[1] & 0xff;
+                int kl = h[0] == Wire.OP_ACQUIRE_SET || h[0] == Wire.OP_RELEASE_SET ? Wire.u16(h, 2) : h[1] & 0xff; // S, X: body_len
                 byte[] key = in.readNBytes(kl);
                 Req r = new Req(c, h[0], Wire.u32(h, 4), Wire.u64(h, 8), key);
+                if (r.op() == Wire.OP_PING && r.arg() == 1) {
+                    // The client's feature ping (protocol.md §12.1): answered here, not scripted.
+                    c.send(Wire.ST_PONG, 0, features, r.reqId(), 0, new byte[0]);
+                    continue;
+                }
+                if (r.op() == Wire.OP_LABEL) {
+                    label = r.keyString();
+                    c.send(Wire.ST_RELEASED, r.reqId(), 0);
+                    continue;
+                }
                 requests.add(r);
                 script.on(r);
             }

@@ -27,7 +27,55 @@ import kotlin.time.toKotlinDuration
  * [SuspendingTicketingClient] has no blocking member to pick by mistake.
  */
 suspend fun TicketingClient.acquire(key: String, lease: Duration, wait: Duration): Lease =
-    acquire(key.toByteArray(Charsets.UTF_8), lease, wait)
+    acquire(key, lease, wait, Duration.ZERO)
+
+/**
+ * [acquire] with a minimum working time (R14): when the conservative remaining lease after the
+ * grant is below [minRemaining], the client releases the grant at once and throws
+ * [io.ticketing.client.InsufficientLeaseException]. A lone UTF-16 surrogate in [key] is refused
+ * (never sent as `?`, R8).
+ */
+suspend fun TicketingClient.acquire(key: String, lease: Duration, wait: Duration, minRemaining: Duration): Lease =
+    resumeSafely { ex ->
+        acquireAsync(key, lease.toJavaDuration(), wait.toJavaDuration(),
+            if (minRemaining > Duration.ZERO) minRemaining.toJavaDuration() else null, ex)
+    }
+
+/**
+ * Acquires the key set [keys] atomically (protocol 1.1, 2..16 distinct keys, one lease and one
+ * fencing token; see [TicketingClient.acquireSet]), suspending up to [wait]. Cancelling the
+ * coroutine withdraws the set from every queue.
+ */
+suspend fun TicketingClient.acquireSet(keys: Collection<String>, lease: Duration, wait: Duration): Lease =
+    resumeSafely { ex ->
+        if (ex == null) {
+            acquireSetAsync(keys, lease.toJavaDuration(), wait.toJavaDuration())
+        } else {
+            acquireSetAsync(keys, lease.toJavaDuration(), wait.toJavaDuration(), ex)
+        }
+    }
+
+/** Releases the key set [keys] held with [token], suspending until the server confirmed. */
+suspend fun TicketingClient.releaseSetSuspending(keys: Collection<String>, token: Long) {
+    resumeSafely { ex -> if (ex == null) releaseSetAsync(keys, token) else releaseSetAsync(keys, token, ex) }
+}
+
+/**
+ * Suspends until this lease is about to end ([margin] before its conservative deadline) or has
+ * been released (R12); never throws for a released lease. Cancelling the caller stops the wait
+ * only.
+ */
+suspend fun Lease.awaitEnding(margin: Duration) {
+    ending(margin.toJavaDuration()).await()
+}
+
+/** A timed try (R13): waits up to [wait]; null when not acquired within it. */
+suspend fun TicketingClient.tryAcquire(key: String, lease: Duration, wait: Duration): Lease? =
+    try {
+        acquire(key, lease, wait)
+    } catch (e: AcquireTimeoutException) {
+        null
+    }
 
 // A direct executor completes the client's futures on its socket reader thread. That is only
 // safe when the coroutine's dispatcher moves the resumption elsewhere anyway (Default, IO, a
@@ -64,7 +112,7 @@ suspend fun TicketingClient.tryAcquire(key: String, lease: Duration): Lease? =
 
 /** Releases [key] held with [token], suspending until the server confirmed (`O`) or 5 s passed. */
 suspend fun TicketingClient.releaseSuspending(key: String, token: Long) {
-    releaseSuspending(key.toByteArray(Charsets.UTF_8), token)
+    resumeSafely { ex -> releaseAsync(key, token, ex) }
 }
 
 /** [releaseSuspending] with a raw byte key. */
@@ -89,6 +137,17 @@ suspend fun <T> TicketingClient.withLock(key: String, lease: Duration, wait: Dur
 /** [withLock] with a raw byte key. */
 suspend fun <T> TicketingClient.withLock(key: ByteArray, lease: Duration, wait: Duration, block: suspend (Lease) -> T): T =
     withLease(acquire(key, lease, wait), block)
+
+/**
+ * Runs [block] holding every key of the set [keys] (acquired atomically, see [acquireSet]) and
+ * releases the set afterwards, as [withLock] with one key does.
+ *
+ * ```
+ * client.withLock(listOf("acct/17", "acct/42"), 30.seconds, 5.seconds) { lease -> transfer(lease.token()) }
+ * ```
+ */
+suspend fun <T> TicketingClient.withLock(keys: Collection<String>, lease: Duration, wait: Duration, block: suspend (Lease) -> T): T =
+    withLease(acquireSet(keys, lease, wait), block)
 
 private suspend fun <T> withLease(l: Lease, block: suspend (Lease) -> T): T {
     val result = try {
@@ -132,6 +191,23 @@ class SuspendingTicketingClient(val client: TicketingClient) {
     /** [acquire] with a raw byte key and [java.time.Duration]s. */
     suspend fun acquire(key: ByteArray, lease: java.time.Duration, wait: java.time.Duration): Lease =
         client.acquire(key, lease.toKotlinDuration(), wait.toKotlinDuration())
+
+    /** [acquire] with a minimum working time; see [TicketingClient.acquire] (the extension). */
+    suspend fun acquire(key: String, lease: Duration, wait: Duration, minRemaining: Duration): Lease =
+        client.acquire(key, lease, wait, minRemaining)
+
+    /** Acquires the key set [keys] atomically; see [TicketingClient.acquireSet] (the extension). */
+    suspend fun acquireSet(keys: Collection<String>, lease: Duration, wait: Duration): Lease = client.acquireSet(keys, lease, wait)
+
+    /** Releases the key set [keys] held with [token]. */
+    suspend fun releaseSet(keys: Collection<String>, token: Long) = client.releaseSetSuspending(keys, token)
+
+    /** Runs [block] holding the key set [keys]; see [TicketingClient.withLock] (the extension). */
+    suspend fun <T> withLock(keys: Collection<String>, lease: Duration, wait: Duration, block: suspend (Lease) -> T): T =
+        client.withLock(keys, lease, wait, block)
+
+    /** A timed try: null when [key] was not acquired within [wait] (R13). */
+    suspend fun tryAcquire(key: String, lease: Duration, wait: Duration): Lease? = client.tryAcquire(key, lease, wait)
 
     /** One attempt (wait 0): null when [key] is held. */
     suspend fun tryAcquire(key: String, lease: Duration): Lease? = client.tryAcquire(key, lease)

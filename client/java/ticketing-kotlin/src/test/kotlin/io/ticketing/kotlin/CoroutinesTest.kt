@@ -153,6 +153,26 @@ class CoroutinesTest {
     }
 
     @Test
+    fun withLockOfAKeySetHoldsEveryKeyAndReleasesTheSet() = runTest {
+        // Protocol 1.1 key sets in the Kotlin idiom: withLock(keys) holds all, releases all.
+        withContext(Dispatchers.Default) {
+            val keys = listOf("kt/set/a", "kt/set/b")
+            val inside = client.withLock(keys, 10.seconds, 5.seconds) { l ->
+                assertEquals(keys, l.keys())
+                assertNull(client.tryAcquire("kt/set/a", 10.seconds))
+                assertNull(client.tryAcquire("kt/set/b", 10.seconds))
+                l.token()
+            }
+            assertTrue(inside != 0L)
+            for (k in keys) assertNotNull(client.tryAcquire(k, 10.seconds)?.also { it.releaseSuspending() }, k)
+            // awaitEnding of a released lease returns at once (R12), never throws.
+            val l = client.acquireSet(keys, 10.seconds, 5.seconds)
+            l.releaseSuspending()
+            withTimeout(2000) { l.awaitEnding(1.seconds) }
+        }
+    }
+
+    @Test
     fun timeoutAndBadInput() = runTest {
         withContext(Dispatchers.Default) {
             val held = client.acquire("kt/timeout", 10.seconds, 5.seconds)

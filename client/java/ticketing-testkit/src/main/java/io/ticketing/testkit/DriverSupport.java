@@ -91,6 +91,10 @@ public final class DriverSupport {
         }
         if (e instanceof AcquireTimeoutException) {
             kind = "timeout";
+        } else if (e instanceof io.ticketing.client.InsufficientLeaseException) {
+            kind = "insufficient_lease";
+        } else if (e instanceof io.ticketing.client.UnsupportedFeatureException) {
+            kind = "unsupported";
         } else if (e instanceof BusyException) {
             kind = "busy";
         } else if (e instanceof IndeterminateException) {
@@ -135,6 +139,41 @@ public final class DriverSupport {
     }
 
     /**
+     * The key of a command as a string (the client's String API, which refuses a lone UTF-16
+     * surrogate, R8), or null when it came as key_hex.
+     *
+     * @param cmd the command
+     * @return the key string, or null
+     */
+    public static String keyString(Map<?, ?> cmd) {
+        return cmd.get("key_hex") != null ? null : (String) cmd.get("key");
+    }
+
+    /**
+     * The keys of a set command.
+     *
+     * @param cmd the command
+     * @return the keys
+     */
+    public static List<String> keys(Map<?, ?> cmd) {
+        List<String> out = new java.util.ArrayList<>();
+        for (Object o : (List<?>) cmd.get("keys")) {
+            out.add((String) o);
+        }
+        return out;
+    }
+
+    /**
+     * The token field, unsigned decimal.
+     *
+     * @param cmd the command
+     * @return the token bits
+     */
+    public static long token(Map<?, ?> cmd) {
+        return Long.parseUnsignedLong((String) cmd.get("token"));
+    }
+
+    /**
      * A duration field in ms (negative values pass through, for the client to refuse).
      *
      * @param cmd the command
@@ -171,6 +210,10 @@ public final class DriverSupport {
         Object aa = cmd.get("answer_allowance_ms");
         if (aa instanceof Number) {
             b.answerAllowance(Duration.ofMillis(((Number) aa).longValue()));
+        }
+        Object label = cmd.get("label");
+        if (label instanceof String) {
+            b.label((String) label);
         }
         Object tls = cmd.get("tls");
         if (tls instanceof Map) {

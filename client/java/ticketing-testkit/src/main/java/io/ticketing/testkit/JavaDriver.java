@@ -52,10 +52,29 @@ public final class JavaDriver {
             }
             dispatch(cmd);
         }
+        // EOF ends the program: scopes still open end first (their leases are released, R10),
+        // as every pending command is cancelled and waited for; then the client closes.
+        for (Object id : running.keySet()) {
+            cancelled.put(id, true);
+        }
+        for (CompletableFuture<?> f : futures.values()) {
+            f.cancel(true);
+        }
+        for (Thread t : running.values()) {
+            t.interrupt();
+        }
+        long end = System.nanoTime() + java.util.concurrent.TimeUnit.SECONDS.toNanos(10);
+        for (Thread t : running.values()) {
+            long left = (end - System.nanoTime()) / 1_000_000;
+            if (left > 0) {
+                t.join(left);
+            }
+        }
         TicketingClient c = client;
         if (c != null) {
             c.close();
         }
+        System.out.flush();
         System.exit(0);
     }
 
@@ -105,7 +124,7 @@ public final class JavaDriver {
                 return;
             case "acquire":
                 run(id, () -> {
-                    Lease l = acquire(id, DriverSupport.key(cmd), DriverSupport.ms(cmd, "lease_ms"), DriverSupport.ms(cmd, "wait_ms"));
+                    Lease l = acquire(id, cmd);
                     leases.put(l.tokenString(), l);
                     Map<String, Object> m = DriverSupport.ok(id);
                     m.put("token", l.tokenString());
@@ -119,10 +138,12 @@ public final class JavaDriver {
                     java.util.Optional<Lease> o;
                     if (ASYNC) {
                         try {
-                            o = java.util.Optional.of(acquire(id, DriverSupport.key(cmd), DriverSupport.ms(cmd, "lease_ms"), DriverSupport.ms(cmd, "wait_ms")));
+                            o = java.util.Optional.of(acquire(id, cmd));
                         } catch (io.ticketing.client.AcquireTimeoutException e) {
                             o = java.util.Optional.empty();
                         }
+                    } else if (DriverSupport.keyString(cmd) != null) {
+                        o = cl().tryAcquire(DriverSupport.keyString(cmd), DriverSupport.ms(cmd, "lease_ms"), DriverSupport.ms(cmd, "wait_ms"));
                     } else {
                         o = cl().tryAcquire(DriverSupport.key(cmd), DriverSupport.ms(cmd, "lease_ms"), DriverSupport.ms(cmd, "wait_ms"));
                     }
@@ -153,12 +174,51 @@ public final class JavaDriver {
                 return;
             case "release":
                 run(id, () -> {
+                    String ks = DriverSupport.keyString(cmd);
+                    long tok = DriverSupport.token(cmd);
                     if (ASYNC) {
-                        await(id, cl().releaseAsync(DriverSupport.key(cmd), Long.parseUnsignedLong((String) cmd.get("token"))));
+                        await(id, ks != null ? cl().releaseAsync(ks, tok) : cl().releaseAsync(DriverSupport.key(cmd), tok));
+                    } else if (ks != null) {
+                        cl().release(ks, tok);
                     } else {
-                        cl().release(DriverSupport.key(cmd), Long.parseUnsignedLong((String) cmd.get("token")));
+                        cl().release(DriverSupport.key(cmd), tok);
                     }
                     return DriverSupport.ok(id);
+                });
+                return;
+            case "acquire_set":
+                run(id, () -> {
+                    java.util.List<String> ks = DriverSupport.keys(cmd);
+                    Duration lease = DriverSupport.ms(cmd, "lease_ms");
+                    Duration wait = DriverSupport.ms(cmd, "wait_ms");
+                    Lease l = ASYNC ? await(id, cl().acquireSetAsync(ks, lease, wait)) : cl().acquireSet(ks, lease, wait);
+                    leases.put(l.tokenString(), l);
+                    Map<String, Object> m = DriverSupport.ok(id);
+                    m.put("token", l.tokenString());
+                    m.put("deadline_in_ms", l.remaining().toMillis());
+                    return m;
+                });
+                return;
+            case "release_set":
+                run(id, () -> {
+                    if (ASYNC) {
+                        await(id, cl().releaseSetAsync(DriverSupport.keys(cmd), DriverSupport.token(cmd)));
+                    } else {
+                        cl().releaseSet(DriverSupport.keys(cmd), DriverSupport.token(cmd));
+                    }
+                    return DriverSupport.ok(id);
+                });
+                return;
+            case "lease_ending":
+                run(id, () -> {
+                    Lease l = leases.get(String.valueOf(cmd.get("token")));
+                    if (l == null) {
+                        return DriverSupport.err(id, "internal", -1, "no lease with that token in this driver");
+                    }
+                    await(id, l.ending(DriverSupport.ms(cmd, "margin_ms")));
+                    Map<String, Object> m = DriverSupport.ok(id);
+                    m.put("remaining_ms", l.remaining().toMillis());
+                    return m;
                 });
                 return;
             case "with_lock":
@@ -166,18 +226,29 @@ public final class JavaDriver {
                     String[] token = new String[1];
                     boolean fail = Boolean.TRUE.equals(cmd.get("fail"));
                     if (ASYNC) {
-                        // The async scope: the release chained after the work, failing or not.
-                        Lease l = acquire(id, DriverSupport.key(cmd), DriverSupport.ms(cmd, "lease_ms"), DriverSupport.ms(cmd, "wait_ms"));
+                        // The async scope: the release chained after the work, failing, cancelled
+                        // (the program's exit, R10) or not.
+                        Lease l = acquire(id, cmd);
                         token[0] = l.tokenString();
                         long hold = DriverSupport.ms(cmd, "hold_ms").toMillis();
-                        CompletableFuture<Void> work = CompletableFuture.runAsync(() -> {
+                        CompletableFuture<Void> work = new CompletableFuture<>();
+                        CompletableFuture.delayedExecutor(hold, java.util.concurrent.TimeUnit.MILLISECONDS).execute(() -> {
                             if (fail) {
-                                throw new ScopeFailure();
+                                work.completeExceptionally(new ScopeFailure());
+                            } else {
+                                work.complete(null);
                             }
-                        }, CompletableFuture.delayedExecutor(hold, java.util.concurrent.TimeUnit.MILLISECONDS));
-                        await(id, work.handle((v, e) -> null).thenCompose(v -> l.releaseAsync()));
+                        });
+                        CompletableFuture<Void> done = work.handle((v, e) -> null).thenCompose(v -> l.releaseAsync());
+                        try {
+                            await(id, work);
+                        } catch (ScopeFailure e) {
+                            // raised inside the scope as asked
+                        } finally {
+                            done.get(); // the scope's release, whatever ended the work
+                        }
                     } else {
-                        try (Lease l = cl().acquire(DriverSupport.key(cmd), DriverSupport.ms(cmd, "lease_ms"), DriverSupport.ms(cmd, "wait_ms"))) {
+                        try (Lease l = acquire(id, cmd)) {
                             token[0] = l.tokenString();
                             Thread.sleep(DriverSupport.ms(cmd, "hold_ms").toMillis());
                             if (fail) {
@@ -193,15 +264,27 @@ public final class JavaDriver {
                 });
                 return;
             default:
-                DriverSupport.emit(DriverSupport.err(id, "internal", -1, "unknown cmd " + name));
+                DriverSupport.emit(DriverSupport.err(id, "unsupported", -1, "unknown cmd " + name));
         }
     }
 
-    private Lease acquire(Object id, byte[] key, Duration lease, Duration wait) throws Exception {
+    /** acquire / with_lock: the String API for a key given as a string (R8), min_remaining_ms (R14). */
+    private Lease acquire(Object id, Map<?, ?> cmd) throws Exception {
+        String ks = DriverSupport.keyString(cmd);
+        Duration lease = DriverSupport.ms(cmd, "lease_ms");
+        Duration wait = DriverSupport.ms(cmd, "wait_ms");
+        Object mr = cmd.get("min_remaining_ms");
+        Duration min = mr instanceof Number ? Duration.ofMillis(((Number) mr).longValue()) : null;
         if (!ASYNC) {
-            return cl().acquire(key, lease, wait);
+            if (ks == null) {
+                return cl().acquire(DriverSupport.key(cmd), lease, wait);
+            }
+            return min == null ? cl().acquire(ks, lease, wait) : cl().acquire(ks, lease, wait, min);
         }
-        return await(id, cl().acquireAsync(key, lease, wait));
+        if (ks == null) {
+            return await(id, cl().acquireAsync(DriverSupport.key(cmd), lease, wait));
+        }
+        return await(id, min == null ? cl().acquireAsync(ks, lease, wait) : cl().acquireAsync(ks, lease, wait, min));
     }
 
     /** Waits for an async call's future; a cancel command cancels it (java-async). */

@@ -1,8 +1,13 @@
 package io.ticketing.testkit
 
+import io.ticketing.client.Lease
 import io.ticketing.client.TicketingClient
 import io.ticketing.kotlin.acquire
+import io.ticketing.kotlin.acquireSet
+import io.ticketing.kotlin.awaitEnding
+import io.ticketing.kotlin.releaseSetSuspending
 import io.ticketing.kotlin.releaseSuspending
+import io.ticketing.kotlin.tryAcquire
 import io.ticketing.kotlin.withLock
 import kotlinx.coroutines.CancellationException
 import kotlinx.coroutines.CoroutineScope
@@ -11,6 +16,8 @@ import kotlinx.coroutines.Job
 import kotlinx.coroutines.SupervisorJob
 import kotlinx.coroutines.delay
 import kotlinx.coroutines.launch
+import kotlinx.coroutines.runBlocking
+import kotlinx.coroutines.withTimeoutOrNull
 import java.io.BufferedReader
 import java.io.InputStreamReader
 import java.util.concurrent.ConcurrentHashMap
@@ -22,6 +29,7 @@ object KotlinDriver {
     private val scope = CoroutineScope(SupervisorJob() + Dispatchers.Default)
     private val jobs = ConcurrentHashMap<Any, Job>()
     private val cancelled = ConcurrentHashMap.newKeySet<Any>()
+    private val leases = ConcurrentHashMap<String, Lease>() // by token: release_lease, lease_ending
 
     @Volatile
     private var client: TicketingClient? = null
@@ -41,6 +49,15 @@ object KotlinDriver {
                 continue
             }
             dispatch(cmd)
+        }
+        // EOF ends the program: scopes still open end (withLock releases, R10) as every pending
+        // command is cancelled and waited for; then the client closes.
+        runBlocking {
+            withTimeoutOrNull(10_000) {
+                val all = jobs.values.toList()
+                all.forEach { it.cancel() }
+                all.forEach { it.join() }
+            }
         }
         client?.close()
         exitProcess(0)
@@ -69,32 +86,91 @@ object KotlinDriver {
                 jobs[target]?.cancel()
                 DriverSupport.emit(DriverSupport.ok(id))
             }
-            "acquire" -> run(id) {
-                val l = cl().acquire(DriverSupport.key(cmd), ms(cmd, "lease_ms"), ms(cmd, "wait_ms"))
-                DriverSupport.ok(id).also {
-                    it["token"] = l.tokenString()
-                    it["deadline_in_ms"] = l.remaining().toMillis()
+            "acquire" -> run(id) { granted(id, acquire(cmd)) }
+            "try_acquire" -> run(id) {
+                val ks = DriverSupport.keyString(cmd)
+                val l = if (ks != null) {
+                    cl().tryAcquire(ks, ms(cmd, "lease_ms"), ms(cmd, "wait_ms"))
+                } else {
+                    try {
+                        cl().acquire(DriverSupport.key(cmd), ms(cmd, "lease_ms"), ms(cmd, "wait_ms"))
+                    } catch (e: io.ticketing.client.AcquireTimeoutException) {
+                        null
+                    }
+                }
+                if (l == null) {
+                    DriverSupport.ok(id).also { it["acquired"] = false }
+                } else {
+                    granted(id, l).also { it["acquired"] = true }
+                }
+            }
+            "acquire_set" -> run(id) { granted(id, cl().acquireSet(DriverSupport.keys(cmd), ms(cmd, "lease_ms"), ms(cmd, "wait_ms"))) }
+            "release_set" -> run(id) {
+                cl().releaseSetSuspending(DriverSupport.keys(cmd), DriverSupport.token(cmd))
+                DriverSupport.ok(id)
+            }
+            "release_lease" -> run(id) {
+                val l = leases[cmd["token"].toString()]
+                if (l == null) {
+                    DriverSupport.err(id, "internal", -1, "no lease with that token in this driver")
+                } else {
+                    val already = l.isReleased
+                    l.releaseSuspending()
+                    DriverSupport.ok(id).also { it["already"] = already }
+                }
+            }
+            "lease_ending" -> run(id) {
+                val l = leases[cmd["token"].toString()]
+                if (l == null) {
+                    DriverSupport.err(id, "internal", -1, "no lease with that token in this driver")
+                } else {
+                    l.awaitEnding(ms(cmd, "margin_ms"))
+                    DriverSupport.ok(id).also { it["remaining_ms"] = l.remaining().toMillis() }
                 }
             }
             "release" -> run(id) {
-                cl().releaseSuspending(DriverSupport.key(cmd), java.lang.Long.parseUnsignedLong(cmd["token"] as String))
+                val ks = DriverSupport.keyString(cmd)
+                if (ks != null) {
+                    cl().releaseSuspending(ks, DriverSupport.token(cmd))
+                } else {
+                    cl().releaseSuspending(DriverSupport.key(cmd), DriverSupport.token(cmd))
+                }
                 DriverSupport.ok(id)
             }
             "with_lock" -> run(id) {
                 val fail = cmd["fail"] == true
                 var token = ""
                 try {
-                    cl().withLock(DriverSupport.key(cmd), ms(cmd, "lease_ms"), ms(cmd, "wait_ms")) { l ->
+                    val ks = DriverSupport.keyString(cmd)
+                    val body: suspend (Lease) -> Unit = { l ->
                         token = l.tokenString()
                         delay(ms(cmd, "hold_ms"))
                         if (fail) throw ScopeFailure()
+                    }
+                    if (ks != null) {
+                        cl().withLock(ks, ms(cmd, "lease_ms"), ms(cmd, "wait_ms"), body)
+                    } else {
+                        cl().withLock(DriverSupport.key(cmd), ms(cmd, "lease_ms"), ms(cmd, "wait_ms"), body)
                     }
                 } catch (e: ScopeFailure) {
                     // raised inside the scope as asked; withLock released the lease
                 }
                 DriverSupport.ok(id).also { it["token"] = token }
             }
-            else -> DriverSupport.emit(DriverSupport.err(id, "internal", -1, "unknown cmd $name"))
+            else -> DriverSupport.emit(DriverSupport.err(id, "unsupported", -1, "unknown cmd $name"))
+        }
+    }
+
+    private suspend fun acquire(cmd: Map<*, *>): Lease {
+        val ks = DriverSupport.keyString(cmd) ?: return cl().acquire(DriverSupport.key(cmd), ms(cmd, "lease_ms"), ms(cmd, "wait_ms"))
+        return cl().acquire(ks, ms(cmd, "lease_ms"), ms(cmd, "wait_ms"), ms(cmd, "min_remaining_ms"))
+    }
+
+    private fun granted(id: Any, l: Lease): MutableMap<String, Any?> {
+        leases[l.tokenString()] = l
+        return DriverSupport.ok(id).also {
+            it["token"] = l.tokenString()
+            it["deadline_in_ms"] = l.remaining().toMillis()
         }
     }
 

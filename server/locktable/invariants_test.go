@@ -7,7 +7,8 @@ import (
 
 // CheckInvariants verifies the table's internal consistency and returns the
 // first violation found, or nil. It walks every structure (O(keys + waiters +
-// timers)), so it is meant for tests, fuzzing and debug builds, not the hot path.
+// timers)). It lives in a _test.go file so that it is compiled only into the
+// package's tests and fuzz targets and never ships in a binary (issue 36 item 9).
 //
 // It checks: every entry is found by its key through the index, and the index
 // holds exactly the entries (hash bytes right, no slot cut off from its home
@@ -95,11 +96,11 @@ func (t *Table) CheckInvariants() error {
 			if other, dup := tokens[e.token]; dup && hs == nil {
 				return fmt.Errorf("keys %q and %q hold the same token %d", other, k, e.token)
 			}
-			if hs != nil && !slices.Contains(hs.keys, k) {
+			if hs != nil && !slices.Contains(hs.ents[:hs.n], i) {
 				return fmt.Errorf("key %q holds the token of a set without it", k)
 			}
 			tokens[e.token] = k
-			if e.hpos == 0 || int(e.hpos) > len(t.timers) || t.timers[e.hpos-1] != i {
+			if e.hpos == 0 || t.itemAt(e.hpos) != i {
 				return fmt.Errorf("key %q: held without its lease armed", k)
 			}
 		}
@@ -185,11 +186,17 @@ func (t *Table) CheckInvariants() error {
 	// key sets: every held set's keys hold its token; no waiting set is
 	// left grantable (at the head of all its keys, all of them blocked)
 	for tok, hs := range t.sets {
-		for _, k := range hs.keys {
-			if i := t.findString(k); i == noEntry || t.ent(i).token != tok {
-				return fmt.Errorf("held set %d: key %q does not hold its token", tok, k)
+		if hs.n < 2 || hs.n > len(hs.ents) {
+			return fmt.Errorf("held set %d: %d keys", tok, hs.n)
+		}
+		for k, i := range hs.ents[:hs.n] {
+			if i >= t.n || t.ent(i).token != tok || slices.Contains(hs.ents[:k], i) {
+				return fmt.Errorf("held set %d: entry %d does not hold its token (or twice)", tok, i)
 			}
 		}
+	}
+	if t.nFreeSets > t.limits.IdleCache {
+		return fmt.Errorf("free list holds %d held sets > %d", t.nFreeSets, t.limits.IdleCache)
 	}
 	for _, w := range t.waiters {
 		if s := w.set; s != nil {
@@ -254,28 +261,9 @@ func (t *Table) CheckInvariants() error {
 	if byConn != len(t.waiters) {
 		return fmt.Errorf("per-connection lists hold %d waiters, owner index %d", byConn, len(t.waiters))
 	}
-	// the timer heap: every held key's lease and every queued waiter's wait
-	leases, waits := 0, 0
-	for p, x := range t.timers {
-		if x&waitBit == 0 {
-			leases++
-			if x >= t.n || t.ent(x).hpos != uint32(p)+1 {
-				return fmt.Errorf("timer heap %d: entry %d has hpos %d", p, x, t.ent(min(x, t.n-1)).hpos)
-			}
-		} else {
-			waits++
-			n := x &^ waitBit
-			if int(n) >= len(t.waitRefs) || t.waitRefs[n] == nil {
-				return fmt.Errorf("timer heap %d: wait %d not armed", p, n)
-			}
-			wt := t.waitRefs[n]
-			if wt.pos != uint32(p)+1 || wt.num != n || wt.w == nil || &wt.w.wait != wt || wt.seq == 0 {
-				return fmt.Errorf("timer heap %d: wait %d has pos %d, num %d", p, n, wt.pos, wt.num)
-			}
-		}
-		if p > 0 && t.lessTimer(p, (p-1)/2) {
-			return fmt.Errorf("timer heap order broken at %d", p)
-		}
+	leases, waits, err := t.checkTimers()
+	if err != nil {
+		return err
 	}
 	if leases != held || waits != waiters || len(t.waitRefs)-len(t.freeWaitNums) != waiters {
 		return fmt.Errorf("%d leases armed for %d held keys, %d waits (%d wait numbers) for %d waiters",
@@ -287,9 +275,86 @@ func (t *Table) CheckInvariants() error {
 	return nil
 }
 
+// checkTimers checks the heap and the lanes: each item's place word names
+// it, the heap order, each lane's order, live count and tombstone bound. It
+// returns the leases and waits armed.
+func (t *Table) checkTimers() (leases, waits int, err error) {
+	// the timers: every held key's lease and every queued waiter's wait,
+	// once, in the heap or in a lane
+	check := func(x, pl uint32) error {
+		if x&waitBit == 0 {
+			leases++
+			if x >= t.n || t.ent(x).hpos != pl {
+				return fmt.Errorf("timer %#x: entry %d has hpos %#x", pl, x, t.ent(min(x, t.n-1)).hpos)
+			}
+			return nil
+		}
+		waits++
+		n := x &^ waitBit
+		if int(n) >= len(t.waitRefs) || t.waitRefs[n] == nil {
+			return fmt.Errorf("timer %#x: wait %d not armed", pl, n)
+		}
+		wt := t.waitRefs[n]
+		if wt.pos != pl || wt.num != n || wt.w == nil || &wt.w.wait != wt || wt.seq == 0 {
+			return fmt.Errorf("timer %#x: wait %d has pos %#x, num %d", pl, n, wt.pos, wt.num)
+		}
+		return nil
+	}
+	for p, x := range t.timers {
+		if err := check(x, uint32(p)+1); err != nil {
+			return 0, 0, err
+		}
+		if p > 0 && t.lessTimer(p, (p-1)/2) {
+			return 0, 0, fmt.Errorf("timer heap order broken at %d", p)
+		}
+	}
+	for l := range t.lanes {
+		ln := &t.lanes[l]
+		live, prev := 0, tombItem
+		if ln.live > 0 && ln.items[ln.head] == tombItem {
+			return 0, 0, fmt.Errorf("lane %d: head %d is a tombstone", l, ln.head)
+		}
+		for k, x := range ln.items[ln.head:] {
+			if x == tombItem {
+				continue
+			}
+			live++
+			if err := check(x, uint32(l+1)<<laneShift|uint32(ln.head+k+1)); err != nil {
+				return 0, 0, err
+			}
+			if prev != tombItem && t.lessItem(x, prev) {
+				return 0, 0, fmt.Errorf("lane %d: order broken at %d", l, ln.head+k)
+			}
+			prev = x
+		}
+		if live != ln.live {
+			return 0, 0, fmt.Errorf("lane %d: %d items armed, %d counted", l, live, ln.live)
+		}
+		if len(ln.items)-ln.head > 2*ln.live+laneSlack {
+			return 0, 0, fmt.Errorf("lane %d: %d places for %d items", l, len(ln.items)-ln.head, ln.live)
+		}
+	}
+	return leases, waits, nil
+}
+
 // armed reports whether x is in the wait heap.
 func (t *Table) armed(x *timer) bool {
-	return x.pos > 0 && int(x.pos) <= len(t.timers) && t.timers[x.pos-1] == waitBit|x.num && t.waitRefs[x.num] == x
+	return x.pos > 0 && t.itemAt(x.pos) == waitBit|x.num && t.waitRefs[x.num] == x
+}
+
+// itemAt returns the timer item at place pl, tombItem when there is none.
+func (t *Table) itemAt(pl uint32) uint32 {
+	l, k := pl>>laneShift, int(pl&placeMask)-1
+	if l == 0 {
+		if k < 0 || k >= len(t.timers) {
+			return tombItem
+		}
+		return t.timers[k]
+	}
+	if ln := &t.lanes[l-1]; k >= ln.head && k < len(ln.items) {
+		return ln.items[k]
+	}
+	return tombItem
 }
 
 // checkSlots checks one slot array of the index and returns how many of its

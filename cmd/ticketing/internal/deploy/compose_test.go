@@ -1,6 +1,6 @@
 //go:build unix
 
-package main
+package deploy
 
 import (
 	"os"
@@ -18,7 +18,6 @@ import (
 // and every file it reads is readable by that user; the env file's TLS
 // paths are files of the mount.
 func TestDeployComposeTLSMounts(t *testing.T) {
-	clearEnv(t)
 	dir := t.TempDir()
 	code, out, errOut := depRun(t, "deploy", "--nodes", "127.0.0.1,127.0.0.1,127.0.0.1", "--format", "compose", "--tls-dir", "/etc/ticketing/tls", "--out", dir)
 	if code != 0 {
