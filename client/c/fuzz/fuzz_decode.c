@@ -41,9 +41,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size >= 1) { /* a set body: count = the first byte */
         size_t n = 0;
         if (tk_dec_set_body(data + 1, size - 1, data[0], &n)) {
-            if (n != data[0] || n == 0 || size - 1 > TK_SET_BODY_MAX) abort();
-            const uint8_t *keys[256];
-            size_t lens[256];
+            if (n != data[0] || n < TK_SET_MIN || n > TK_SET_MAX || size - 1 > TK_SET_BODY_MAX) abort();
+            const uint8_t *keys[TK_SET_MAX];
+            size_t lens[TK_SET_MAX];
             for (size_t off = 1, i = 0; i < n; i++) {
                 lens[i] = data[off];
                 keys[i] = data + off + 1;
@@ -52,7 +52,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             static uint8_t body[TK_SET_BODY_MAX];
             const char *why;
             size_t bad;
-            size_t bl = n >= TK_SET_MIN && n <= TK_SET_MAX ? tk_enc_set_body(body, keys, lens, n, &why, &bad) : 0;
+            size_t bl = tk_enc_set_body(body, keys, lens, n, &why, &bad); /* 0: a key invalid or twice */
             if (bl && (bl != size - 1 || memcmp(body, data + 1, bl) != 0)) abort();
         }
     }

@@ -102,7 +102,7 @@ size_t tk_label_cut(const uint8_t *s, size_t n) {
 int tk_dec_set_body(const uint8_t *body, size_t blen, uint8_t count, size_t *nkeys) {
     size_t off = 0, k = 0;
     *nkeys = 0;
-    if (blen > TK_SET_BODY_MAX) return 0;
+    if (blen > TK_SET_BODY_MAX || count < TK_SET_MIN || count > TK_SET_MAX) return 0;
     while (off < blen) {
         size_t kl = body[off];
         if (kl == 0 || kl > 250 || blen - off - 1 < kl) return 0;

@@ -74,7 +74,7 @@ size_t tk_enc_label(uint8_t *out, uint32_t req_id, const uint8_t *label, size_t 
  * boundary; 0 when s is not a valid label (not UTF-8, a control character). */
 size_t tk_label_cut(const uint8_t *s, size_t n);
 /* Walks a set body: 1 and the number of keys when it is well formed (count
- * entries of key_len 1..250, no byte left over), else 0. */
+ * 2..16 entries of key_len 1..250, no byte left over), else 0. */
 int tk_dec_set_body(const uint8_t *body, size_t blen, uint8_t count, size_t *nkeys);
 size_t tk_enc_resp(uint8_t *out, const tk_resp *r); /* for tests and the fake server */
 
