@@ -24,16 +24,11 @@ func startServer(t testing.TB, mod func(*server.Config)) *server.Server {
 	}
 	var srv *server.Server
 	var err error
-	for i := 0; i < 50; i++ { // a restart on the same port may find it briefly busy
+	// A restart on the same port may find it briefly busy.
+	eventually(t, "the server to listen on "+cfg.Listen, func() bool {
 		srv, err = server.Start(context.Background(), cfg)
-		if err == nil {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if err != nil {
-		t.Fatalf("server.Start: %v", err)
-	}
+		return err == nil
+	})
 	t.Cleanup(func() { srv.Close() })
 	return srv
 }
