@@ -113,7 +113,10 @@ namespace Ticketing
             this.client = client;
             Addr = addr;
             TicketingClient.SplitAddr(addr, out host, out port);
+            System.Net.IPAddress.TryParse(host, out ip);
         }
+
+        readonly System.Net.IPAddress ip; // an IP literal: dialled without a DNS lookup (a thread-pool hop on Mono)
 
         public void Start()
         {
@@ -280,7 +283,7 @@ namespace Ticketing
             {
                 s.NoDelay = true;
                 s.SetSocketOption(SocketOptionLevel.Socket, SocketOptionName.KeepAlive, true);
-                var ar = s.BeginConnect(host, port, null, null);
+                var ar = ip != null ? s.BeginConnect(ip, port, null, null) : s.BeginConnect(host, port, null, null);
                 if (!ar.AsyncWaitHandle.WaitOne(budget))
                     throw new TicketingConnectionException("connect " + Addr + ": no answer within " + budget.TotalSeconds + "s");
                 try { s.EndConnect(ar); }
