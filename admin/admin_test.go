@@ -108,15 +108,12 @@ func TestAgainstServer(t *testing.T) {
 	defer cancel()
 	go c.Acquire(wctx, "jobs/a", time.Minute, time.Minute)
 	var lr wire.LocksReply
-	for deadline := time.Now().Add(10 * time.Second); ; {
+	until(10*time.Second, func() bool {
 		if lr, err = Locks(ctx, c, "jobs/", 0); err != nil {
 			t.Fatal(err)
 		}
-		if len(lr.Locks) == 1 && lr.Locks[0].QueueDepth == 1 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return len(lr.Locks) == 1 && lr.Locks[0].QueueDepth == 1
+	})
 	if lr.Total != 1 || len(lr.Locks) != 1 || lr.Locks[0].Key != "jobs/a" || lr.Locks[0].Token != holder.Token() || lr.Locks[0].QueueDepth != 1 {
 		t.Fatalf("locks %+v", lr)
 	}
@@ -183,4 +180,16 @@ func TestHealth(t *testing.T) {
 	if r := res[3]; r.Healthy || !errors.Is(r.Err, client.ErrAuth) {
 		t.Errorf("wrong token: %+v", r)
 	}
+}
+
+// until is the package's wait on an observation: it polls cond every 20 ms
+// for at most d and reports whether it came to hold; the caller's
+// assertions then say what was seen.
+func until(d time.Duration, cond func() bool) bool {
+	for deadline := time.Now().Add(d); !cond(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			return false
+		}
+	}
+	return true
 }

@@ -248,7 +248,7 @@ func TestClusterOperations(t *testing.T) {
 	// sample of it is applied: shortly after the clocks are verified.)
 	var v *ClusterView
 	var err error
-	for deadline := time.Now().Add(15 * time.Second); ; {
+	until(15*time.Second, func() bool {
 		v, err = Discover(ctx, []string{follower.Client}, 5*time.Second, opts...)
 		if err != nil {
 			t.Fatal(err)
@@ -257,11 +257,8 @@ func TestClusterOperations(t *testing.T) {
 		for _, n := range v.Nodes {
 			complete = complete && n.Status != nil && n.Err == nil
 		}
-		if complete || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return complete
+	})
 	if v.Single || v.LeaderID != leader.ID || v.LeaderAddr != leader.Client || len(v.Nodes) != 3 || v.ConfigFrom != leader.ID {
 		t.Fatalf("view %+v", v)
 	}
@@ -273,16 +270,13 @@ func TestClusterOperations(t *testing.T) {
 
 	// Healthy, once every clock was sampled.
 	var hr ClusterHealthResult
-	for deadline := time.Now().Add(15 * time.Second); ; {
+	until(15*time.Second, func() bool {
 		hr, err = ClusterHealth(ctx, Health(ctx, addrs, opts...), ClusterHealthConfig{}, 5*time.Second, opts...)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if hr.Healthy || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return hr.Healthy
+	})
 	if !hr.Healthy || hr.Voters != 3 || hr.VotersOK != 3 {
 		t.Fatalf("not healthy: %+v", hr)
 	}
@@ -412,13 +406,10 @@ func TestClusterOperations(t *testing.T) {
 		}
 		return true
 	}
-	for deadline := time.Now().Add(20 * time.Second); ; {
+	until(20*time.Second, func() bool {
 		hr, err = ClusterHealth(ctx, Health(ctx, addrs, opts...), ClusterHealthConfig{}, 3*time.Second, opts...)
-		if err == nil && settled(hr) || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return err == nil && settled(hr)
+	})
 	if err != nil || !settled(hr) {
 		t.Errorf("with %s stopped: %v problems %v", victim.ID, err, hr.Problems)
 		for _, n := range hr.Nodes {

@@ -66,16 +66,11 @@ func newFake(t testing.TB, o fakeOpts) *fakeServer {
 	}
 	var ln net.Listener
 	var err error
-	for i := 0; i < 50; i++ { // a restart may find the port briefly in use
+	// A restart may find the port briefly in use.
+	eventually(t, "the fake to listen on "+addr, func() bool {
 		ln, err = net.Listen("tcp", addr)
-		if err == nil {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if err != nil {
-		t.Fatalf("fake listen: %v", err)
-	}
+		return err == nil
+	})
 	if o.maxInflight == 0 {
 		o.maxInflight = 1024
 	}

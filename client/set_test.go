@@ -59,7 +59,7 @@ func TestAcquireSetReal(t *testing.T) {
 		}
 		got <- err
 	}()
-	waitFor(t, "the set to queue", func() bool { return locksOf(t, adm, "set/c")["set/c"].QueueDepth == 1 })
+	eventually(t, "the set to queue", func() bool { return locksOf(t, adm, "set/c")["set/c"].QueueDepth == 1 })
 	if w := locksOf(t, adm, "set/c")["set/c"].Waiters; len(w) != 1 || w[0].Label != "other" || !slices.Equal(w[0].Set, []string{"set/c", "set/d"}) {
 		t.Fatalf("waiters %+v", w)
 	}
@@ -96,12 +96,12 @@ func TestAcquireSetCancelReal(t *testing.T) {
 		_, err := cl.AcquireSet(cctx, []string{"sc/a", "sc/b"}, 30*time.Second, 20*time.Second)
 		done <- err
 	}()
-	waitFor(t, "the set to queue", func() bool { return locksOf(t, adm, "sc/a")["sc/a"].QueueDepth == 1 })
+	eventually(t, "the set to queue", func() bool { return locksOf(t, adm, "sc/a")["sc/a"].QueueDepth == 1 })
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled AcquireSet: %v", err)
 	}
-	waitFor(t, "the set to leave the queue", func() bool { return locksOf(t, adm, "sc/a")["sc/a"].QueueDepth == 0 })
+	eventually(t, "the set to leave the queue", func() bool { return locksOf(t, adm, "sc/a")["sc/a"].QueueDepth == 0 })
 	if l, err := cl.Acquire(ctx, "sc/b", time.Second, 0); err != nil { // only blocked for the set: free again
 		t.Fatalf("sc/b after the cancel: %v", err)
 	} else {
@@ -125,16 +125,5 @@ func TestAcquireSetUnsupported(t *testing.T) {
 	case r := <-f.reqs:
 		t.Fatalf("sent %c", r.Op)
 	default:
-	}
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }

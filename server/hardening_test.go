@@ -14,7 +14,8 @@ import (
 	st "github.com/ticketing/ticketing/server/servertest"
 )
 
-// eventually polls cond every 20 ms until it holds or d passed.
+// eventually is the package's one wait on an observation: it polls cond
+// every 5 ms until it holds, and fails the test after d.
 func eventually(tb testing.TB, d time.Duration, what string, cond func() bool) {
 	tb.Helper()
 	end := time.Now().Add(d)
@@ -22,7 +23,7 @@ func eventually(tb testing.TB, d time.Duration, what string, cond func() bool) {
 		if time.Now().After(end) {
 			tb.Fatalf("not within %v: %s", d, what)
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(5 * time.Millisecond)
 	}
 }
 

@@ -150,13 +150,7 @@ func queueDepth(tb testing.TB, c *st.Conn, key string) int {
 // waitFor polls cond until it holds or the generous bound passes.
 func waitFor(tb testing.TB, what string, cond func() bool) {
 	tb.Helper()
-	deadline := time.Now().Add(long)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	eventually(tb, long, what, cond)
 }
 
 // waitDepth waits until key's queue depth (seen by admin) is n.

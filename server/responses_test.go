@@ -113,7 +113,11 @@ func TestGrantQueuedField(t *testing.T) {
 	sent := time.Now()
 	c.Write(wire.AppendAcquire(nil, 1, "qf", 60000, 60000))
 	waitDepth(t, h, "qf", 1)
-	time.Sleep(120 * time.Millisecond) // it has waited ≥ 120 ms now
+	// It has waited ≥ 120 ms now, as the server's locks reply says.
+	waitFor(t, "the waiter 120 ms old", func() bool {
+		l := locks(t, h, `{"cmd":"locks","prefix":"qf"}`)
+		return len(l.Locks) > 0 && l.Locks[0].Key == "qf" && l.Locks[0].OldestWaiterAgeMS >= 120
+	})
 	is(t, h.Release("qf", tok), wire.StatusReleased)
 	g := c.Read()
 	got := time.Since(sent)

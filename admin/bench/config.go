@@ -78,6 +78,10 @@ type Config struct {
 	// (protocol.md §12.2), on connections whose feature pong announced
 	// KEY_SETS (§12.1).
 	SetSize int
+	// ConnLabel, when set, is sent as every load connection's label (L,
+	// protocol.md §12.3) after its feature pong announced LABELS, as the
+	// official clients do: the memory a label costs per held lock.
+	ConnLabel string
 
 	// ServerPID, when > 0, is the server's process id: the report carries its
 	// VmHWM (peak RSS) and VmRSS from /proc.
@@ -165,6 +169,9 @@ func (c *Config) Validate() error {
 	}
 	if c.SetSize < 1 || c.SetSize > wire.MaxSetKeys {
 		return cfgErr("set size must be 1..%d (got %d)", wire.MaxSetKeys, c.SetSize)
+	}
+	if c.ConnLabel != "" && !wire.ValidLabel([]byte(c.ConnLabel)) {
+		return cfgErr("connection label must be 0..%d bytes of UTF-8 without control characters", wire.MaxLabelLen)
 	}
 	if c.SetSize > 1 && c.Mode != ModePairs {
 		return cfgErr("a set size above 1 applies to mode pairs only")

@@ -38,21 +38,28 @@ func dial(ctx context.Context, addr string, role wire.Role, token string, timeou
 // whose feature pong does not announce KEY_SETS (protocol.md §12.1).
 var ErrNoKeySets = errors.New("bench: the server does not support key sets (protocol 1.1 KEY_SETS); use --set-size 1")
 
-// dialLoad opens a load connection to addr; with a set size above 1 it also
-// asks for the server's features (a ping with arg 1, protocol.md §12.1) and
-// fails with ErrNoKeySets unless the pong announces KEY_SETS, so no S or X
-// is ever sent before that pong was read.
+// dialLoad opens a load connection to addr; with a set size above 1 or a
+// connection label it also asks for the server's features (a ping with arg
+// 1, protocol.md §12.1) and fails with ErrNoKeySets unless the pong
+// announces KEY_SETS (for sets), so no S or X is ever sent before that pong
+// was read; with a label it sends L (§12.3) and reads its O.
 func dialLoad(ctx context.Context, cfg *Config, addr string) (net.Conn, uint32, error) {
 	nc, maxInflight, err := dial(ctx, addr, cfg.Role, cfg.Token, cfg.DialTimeout)
-	if err != nil || cfg.SetSize <= 1 {
+	if err != nil || cfg.SetSize <= 1 && cfg.ConnLabel == "" {
 		return nc, maxInflight, err
 	}
 	_ = nc.SetDeadline(time.Now().Add(cfg.DialTimeout))
 	f, err := askFeatures(nc)
-	_ = nc.SetDeadline(time.Time{})
-	if err == nil && !f.Has(wire.FeatureKeySets) {
+	switch {
+	case err != nil:
+	case cfg.SetSize > 1 && !f.Has(wire.FeatureKeySets):
 		err = ErrNoKeySets
+	case cfg.ConnLabel != "" && !f.Has(wire.FeatureLabels):
+		err = fmt.Errorf("bench: the server does not accept connection labels (protocol 1.0)")
+	case cfg.ConnLabel != "":
+		err = sendLabel(nc, cfg.ConnLabel)
 	}
+	_ = nc.SetDeadline(time.Time{})
 	if err != nil {
 		nc.Close()
 		return nil, 0, err
@@ -64,8 +71,30 @@ func dialLoad(ctx context.Context, cfg *Config, addr string) (net.Conn, uint32, 
 // on a connection that has sent nothing else, §12.1).
 func askFeatures(nc net.Conn) (wire.Features, error) {
 	const reqID = 1
-	if _, err := nc.Write(wire.AppendPingFeatures(nil, reqID)); err != nil {
+	resp, err := roundTrip(nc, wire.AppendPingFeatures(nil, reqID))
+	if err != nil {
 		return 0, err
+	}
+	if resp.Status != wire.StatusPong || resp.ReqID != reqID {
+		return 0, fmt.Errorf("bench: feature ping answered %c %s", resp.Status, resp.Code)
+	}
+	return resp.Features(), nil
+}
+
+// sendLabel sends L and reads its O (§12.3).
+func sendLabel(nc net.Conn, label string) error {
+	const reqID = 2
+	resp, err := roundTrip(nc, wire.AppendLabel(nil, reqID, label))
+	if err == nil && (resp.Status != wire.StatusReleased || resp.ReqID != reqID) {
+		err = fmt.Errorf("bench: label answered %c %s", resp.Status, resp.Code)
+	}
+	return err
+}
+
+// roundTrip writes one request and reads the first response.
+func roundTrip(nc net.Conn, frame []byte) (wire.Response, error) {
+	if _, err := nc.Write(frame); err != nil {
+		return wire.Response{}, err
 	}
 	var buf []byte
 	tmp := make([]byte, 512)
@@ -74,16 +103,13 @@ func askFeatures(nc net.Conn) (wire.Features, error) {
 		buf = append(buf, tmp[:n]...)
 		resp, used, perr := wire.ParseResponse(buf)
 		if perr != nil {
-			return 0, perr
+			return wire.Response{}, perr
 		}
 		if used > 0 {
-			if resp.Status != wire.StatusPong || resp.ReqID != reqID {
-				return 0, fmt.Errorf("bench: feature ping answered %c %s", resp.Status, resp.Code)
-			}
-			return resp.Features(), nil
+			return resp, nil
 		}
 		if err != nil {
-			return 0, err
+			return wire.Response{}, err
 		}
 	}
 }

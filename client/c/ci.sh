@@ -56,9 +56,9 @@ test)
     echo "== libFuzzer: response decoder, ${FUZZ_SECONDS:-10} s"
     CC=clang CXX=clang++ build "$here/build-fuzz" -DTK_FUZZ=ON -DTK_TESTS=OFF
     mkdir -p "$tmp/corpus"
-    # seeds: every response vector, protocol 1.0 and the 1.1 additions (§12), and the
-    # 1.1 REJECT TLS_REQUIRED handshake answer
-    for f in ../wire/testdata/golden/resp_*.hex ../wire/testdata/golden/v1_1/resp_*.hex ../wire/testdata/golden/v1_1/reject_*.hex ../wire/testdata/golden/welcome_*.hex; do
+    # seeds: every response vector of protocol 1.0, and every 1.1 vector (§12): the
+    # feature pong, REJECT TLS_REQUIRED, the S/X frames (set bodies) and the label
+    for f in ../wire/testdata/golden/resp_*.hex ../wire/testdata/golden/v1_1/*.hex ../wire/testdata/golden/welcome_*.hex; do
       hex="$(sed 's/#.*//' "$f" | tr -d ' \n\t')"
       printf "$(sed 's/../\\x&/g' <<<"$hex")" >"$tmp/corpus/$(basename "$f" .hex)"
     done

@@ -221,17 +221,18 @@ func scR4(t *T) {
 }
 
 // scR5 (mode tls; also the 1.1 TLS hint): a plaintext client against the
-// TLS server fails `tls` within 4.5 s ("requires TLS", protocol.md §12.4:
+// TLS server fails `tls` within 5 s ("requires TLS", protocol.md §12.4:
 // the hint comes after 1 s of silence; the bound stays below the 6 s connect
 // timeout, so a client that waits that out fails, with room for a loaded CI),
-// and a TLS client against a plaintext server fails `tls` at once ("does
-// not speak TLS"); both with a 6 s connect timeout.
+// and a TLS client against a plaintext server fails `tls` before its connect
+// timeout too ("does not speak TLS": at once, but a TLS stack's setup can
+// take seconds on a loaded machine); both with a 6 s connect timeout.
 func scR5(t *T) {
 	d := t.Driver(t.Lang)
 	start := time.Now()
 	r := d.Connect(t.Env.Addrs, t.Env.Token, nil, 6000)
 	t.Expect(r, "a plaintext client to a TLS server", "tls")
-	if el := r.At.Sub(start); el > 4500*time.Millisecond {
+	if el := r.At.Sub(start); el > 5*time.Second {
 		t.Fatalf("plaintext to TLS failed after %v: the server's TLS_REQUIRED hint comes after 1 s", el)
 	}
 	if !strings.Contains(strings.ToLower(r.Message), "tls") {
@@ -242,8 +243,8 @@ func scR5(t *T) {
 	start = time.Now()
 	r = d.Connect(startFake(t, f, 1), t.Env.Token, t.Env.TLSSpec(), 6000)
 	t.Expect(r, "a TLS client to a plaintext server", "tls")
-	if el := r.At.Sub(start); el > 3*time.Second {
-		t.Fatalf("TLS to plaintext failed after %v: want at once", el)
+	if el := r.At.Sub(start); el > 5*time.Second {
+		t.Fatalf("TLS to plaintext failed after %v: want at once, before the 6 s connect timeout", el)
 	}
 	if !strings.Contains(strings.ToLower(r.Message), "tls") {
 		t.Fatalf("the error does not say the server does not speak TLS: %s", r)

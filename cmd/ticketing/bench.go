@@ -108,6 +108,8 @@ Examples:
 	f.Bool("progress", true, "live progress line on stderr")
 	f.String("cpuprofile", "", "write the load generator's CPU profile to this file")
 	_ = f.MarkHidden("cpuprofile")
+	f.String("conn-label", "", "send this label (protocol 1.1 L) on every load connection, as the official clients do")
+	_ = f.MarkHidden("conn-label")
 	return cmd
 }
 
@@ -142,6 +144,7 @@ func benchOptions(fac *Factory, cmd *cobra.Command) (*BenchOptions, error) {
 	cfg.Mode = bench.Mode(st.oneOf("mode", string(bench.ModePairs), string(bench.ModeTry), string(bench.ModeFill)))
 	cfg.Keep = st.bool("keep")
 	cfg.SetSize = st.int("set-size")
+	cfg.ConnLabel = st.str("conn-label")
 	cfg.ServerPID = st.int("server-pid")
 	cfg.ServerStats = st.bool("server-stats")
 	cfg.Label = st.str("label")

@@ -33,13 +33,9 @@ var benchProgress = regexp.MustCompile(`\d[\d,]* ops `)
 // ops on its progress line.
 func waitBenchProgress(t *testing.T, bp *proc) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !benchProgress.MatchString(bp.err.String()) || strings.Contains(bp.err.String(), " 0 ops ") {
-		if time.Now().After(deadline) {
-			t.Fatalf("bench made no progress within 30s: %s", bp.err.String())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	waitFor(t, 30*time.Second, func() bool {
+		return benchProgress.MatchString(bp.err.String()) && !strings.Contains(bp.err.String(), " 0 ops ")
+	}, "bench to report progress")
 }
 
 // e2eBenchLeaderChange is #12 item 7 on a running cluster whose every node

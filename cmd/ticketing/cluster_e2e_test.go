@@ -402,9 +402,7 @@ func TestE2EClusterLocalScript(t *testing.T) {
 	kill9 := func(id string) {
 		pid := pidOf(id)
 		_ = syscall.Kill(pid, syscall.SIGKILL)
-		for deadline := time.Now().Add(10 * time.Second); processRunning(pid) && time.Now().Before(deadline); {
-			time.Sleep(50 * time.Millisecond)
-		}
+		waitFor(t, 10*time.Second, func() bool { return !processRunning(pid) }, id+" to end after SIGKILL")
 	}
 	kill9("n2")
 	if p = sh("start"); p.code == 0 || strings.Contains(p.out.String(), "export TICKETING_ADDR") ||

@@ -27,16 +27,21 @@ func spawnServe(t *testing.T, args ...string) (*proc, string) {
 	bin := ticketingBin(t)
 	w := newWorld(t, bin, "")
 	p := w.start("", append([]string{"serve", "--listen", "127.0.0.1:0"}, args...)...)
+	return p, servingAddr(t, p)
+}
+
+// servingAddr waits for serve's log line naming the address it listens on.
+func servingAddr(t *testing.T, p *proc) string {
+	t.Helper()
 	re := regexp.MustCompile(`msg=serving addr=(\S+)`)
-	for deadline := time.Now().Add(20 * time.Second); ; {
+	var addr string
+	waitFor(t, 20*time.Second, func() bool {
 		if m := re.FindStringSubmatch(p.err.String()); m != nil {
-			return p, m[1]
+			addr = m[1]
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("serve did not log its address: %s", p.err.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return addr != ""
+	}, "serve to log its address")
+	return addr
 }
 
 func TestConformanceBinary(t *testing.T) {

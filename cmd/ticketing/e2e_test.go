@@ -220,16 +220,10 @@ func (e *e2e) waitQueue(key string, depth int) {
 // waitEntry waits (20 s at most) until key's locks entry satisfies ok.
 func (e *e2e) waitEntry(key, what string, ok func(wire.LockEntry) bool) {
 	e.t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if l, found := e.lockEntry(key); found && ok(l) {
-			return
-		}
-		if time.Now().After(deadline) {
-			e.t.Fatalf("%q: no %s within 20 s", key, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitFor(e.t, 20*time.Second, func() bool {
+		l, found := e.lockEntry(key)
+		return found && ok(l)
+	}, fmt.Sprintf("%q: %s", key, what))
 }
 
 func (e *e2e) readFile(name string) string {
@@ -479,17 +473,7 @@ func TestE2ETokenFileAndAuth(t *testing.T) {
 	// A spawned `ticketing serve`, which logs the bound address.
 	w := newWorld(t, bin, "")
 	srv := w.start("", "serve", "--listen", "127.0.0.1:0", "--token-file", tf)
-	re := regexp.MustCompile(`msg=serving addr=(\S+)`)
-	var addr string
-	for deadline := time.Now().Add(20 * time.Second); addr == ""; {
-		if m := re.FindStringSubmatch(srv.err.String()); m != nil {
-			addr = m[1]
-		} else if time.Now().After(deadline) {
-			t.Fatalf("serve did not log its address: %s", srv.err.String())
-		} else {
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
+	addr := servingAddr(t, srv)
 	e := newWorld(t, bin, addr)
 
 	tok := e.token(e.expect(0, "acquire", "a", "--token-file", tf))

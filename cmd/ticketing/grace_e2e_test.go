@@ -120,14 +120,3 @@ func TestE2ERestartGrace(t *testing.T) {
 		t.Errorf("the log of a server without a data dir:\n%s", mem.err.String())
 	}
 }
-
-// waitFor polls cond every 50 ms for at most d.
-func waitFor(t *testing.T, d time.Duration, cond func() bool, what string) {
-	t.Helper()
-	for deadline := time.Now().Add(d); !cond(); {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}

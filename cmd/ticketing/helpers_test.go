@@ -218,3 +218,16 @@ func testConn() ConnOptions {
 
 // hp is host:port.
 func hp(host string, port int) string { return net.JoinHostPort(host, strconv.Itoa(port)) }
+
+// waitFor is the package's one wait on an observation: it polls cond every
+// 20 ms until it holds, and fails the test after d (a generous bound: CI is
+// a loaded 2-core machine). No test orders events by sleeping.
+func waitFor(t testing.TB, d time.Duration, cond func() bool, what string) {
+	t.Helper()
+	for deadline := time.Now().Add(d); !cond(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

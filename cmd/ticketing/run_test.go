@@ -76,7 +76,9 @@ func TestRunRun(t *testing.T) {
 	t.Run("environment and exit code passed through", func(t *testing.T) {
 		f := &fakeLocker{token: 77}
 		ios, out, _ := testIO("")
+		before := time.Now()
 		err := runRun(context.Background(), ios, base(f, "sh", "-c", `echo "$TICKETING_KEY $TICKETING_FENCING_TOKEN $KEEP $TICKETING_LEASE_DEADLINE $TICKETING_TOKEN"; exit 7`))
+		after := time.Now()
 		if code, line := codeOf(err); code != 7 || line != "" {
 			t.Fatalf("code %d line %q, want 7 silently", code, line)
 		}
@@ -85,7 +87,9 @@ func TestRunRun(t *testing.T) {
 			t.Fatalf("child saw %q", out)
 		}
 		d, err := time.Parse(time.RFC3339, fields[3])
-		if err != nil || time.Until(d) < 8*time.Second || time.Until(d) > 11*time.Second {
+		// The lease (10 s) from the grant, in whole seconds (RFC 3339): between
+		// before+10s-1s and after+10s, however long the run took on a loaded machine.
+		if err != nil || d.Before(before.Add(9*time.Second).Truncate(time.Second)) || d.After(after.Add(10*time.Second)) {
 			t.Errorf("TICKETING_LEASE_DEADLINE %q: %v", fields[3], err)
 		}
 		if rel := f.releasedTokens(); len(rel) != 1 || rel[0] != 77 {
@@ -219,16 +223,7 @@ func TestRunRun(t *testing.T) {
 
 func waitFile(t *testing.T, path string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if _, err := os.Stat(path); err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s never appeared", path)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitFor(t, 10*time.Second, func() bool { _, err := os.Stat(path); return err == nil }, path+" to appear")
 }
 
 // assertGone checks that the process whose pid is in pidFile has ended

@@ -33,7 +33,7 @@ var freeSettings = map[string]bool{
 	"token": true, "token-file": true, "admin-token": true, "admin-token-file": true,
 	"tls-ca": true, "tls-cert": true, "tls-key": true, "tls-server-name": true, "tls-client-ca": true,
 	"metrics-token": true, "metrics-token-file": true, "peer-token": true, "peer-token-file": true,
-	"data-dir": true, "node-id": true, "prefix": true, "label": true, "cpuprofile": true,
+	"data-dir": true, "node-id": true, "prefix": true, "label": true, "conn-label": true, "cpuprofile": true,
 	"id": true, "dir": true, "out": true, "tls-dir": true, "image": true, "binary": true,
 	"add": true, "remove": true, "nodes": true, "peer-addr": true, "client-addr": true,
 }

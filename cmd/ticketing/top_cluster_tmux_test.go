@@ -46,15 +46,17 @@ func TestTopFollowsMembershipInTmux(t *testing.T) {
 	var screen string
 	waitScreen := func(what string, ok func(string) bool) {
 		t.Helper()
-		for deadline := time.Now().Add(45 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		found := false
+		t.Cleanup(func() {
+			if !found {
+				t.Logf("the last screen:\n%s", screen)
+			}
+		})
+		waitFor(t, 45*time.Second, func() bool {
 			screen, _ = tm("capture-pane", "-p", "-t", "top")
-			if ok(screen) {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("top's screen does not show %s:\n%s", what, screen)
-			}
-		}
+			found = ok(screen)
+			return found
+		}, "top's screen to show "+what)
 	}
 	waitScreen("the three nodes, one a leader", func(s string) bool {
 		for _, a := range c.clients {

@@ -1059,3 +1059,116 @@ func TestTimerLanesClockBack(t *testing.T) {
 		f.holder(c.gone, 0, 0)
 	}
 }
+
+// TestTimerLanesSameAsHeap (issue 35): the timer lanes change no answer. Two
+// tables, one with lanes and one with the heap alone, fed the same random
+// commands (single keys and sets, leases and waits of a few common and some
+// rare durations, releases right and wrong, cancels, Advance at irregular
+// instants, the clock going back, ShiftLeases, snapshot and restore into
+// fresh tables) give the same effects, the same NextDeadline and the same
+// snapshots at every step: what a cluster's replicas need (their FSMs are
+// tables fed one log), whichever timer structure holds the deadlines.
+func TestTimerLanesSameAsHeap(t *testing.T) {
+	for seed := uint64(1); seed <= 6; seed++ {
+		t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) {
+			rng := seed * 0x9e3779b97f4a7c15
+			rnd := func(n int) int {
+				rng = rng*6364136223846793005 + 1442695040888963407
+				return int((rng >> 33) % uint64(n))
+			}
+			type side struct {
+				tb   *Table
+				sink *recSink
+				tok  *Counter
+			}
+			mk := func(noLanes bool) *side {
+				s := &side{sink: &recSink{}, tok: NewCounter(first)}
+				s.tb = New(Limits{IdleCache: 4}, s.tok, &SharedCounts{}, s.sink)
+				s.tb.noLanes = noLanes
+				return s
+			}
+			sides := []*side{mk(false), mk(true)}
+			keys := []string{"a", "b", "c", "d", "e", "f"}
+			leases := []uint32{100, 100, 100, 250, 250, 40}
+			waits := []uint32{0, 0, 60, 60, 200}
+			now, req := t0, uint32(0)
+			inLanes := 0
+			for step := range 4000 {
+				if rnd(10) == 0 {
+					now -= int64(rnd(5)) * ms // the clock goes back
+				} else {
+					now += int64(rnd(15)) * ms
+				}
+				req++
+				o := own(uint64(1+rnd(4)), req)
+				lease, wait := leases[rnd(len(leases))], waits[rnd(len(waits))]
+				if rnd(8) == 0 {
+					lease = uint32(1 + rnd(400)) // a rare duration: the heap, or a lane of its own
+				}
+				k := keys[rnd(len(keys))]
+				k2 := keys[(slices.Index(keys, k)+1+rnd(len(keys)-1))%len(keys)]
+				op, wrong, target, shift := rnd(100), rnd(6) == 0, uint32(1+rnd(int(req))), int64(rnd(20))*ms
+				var got [2]Effect
+				var gotN [2]int
+				for j, s := range sides {
+					switch {
+					case op < 35:
+						got[j] = s.tb.Acquire(now, o, []byte(k), lease, wait)
+					case op < 45:
+						got[j] = s.tb.AcquireSet(now, o, bkeys(k, k2), lease, wait)
+					case op < 75:
+						tok, _, _ := s.tb.Holder(k)
+						if wrong {
+							tok++ // a wrong token: N
+						}
+						if ks := s.tb.SetKeys(tok); ks != nil {
+							got[j] = s.tb.ReleaseSet(now, o, bkeys(ks...), tok)
+						} else {
+							got[j] = s.tb.Release(now, o, []byte(k), tok)
+						}
+					case op < 80:
+						got[j] = s.tb.Cancel(now, o, []byte(k), target)
+					case op < 97:
+						gotN[j] = s.tb.Advance(now)
+					case op < 98:
+						s.tb.ShiftLeases(shift)
+					default:
+						st := s.tb.Snapshot()
+						noLanes := s.tb.noLanes
+						s.tb = New(Limits{IdleCache: 4}, s.tok, &SharedCounts{}, s.sink)
+						s.tb.noLanes = noLanes
+						if err := s.tb.Restore(st); err != nil {
+							t.Fatalf("step %d: restore: %v", step, err)
+						}
+					}
+					if err := s.tb.CheckInvariants(); err != nil {
+						t.Fatalf("step %d, side %d: %v", step, j, err)
+					}
+				}
+				if got[0] != got[1] || gotN[0] != gotN[1] {
+					t.Fatalf("step %d (op %d): lanes %+v (%d), heap %+v (%d)", step, op, got[0], gotN[0], got[1], gotN[1])
+				}
+				if d0, d1 := sides[0].sink.take(), sides[1].sink.take(); !slices.Equal(d0, d1) {
+					t.Fatalf("step %d (op %d): delivered %+v with lanes, %+v with the heap", step, op, d0, d1)
+				}
+				a0, ok0 := sides[0].tb.NextDeadline()
+				a1, ok1 := sides[1].tb.NextDeadline()
+				if a0 != a1 || ok0 != ok1 {
+					t.Fatalf("step %d: NextDeadline %d %v with lanes, %d %v with the heap", step, a0, ok0, a1, ok1)
+				}
+				if step%50 == 0 && !reflect.DeepEqual(sides[0].tb.Snapshot(), sides[1].tb.Snapshot()) {
+					t.Fatalf("step %d: snapshots differ", step)
+				}
+				for l := range sides[0].tb.lanes {
+					inLanes += sides[0].tb.lanes[l].live
+				}
+				if len(sides[1].tb.lanes[0].items) != 0 {
+					t.Fatal("the heap-only table used a lane")
+				}
+			}
+			if inLanes == 0 {
+				t.Fatal("nothing was ever in a lane")
+			}
+		})
+	}
+}

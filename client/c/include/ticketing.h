@@ -1,4 +1,5 @@
-/* libticketing: the official C client of the Ticketing lock server (protocol v1).
+/* libticketing: the official C client of the Ticketing lock server (protocol 1.1:
+ * docs/protocol.md; key sets, connection labels and the TLS hint of §12).
  *
  * Threading: a tk_client is safe to share between any number of threads.
  * Each connection has one background I/O thread (connect, handshake, TLS,
@@ -40,8 +41,8 @@ extern "C" {
 /* The version of the header; tk_version() / tk_version_number() give the
  * library's at run time (they differ when an application built against one
  * header runs with another libticketing.so.0). */
-#define TK_VERSION "0.1.0"
-#define TK_VERSION_NUMBER 0x000100 /* 0xMMmmpp */
+#define TK_VERSION "0.2.0"
+#define TK_VERSION_NUMBER 0x000200 /* 0xMMmmpp */
 #define TK_MAX_KEY 250
 
 typedef enum tk_status {
@@ -61,7 +62,9 @@ typedef enum tk_status {
     TK_E_FORKED,      /* used in a child process after fork() */
     TK_E_NOMEM,
     TK_E_INTERNAL,
-    TK_PENDING        /* tk_op_drive: not finished yet */
+    TK_PENDING,       /* tk_op_drive: not finished yet */
+    TK_INSUFFICIENT_LEASE, /* granted with less than min_remaining_ms left: released by the client (R14) */
+    TK_E_UNSUPPORTED  /* the server does not announce the feature (a 1.0 server: key sets, labels) */
 } tk_status;
 
 /* Server codes (protocol §4), as found in tk_lease.code. */
@@ -74,6 +77,7 @@ enum {
     TK_CODE_NO_QUORUM = 5,
     TK_CODE_BAD_HANDSHAKE = 10,
     TK_CODE_AUTH_FAILED = 11,
+    TK_CODE_TLS_REQUIRED = 12, /* 1.1: REJECT from a TLS listener to a plaintext client (§12.4) */
     TK_CODE_BAD_OP = 20,
     TK_CODE_BAD_KEY = 21,
     TK_CODE_BAD_LEASE = 22,
@@ -82,10 +86,20 @@ enum {
     TK_CODE_DUPLICATE_REQ_ID = 25,
     TK_CODE_BAD_ADMIN = 26,
     TK_CODE_NOT_PERMITTED = 27,
-    TK_CODE_INTERNAL = 28
+    TK_CODE_INTERNAL = 28,
+    TK_CODE_BAD_KEYSET = 29, /* 1.1: E to S/X (§12.2) */
+    TK_CODE_BAD_LABEL = 30   /* 1.1: E to L (§12.3) */
 };
 
 TK_API const char *tk_strerror(tk_status s);
+/* Errors say where (edge rule R15): the message of the calling thread's most
+ * recent call that failed (thread-local, valid until its next call), naming
+ * the operation, the key and the server address, e.g.
+ *   acquire "orders/42" at 127.0.0.1:7470: busy (QUEUE_FULL), not queued
+ * and, for a refused argument (R8), the argument and its limit:
+ *   acquire "": key must be 1..250 bytes (got 0)
+ * "" when the thread's last failing call left none. Never contains a token. */
+TK_API const char *tk_errmsg(void);
 /* The library's version at run time ("0.1.0") and as 0xMMmmpp. */
 TK_API const char *tk_version(void);
 TK_API unsigned tk_version_number(void);
@@ -116,9 +130,15 @@ typedef struct tk_config {
      * (counted from its write) ends TK_INDETERMINATE and is withdrawn with C.
      * 0 = 3000 ms. */
     uint32_t answer_allowance_ms;
+    /* Protocol 1.1 connection label (§12.3), shown to operators in `locks`:
+     * NULL = the default "<host>/<pid> c/<version>" ("<app_name> <host>/<pid>
+     * c/<version>" with app_name); "" = no label. Cut to 64 bytes at a
+     * character boundary; an invalid label (control characters) sends none. */
+    const char *label;
+    const char *app_name;
 } tk_config;
 
-#define TK_CONFIG_INIT {sizeof(tk_config), NULL, 0, NULL, NULL, 0, NULL, NULL, 0}
+#define TK_CONFIG_INIT {sizeof(tk_config), NULL, 0, NULL, NULL, 0, NULL, NULL, 0, NULL, NULL}
 #define TK_TLS_CONFIG_INIT {sizeof(tk_tls_config), NULL, NULL, NULL, NULL}
 
 typedef struct tk_lease {
@@ -127,9 +147,24 @@ typedef struct tk_lease {
     uint64_t token;       /* fencing token: check it against the high-water mark in the same transaction as the write */
     uint64_t deadline_ns; /* CLOCK_MONOTONIC: send time + queued (from G) + lease; stop before it */
     uint8_t code;         /* on failure: the server's §4 code (TK_BUSY, TK_E_INVALID, TK_INDETERMINATE), else 0 */
-    char message[128];    /* on failure: a human-readable reason (never a token) */
-    uint8_t reserved[32]; /* for growth; zeroed by the library */
+    char message[128];    /* on failure: a human-readable reason (never a token); tk_errmsg() has it in full */
+    uint8_t released;     /* set by tk_release_lease once the lease was released (R6) */
+    uint8_t reserved[31]; /* for growth; zeroed by the library */
 } tk_lease;
+
+/* A key of a key set: data, len bytes. */
+typedef struct tk_key {
+    const void *data;
+    size_t len;
+} tk_key;
+
+/* Options of an acquire (tk_acquire_ex, tk_acquire_start_ex, tk_queue_acquire_ex). */
+typedef struct tk_acquire_opts {
+    uint32_t size;             /* sizeof(tk_acquire_opts), or 0 (this layout) */
+    uint32_t min_remaining_ms; /* R14: when the conservative remaining lease after the grant is below
+                                * this, the client releases the grant and the call fails
+                                * TK_INSUFFICIENT_LEASE; 0 = no minimum */
+} tk_acquire_opts;
 
 typedef struct tk_client tk_client;
 typedef struct tk_op tk_op;
@@ -166,10 +201,35 @@ TK_API int64_t tk_lease_remaining_ms(const tk_lease *l);
  * the lease it receives is the only way to release the lock. */
 TK_API tk_status tk_acquire(tk_client *c, const void *key, size_t key_len, uint32_t lease_ms,
                      uint32_t wait_ms, tk_lease *out);
+/* As tk_acquire, with options (NULL = none): min_remaining_ms (R14). */
+TK_API tk_status tk_acquire_ex(tk_client *c, const void *key, size_t key_len, uint32_t lease_ms, uint32_t wait_ms,
+                               const tk_acquire_opts *opts, tk_lease *out);
 /* Blocking release; TK_OK only when the server answered O. Retried for at most 5 s. */
 TK_API tk_status tk_release(tk_client *c, const tk_lease *l);
 TK_API tk_status tk_release_token(tk_client *c, const void *key, size_t key_len, uint64_t token,
                            uint8_t *code_out);
+/* Releases the lease object once (edge rule R6): the first call releases as
+ * tk_release and, when the server answered (O or N), marks l->released; a call
+ * on a released lease is a no-op that returns TK_OK with *already = 1 (may be
+ * NULL). A key set's lease (tk_acquire_set) is released by tk_release_set. */
+TK_API tk_status tk_release_lease(tk_client *c, tk_lease *l, int *already);
+/* The lease's end as a file descriptor (edge rule R12): a timerfd
+ * (CLOCK_MONOTONIC) that becomes readable margin_ms before the lease's
+ * conservative local deadline, at once when that has passed or the lease was
+ * released (tk_release_lease). Poll it beside your work; close() it. -1 and
+ * errno on failure. */
+TK_API int tk_lease_ending_fd(const tk_lease *l, uint32_t margin_ms);
+
+/* Protocol 1.1 key sets (§12.2): 2..16 distinct keys acquired at once, one
+ * lease, one wait, one fencing token (out->token; out->key is the first key).
+ * Fails TK_E_UNSUPPORTED, sending nothing, when the server does not announce
+ * KEY_SETS. Released by tk_release_set with the same keys (any order). */
+TK_API tk_status tk_acquire_set(tk_client *c, const tk_key *keys, size_t n, uint32_t lease_ms, uint32_t wait_ms,
+                                tk_lease *out);
+TK_API tk_status tk_release_set(tk_client *c, const tk_key *keys, size_t n, uint64_t token, uint8_t *code_out);
+/* The cancellable form (tk_op_* below): tk_op_cancel withdraws the set from every queue. */
+TK_API tk_status tk_acquire_set_start(tk_client *c, const tk_key *keys, size_t n, uint32_t lease_ms,
+                                      uint32_t wait_ms, tk_op **op_out);
 
 /* Non-blocking form for event loops.
  *   tk_acquire_start   starts an acquire (TK_OK), or fails at once (argument check).
@@ -184,6 +244,8 @@ TK_API tk_status tk_release_token(tk_client *c, const void *key, size_t key_len,
  *   tk_op_free         frees (cancelling first when unfinished). */
 TK_API tk_status tk_acquire_start(tk_client *c, const void *key, size_t key_len, uint32_t lease_ms,
                            uint32_t wait_ms, tk_op **op_out);
+TK_API tk_status tk_acquire_start_ex(tk_client *c, const void *key, size_t key_len, uint32_t lease_ms,
+                                     uint32_t wait_ms, const tk_acquire_opts *opts, tk_op **op_out);
 TK_API int tk_op_fd(tk_op *op);
 TK_API int tk_op_timeout_ms(tk_op *op);
 TK_API tk_status tk_op_drive(tk_op *op, tk_lease *out);
@@ -243,6 +305,12 @@ TK_API int tk_queue_fd(tk_queue *q);
 TK_API int tk_queue_timeout_ms(tk_queue *q);
 TK_API tk_status tk_queue_acquire(tk_queue *q, const void *key, size_t key_len, uint32_t lease_ms,
                            uint32_t wait_ms, void *user, tk_op **op_out);
+TK_API tk_status tk_queue_acquire_ex(tk_queue *q, const void *key, size_t key_len, uint32_t lease_ms,
+                                     uint32_t wait_ms, const tk_acquire_opts *opts, void *user, tk_op **op_out);
+/* Key sets through the queue (same rules as tk_acquire_set / tk_release_set). */
+TK_API tk_status tk_queue_acquire_set(tk_queue *q, const tk_key *keys, size_t n, uint32_t lease_ms, uint32_t wait_ms,
+                                      void *user, tk_op **op_out);
+TK_API tk_status tk_queue_release_set(tk_queue *q, const tk_key *keys, size_t n, uint64_t token, void *user);
 TK_API tk_status tk_queue_release(tk_queue *q, const tk_lease *l, void *user);
 TK_API tk_status tk_queue_release_token(tk_queue *q, const void *key, size_t key_len, uint64_t token,
                                  void *user);

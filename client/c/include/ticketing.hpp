@@ -1,5 +1,10 @@
 // ticketing.hpp: C++17 RAII wrapper over libticketing (ticketing.h).
 //
+// Errors are exceptions (ticketing::Error and one subclass per tk_status);
+// what() says where (edge rule R15): the operation, the key and the server,
+// e.g. `acquire "orders/42" at 127.0.0.1:7470: busy (QUEUE_FULL), not queued`.
+// A try that finds the key held returns std::nullopt (try_acquire, R13).
+//
 // ticketing::Client is movable and thread-safe (it shares one tk_client).
 // ticketing::Lease is move-only; its destructor releases the lock (noexcept:
 // a failed release goes to Options::on_release_error, never an exception).
@@ -10,6 +15,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -18,6 +24,8 @@
 #include <string_view>
 #include <utility>
 #include <vector>
+
+#include <unistd.h>
 
 #include "ticketing.h"
 
@@ -49,6 +57,8 @@ TICKETING_ERR_(ProtocolError)
 TICKETING_ERR_(CancelledError)
 TICKETING_ERR_(ClosedError)
 TICKETING_ERR_(NoLeaderError)
+TICKETING_ERR_(InsufficientLeaseError) // R14: granted with less than min_remaining left (released)
+TICKETING_ERR_(UnsupportedError)       // the server does not speak the 1.1 feature (key sets)
 #undef TICKETING_ERR_
 
 [[noreturn]] inline void throw_status(tk_status st, int code = 0, const char *msg = nullptr) {
@@ -66,6 +76,8 @@ TICKETING_ERR_(NoLeaderError)
     case TK_E_CANCELLED: throw CancelledError(st, code, m);
     case TK_E_CLOSED: throw ClosedError(st, code, m);
     case TK_E_NO_LEADER: throw NoLeaderError(st, code, m);
+    case TK_INSUFFICIENT_LEASE: throw InsufficientLeaseError(st, code, m);
+    case TK_E_UNSUPPORTED: throw UnsupportedError(st, code, m);
     default: throw Error(st, code, m);
     }
 }
@@ -83,6 +95,10 @@ struct Options {
     // IndeterminateError (withdrawn with C). 0 = the library default, 3 s.
     std::chrono::milliseconds answer_allowance{0};
     bool wait_connected = true; // the constructor waits for a first connection (throws ConnectError/AuthError/TlsError)
+    // Protocol 1.1 connection label (§12.3): unset = "<host>/<pid> cpp/<version>"
+    // ("<app_name> <host>/<pid> cpp/<version>" with app_name); "" = none.
+    std::optional<std::string> label;
+    std::string app_name;
     std::function<void(const Error &)> on_release_error; // failures of Lease's destructor
 };
 
@@ -94,8 +110,36 @@ struct State {
 };
 inline std::uint32_t to_ms(std::chrono::milliseconds d, const char *what) {
     if (d.count() < 0 || static_cast<unsigned long long>(d.count()) > 0xffffffffull)
-        throw InvalidArgument(TK_E_INVALID, 0, std::string(what) + " must be 0..4294967295 ms");
+        throw InvalidArgument(TK_E_INVALID, 0,
+                              std::string(what) + " must be 0..4294967295 ms (got " + std::to_string(d.count()) + ")");
     return static_cast<std::uint32_t>(d.count());
+}
+// The C library's message of this thread's failed call (R15), else the status's text.
+[[noreturn]] inline void fail(tk_status s, int code = 0) { throw_status(s, code, tk_errmsg()); }
+inline std::vector<tk_key> keys_of(const std::vector<std::string> &keys) {
+    std::vector<tk_key> k;
+    for (auto &x : keys) k.push_back(tk_key{x.data(), x.size()});
+    return k;
+}
+inline std::string default_label(const std::string &app) {
+    char host[256] = {0};
+    if (gethostname(host, sizeof host - 1) != 0 || !host[0]) std::snprintf(host, sizeof host, "unknown");
+    std::string l = std::string(host) + "/" + std::to_string(static_cast<long>(getpid())) + " cpp/" + TK_VERSION;
+    return app.empty() ? l : app + " " + l;
+}
+} // namespace detail
+
+// Options of one acquire.
+struct AcquireOptions {
+    // R14: fail InsufficientLeaseError (the client releases the grant) when less
+    // than this is left of the lease after the grant; 0 = no minimum.
+    std::chrono::milliseconds min_remaining{0};
+};
+
+namespace detail {
+inline tk_acquire_opts c_opts(const AcquireOptions &o) {
+    tk_acquire_opts c{sizeof(tk_acquire_opts), to_ms(o.min_remaining, "min_remaining")};
+    return c;
 }
 } // namespace detail
 
@@ -107,13 +151,17 @@ public:
     Lease() = default;
     Lease(const Lease &) = delete;
     Lease &operator=(const Lease &) = delete;
-    Lease(Lease &&o) noexcept : st_(std::move(o.st_)), l_(o.l_), held_(std::exchange(o.held_, false)) {}
+    Lease(Lease &&o) noexcept
+        : st_(std::move(o.st_)), l_(o.l_), keys_(std::move(o.keys_)), held_(std::exchange(o.held_, false)),
+          released_(o.released_) {}
     Lease &operator=(Lease &&o) noexcept {
         if (this != &o) {
             release_noexcept();
             st_ = std::move(o.st_);
             l_ = o.l_;
+            keys_ = std::move(o.keys_);
             held_ = std::exchange(o.held_, false);
+            released_ = o.released_;
         }
         return *this;
     }
@@ -132,7 +180,21 @@ public:
         return std::chrono::milliseconds(tk_lease_remaining_ms(&l_));
     }
     bool held() const noexcept { return held_; }
+    // Whether this object released its lock (the server answered); a second
+    // release() is then a no-op (edge rule R6).
+    bool released() const noexcept { return released_; }
     explicit operator bool() const noexcept { return held_; }
+    // A key set's keys (Client::acquire_set), in the order acquired; empty for one key.
+    const std::vector<std::string> &keys() const noexcept { return keys_; }
+    // R12: when to stop working: margin before the lease's conservative local
+    // deadline; now once released or detached. Use it with wait_until of a
+    // condition variable or future, or sleep_until.
+    std::chrono::steady_clock::time_point ending(std::chrono::milliseconds margin) const noexcept {
+        auto now = std::chrono::steady_clock::now();
+        if (!held_) return now;
+        auto at = deadline() - margin;
+        return at < now ? now : at;
+    }
     const tk_lease &native() const noexcept { return l_; }
     // Gives up the duty to release: the lock stays held until someone
     // releases its token or the lease ends.
@@ -144,18 +206,30 @@ public:
     // Releases; throws on failure. The lease stays held (and its destructor
     // tries again) unless the server confirmed with O or said it is not the
     // holder.
+    // A released lease: a no-op (R6). A closed client throws ClosedError and
+    // sends nothing (the lock stays held until its lease ends, R7).
     void release() {
         if (!held_) return;
         std::uint8_t code = 0;
-        tk_status s = tk_release_token(st_->c, l_.key, l_.key_len, l_.token, &code);
-        if (s == TK_OK || s == TK_NOT_HOLDER || s == TK_E_INVALID || s == TK_E_CLOSED) held_ = false;
-        if (s != TK_OK) throw_status(s, code);
+        tk_status s;
+        if (keys_.empty()) {
+            s = tk_release_token(st_->c, l_.key, l_.key_len, l_.token, &code);
+        } else {
+            auto k = detail::keys_of(keys_);
+            s = tk_release_set(st_->c, k.data(), k.size(), l_.token, &code);
+        }
+        if (s == TK_OK || s == TK_NOT_HOLDER || s == TK_E_INVALID) {
+            held_ = false;
+            released_ = s != TK_E_INVALID;
+        }
+        if (s != TK_OK) detail::fail(s, code);
     }
 
 private:
     friend class Client;
     friend class PendingAcquire;
-    Lease(std::shared_ptr<detail::State> st, const tk_lease &l) : st_(std::move(st)), l_(l), held_(true) {}
+    Lease(std::shared_ptr<detail::State> st, const tk_lease &l, std::vector<std::string> keys = {})
+        : st_(std::move(st)), l_(l), keys_(std::move(keys)), held_(true) {}
     void release_noexcept() noexcept {
         if (!held_) return;
         try {
@@ -174,7 +248,9 @@ private:
     }
     std::shared_ptr<detail::State> st_;
     tk_lease l_{};
+    std::vector<std::string> keys_;
     bool held_ = false;
+    bool released_ = false;
 };
 
 // An acquire in progress: wait() for it from one thread, cancel() from any
@@ -183,7 +259,8 @@ class PendingAcquire {
 public:
     PendingAcquire(const PendingAcquire &) = delete;
     PendingAcquire &operator=(const PendingAcquire &) = delete;
-    PendingAcquire(PendingAcquire &&o) noexcept : st_(std::move(o.st_)), op_(std::exchange(o.op_, nullptr)) {}
+    PendingAcquire(PendingAcquire &&o) noexcept
+        : st_(std::move(o.st_)), op_(std::exchange(o.op_, nullptr)), keys_(std::move(o.keys_)) {}
     ~PendingAcquire() { tk_op_free(op_); }
 
     void cancel() noexcept { tk_op_cancel(op_); }
@@ -207,13 +284,15 @@ public:
 
 private:
     friend class Client;
-    PendingAcquire(std::shared_ptr<detail::State> st, tk_op *op) : st_(std::move(st)), op_(op) {}
+    PendingAcquire(std::shared_ptr<detail::State> st, tk_op *op, std::vector<std::string> keys = {})
+        : st_(std::move(st)), op_(op), keys_(std::move(keys)) {}
     Lease finish(tk_status s, const tk_lease &l) {
-        if (s != TK_OK) throw_status(s, l.code, l.message);
-        return Lease(st_, l);
+        if (s != TK_OK) detail::fail(s, l.code);
+        return Lease(st_, l, keys_);
     }
     std::shared_ptr<detail::State> st_;
     tk_op *op_;
+    std::vector<std::string> keys_; // a key set's
 };
 
 class Client {
@@ -235,6 +314,8 @@ public:
         cfg.tls = o.tls ? &t : nullptr;
         cfg.connect_timeout_ms = detail::to_ms(o.connect_timeout, "connect_timeout");
         cfg.answer_allowance_ms = detail::to_ms(o.answer_allowance, "answer_allowance");
+        std::string label = o.label ? *o.label : detail::default_label(o.app_name);
+        cfg.label = label.c_str();
         st_->c = tk_client_new(&cfg);
         if (!st_->c) throw InvalidArgument(TK_E_INVALID, 0, tk_client_new_error());
         st_->on_release_error = o.on_release_error;
@@ -243,7 +324,7 @@ public:
             if (s != TK_OK) {
                 std::uint8_t code = 0;
                 tk_client_last_error(st_->c, &code);
-                throw_status(s, code);
+                detail::fail(s, code);
             }
         }
     }
@@ -252,34 +333,61 @@ public:
     Client(const Client &) = delete;
     Client &operator=(const Client &) = delete;
 
-    Lease acquire(std::string_view key, std::chrono::milliseconds lease, std::chrono::milliseconds wait) {
+    Lease acquire(std::string_view key, std::chrono::milliseconds lease, std::chrono::milliseconds wait,
+                  const AcquireOptions &opts = {}) {
         tk_lease l{};
-        tk_status s = tk_acquire(c(), key.data(), key.size(), detail::to_ms(lease, "lease"),
-                                 detail::to_ms(wait, "wait"), &l);
-        if (s != TK_OK) throw_status(s, l.code, l.message);
+        tk_acquire_opts co = detail::c_opts(opts);
+        tk_status s = tk_acquire_ex(c(), key.data(), key.size(), detail::to_ms(lease, "lease"),
+                                    detail::to_ms(wait, "wait"), &co, &l);
+        if (s != TK_OK) detail::fail(s, l.code);
         return Lease(st_, l);
     }
-    // nullopt when not acquired within wait (default: try once); other failures throw.
+    // nullopt when not acquired within wait (default: try once); other failures throw (R13).
     std::optional<Lease> try_acquire(std::string_view key, std::chrono::milliseconds lease,
-                                     std::chrono::milliseconds wait = std::chrono::milliseconds(0)) {
+                                     std::chrono::milliseconds wait = std::chrono::milliseconds(0),
+                                     const AcquireOptions &opts = {}) {
         try {
-            return acquire(key, lease, wait);
+            return acquire(key, lease, wait, opts);
         } catch (const TimeoutError &) {
             return std::nullopt;
         }
     }
-    PendingAcquire start_acquire(std::string_view key, std::chrono::milliseconds lease, std::chrono::milliseconds wait) {
+    PendingAcquire start_acquire(std::string_view key, std::chrono::milliseconds lease, std::chrono::milliseconds wait,
+                                 const AcquireOptions &opts = {}) {
         tk_op *op = nullptr;
-        tk_status s = tk_acquire_start(c(), key.data(), key.size(), detail::to_ms(lease, "lease"),
-                                       detail::to_ms(wait, "wait"), &op);
-        if (s != TK_OK) throw_status(s);
+        tk_acquire_opts co = detail::c_opts(opts);
+        tk_status s = tk_acquire_start_ex(c(), key.data(), key.size(), detail::to_ms(lease, "lease"),
+                                          detail::to_ms(wait, "wait"), &co, &op);
+        if (s != TK_OK) detail::fail(s);
         return PendingAcquire(st_, op);
+    }
+    // Protocol 1.1 key set (§12.2): 2..16 distinct keys at once, one token; the
+    // Lease releases the whole set. UnsupportedError from a 1.0 server.
+    Lease acquire_set(const std::vector<std::string> &keys, std::chrono::milliseconds lease,
+                      std::chrono::milliseconds wait) {
+        return start_acquire_set(keys, lease, wait).wait();
+    }
+    PendingAcquire start_acquire_set(const std::vector<std::string> &keys, std::chrono::milliseconds lease,
+                                     std::chrono::milliseconds wait) {
+        tk_op *op = nullptr;
+        auto k = detail::keys_of(keys);
+        tk_status s = tk_acquire_set_start(c(), k.data(), k.size(), detail::to_ms(lease, "lease"),
+                                           detail::to_ms(wait, "wait"), &op);
+        if (s != TK_OK) detail::fail(s);
+        return PendingAcquire(st_, op, keys);
     }
     // Releases a lock known by its token (from any process); throws on failure.
     void release(std::string_view key, std::uint64_t token) {
         std::uint8_t code = 0;
         tk_status s = tk_release_token(c(), key.data(), key.size(), token, &code);
-        if (s != TK_OK) throw_status(s, code);
+        if (s != TK_OK) detail::fail(s, code);
+    }
+    // Releases a key set known by its token (keys in any order).
+    void release_set(const std::vector<std::string> &keys, std::uint64_t token) {
+        std::uint8_t code = 0;
+        auto k = detail::keys_of(keys);
+        tk_status s = tk_release_set(c(), k.data(), k.size(), token, &code);
+        if (s != TK_OK) detail::fail(s, code);
     }
     void close() noexcept {
         if (st_) tk_client_close(st_->c);
@@ -340,16 +448,16 @@ public:
         tk_op *op = nullptr;
         tk_status s = tk_queue_acquire(live(), key.data(), key.size(), detail::to_ms(lease, "lease"),
                                        detail::to_ms(wait, "wait"), user, &op);
-        if (s != TK_OK) throw_status(s);
+        if (s != TK_OK) detail::fail(s);
         return op;
     }
     void release(const tk_lease &l, void *user = nullptr) {
         tk_status s = tk_queue_release(live(), &l, user);
-        if (s != TK_OK) throw_status(s);
+        if (s != TK_OK) detail::fail(s);
     }
     void release(std::string_view key, std::uint64_t token, void *user = nullptr) {
         tk_status s = tk_queue_release_token(live(), key.data(), key.size(), token, user);
-        if (s != TK_OK) throw_status(s);
+        if (s != TK_OK) detail::fail(s);
     }
     void cancel(tk_op *op) noexcept {
         if (q_) tk_queue_cancel(q_, op);

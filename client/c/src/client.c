@@ -19,6 +19,7 @@
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/timerfd.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -68,6 +69,10 @@ typedef struct call {
     uint32_t plen;
     int fail;
     tk_status fail_st;
+    uint8_t *set; /* S / X: the body (count keys); key/klen hold its first key (what a C names) */
+    size_t setlen;
+    uint8_t count;
+    int owns_set; /* set is this call's own copy (a heap call that outlived its op) */
     int embedded; /* lives inside its tk_op: moved to the heap before the I/O thread may own it */
     int token;    /* completed by dispatch: the caller holds one of cn->tokens until it settles */
     struct call *hnext;
@@ -81,6 +86,7 @@ struct conn {
     int efd;
     pthread_mutex_t mu;
     int up, ever_up, failures;
+    uint16_t features; /* protocol 1.1 feature bits of the server (§12.1), learned before up */
     uint32_t max_inflight, inflight;
     call *buckets[NBUCKET];
     uint32_t next_id;
@@ -112,6 +118,9 @@ typedef struct endpoint {
 typedef struct rel_job {
     uint8_t key[TK_MAX_KEY];
     size_t klen;
+    uint8_t *set; /* a key set's body (heap), or NULL */
+    size_t setlen;
+    uint8_t count;
     uint64_t token, deadline;
 } rel_job;
 
@@ -127,6 +136,8 @@ struct tk_client {
     char server_name[256];
     uint32_t connect_timeout_ms;
     uint64_t allowance_ns; /* R2's answer allowance */
+    uint8_t label[TK_LABEL_MAX]; /* the connections' label (§12.3); label_len 0 = none */
+    size_t label_len;
     void (*log)(void *, int, const char *);
     void *log_ud;
 
@@ -162,11 +173,16 @@ struct tk_op {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int efd;
-    uint8_t key[TK_MAX_KEY];
+    uint8_t key[TK_MAX_KEY]; /* the key; of a set its first key */
     size_t klen;
+    uint8_t *set; /* a key set's body (heap, owned by the op), or NULL */
+    size_t setlen;
+    uint8_t count;
+    uint32_t min_remaining; /* R14, ms; 0 = none */
+    const char *addr;       /* the server the last attempt went to (a conn's addr: lives as long as the client) */
     uint32_t lease, wait;
     uint64_t token;
-    uint64_t start, budget_end, conn_giveup, deadline, next_try;
+    uint64_t start, budget_end, grace_end, deadline, next_try;
     uint64_t answer_by; /* acquire written: INDETERMINATE past this (its write + wait + the allowance) */
     int moves, rounds, retries, maybe, ever_sent;
     call *c;
@@ -174,7 +190,7 @@ struct tk_op {
     tk_status result;
     tk_lease lease_out;
     uint8_t code;
-    char msg[128];
+    char msg[512];
     int reported;
     /* A_QUEUE: owned by the queue's thread except qnext, which the I/O thread
      * writes under q->mu while pushing the op onto the ready list */
@@ -234,6 +250,8 @@ const char *tk_strerror(tk_status s) {
     case TK_E_NOMEM: return "out of memory";
     case TK_E_INTERNAL: return "internal error";
     case TK_PENDING: return "pending";
+    case TK_INSUFFICIENT_LEASE: return "insufficient lease: granted with less than min_remaining left, released";
+    case TK_E_UNSUPPORTED: return "not supported by this server";
     }
     return "unknown status";
 }
@@ -337,7 +355,13 @@ static void drain_fd(int fd) {
 }
 
 static void complete(tk_client *cl, call *c);
-static void compensate(tk_client *cl, const uint8_t *key, size_t klen, uint64_t token);
+static void compensate_set(tk_client *cl, const uint8_t *key, size_t klen, const uint8_t *set, size_t setlen,
+                           uint8_t count, uint64_t token);
+
+static void call_free(call *c) {
+    if (c->owns_set) free(c->set);
+    free(c);
+}
 
 static int wbuf_reserve(conn *cn, size_t n) {
     if (cn->wlen + n <= cn->wcap) return 0;
@@ -377,12 +401,17 @@ static void enqueue_locked(conn *cn, call *c) {
         cn->wlen += tk_enc_acquire(p, id, c->key, c->klen, c->lease, c->wait);
         break;
     case 'R': cn->wlen += tk_enc_release(p, id, c->key, c->klen, c->arg); break;
+    case 'S':
+        c->sent_ns = tk_now_ns();
+        cn->wlen += tk_enc_acquire_set(p, id, c->count, c->set, c->setlen, c->lease, c->wait);
+        break;
+    case 'X': cn->wlen += tk_enc_release_set(p, id, c->count, c->set, c->setlen, c->arg); break;
     case 'C': cn->wlen += tk_enc_cancel(p, id, c->key, c->klen, (uint32_t)c->arg); break;
     default: cn->wlen += tk_enc_ping(p, id); break;
     }
 }
 
-enum { ENQ_OK, ENQ_DOWN, ENQ_FULL };
+enum { ENQ_OK, ENQ_DOWN, ENQ_FULL, ENQ_UNSUP };
 
 #define MAX_CALLER_ROUNDS 4
 
@@ -492,9 +521,13 @@ static void conn_settle(conn *cn) {
 
 static int conn_enqueue(conn *cn, call *c) {
     pthread_mutex_lock(&cn->mu);
-    if (!cn->up || cn->wlen > MAX_WBUF || wbuf_reserve(cn, TK_HDR + TK_MAX_KEY) != 0) {
+    if (!cn->up || cn->wlen > MAX_WBUF || wbuf_reserve(cn, TK_HDR + (c->set ? c->setlen : TK_MAX_KEY)) != 0) {
         pthread_mutex_unlock(&cn->mu);
         return ENQ_DOWN;
+    }
+    if (c->set && !(cn->features & TK_FEAT_KEY_SETS)) { /* §12.1: never an S or X to a 1.0 server */
+        pthread_mutex_unlock(&cn->mu);
+        return ENQ_UNSUP;
     }
     if (c->counts && cn->inflight >= cn->max_inflight) {
         pthread_mutex_unlock(&cn->mu);
@@ -513,6 +546,15 @@ static call *detach_locked(conn *cn, call *c) {
     if (!h) return NULL;
     *h = *c;
     h->embedded = 0;
+    if (c->set) { /* the op's body goes with the op: the heap call keeps its own copy */
+        h->set = malloc(c->setlen);
+        if (!h->set) {
+            free(h);
+            return NULL;
+        }
+        memcpy(h->set, c->set, c->setlen);
+        h->owns_set = 1;
+    }
     call **pp = &cn->buckets[c->req_id % NBUCKET];
     while (*pp && *pp != c) pp = &(*pp)->hnext;
     if (*pp) *pp = h;
@@ -544,7 +586,7 @@ static int conn_abandon(call *c) {
     }
     c->owner = OWN_ABANDONED;
     c->opref = NULL;
-    if (c->op == 'A' && c->counts && cn->up) {
+    if ((c->op == 'A' || c->op == 'S') && c->counts && cn->up) {
         call *cc = calloc(1, sizeof *cc);
         if (cc && wbuf_reserve(cn, TK_HDR + TK_MAX_KEY) == 0) {
             cc->op = 'C';
@@ -608,8 +650,10 @@ static void conn_kill(conn *cn, tk_status why) {
 static int fits(uint8_t op, uint8_t st) {
     if (st == 'E') return 1;
     switch (op) {
-    case 'A': return st == 'G' || st == 'T' || st == 'B' || st == 'M' || st == 'U';
+    case 'A':
+    case 'S': return st == 'G' || st == 'T' || st == 'B' || st == 'M' || st == 'U';
     case 'R':
+    case 'X':
     case 'C': return st == 'O' || st == 'N' || st == 'M' || st == 'U';
     case 'P': return st == 'P';
     }
@@ -846,8 +890,12 @@ static tk_status conn_connect(conn *cn, uint32_t *max_inflight, uint8_t *rej_cod
                 const char *reason = vr != X509_V_OK ? X509_verify_cert_error_string(vr)
                                      : ee ? ERR_reason_error_string(ee) : NULL;
                 /* R5: a plaintext server answers the ClientHello with bytes that are not TLS */
-                if (!reason || (ee && ERR_GET_REASON(ee) == SSL_R_WRONG_VERSION_NUMBER))
-                    reason = ee && ERR_GET_REASON(ee) == SSL_R_WRONG_VERSION_NUMBER ? "server does not speak TLS" : "handshake error";
+                /* R5, §12.4: a plaintext server's HELLO ("TKTS") is not a TLS record */
+                if (ee && (ERR_GET_REASON(ee) == SSL_R_WRONG_VERSION_NUMBER || ERR_GET_REASON(ee) == SSL_R_PACKET_LENGTH_TOO_LONG ||
+                           ERR_GET_REASON(ee) == SSL_R_RECORD_LENGTH_MISMATCH))
+                    reason = "the server does not speak TLS (a plaintext ticketing server?)";
+                else if (!reason)
+                    reason = "handshake error";
                 snprintf(cn->why, sizeof cn->why, "TLS with %s: %s", cn->addr, reason);
                 logf_(cl, 2, "ticketing: TLS handshake with %s failed: %s", cn->addr, reason);
                 return TK_E_TLS;
@@ -860,7 +908,7 @@ static tk_status conn_connect(conn *cn, uint32_t *max_inflight, uint8_t *rej_cod
         }
     }
 
-    uint8_t hb[TK_HELLO_LEN], wb[TK_WELCOME_LEN], ab[TK_AUTH_LEN], cnonce[32], proof[32];
+    uint8_t hb[TK_HELLO_LEN], wb[TK_WELCOME_LEN], cnonce[32], proof[32];
     tk_hello h;
     tk_welcome w;
     cn->ssl_failed = 0;
@@ -871,11 +919,28 @@ static tk_status conn_connect(conn *cn, uint32_t *max_inflight, uint8_t *rej_cod
         }
         return is_closed(cl) ? TK_E_CLOSED : cn->ssl_failed ? TK_E_TLS : st;
     }
-    if (tk_dec_hello(hb, &h) != 0) return TK_E_PROTOCOL;
+    int hd = tk_dec_hello(hb, &h);
+    if (hd == -2) { /* a REJECT where HELLO belongs: a TLS listener's hint (§12.4) */
+        *rej_code = h.flags;
+        if (h.flags == TK_CODE_TLS_REQUIRED && !cn->ssl) {
+            snprintf(cn->why, sizeof cn->why, "%s: the server requires TLS (REJECT TLS_REQUIRED); configure tls", cn->addr);
+            logf_(cl, 3, "ticketing: %s requires TLS; configure tls", cn->addr);
+            return TK_E_TLS;
+        }
+        snprintf(cn->why, sizeof cn->why, "%s rejected the connection before HELLO (code %u)", cn->addr, h.flags);
+        return TK_E_CONNECT;
+    }
+    if (hd != 0) {
+        snprintf(cn->why, sizeof cn->why, "%s does not speak the ticketing protocol (bad HELLO)", cn->addr);
+        return TK_E_PROTOCOL;
+    }
     if (RAND_bytes(cnonce, 32) != 1) return TK_E_INTERNAL;
     tk_proof('c', cl->token, cl->tlen, 1, h.nonce, cnonce, proof);
-    tk_enc_auth(ab, 1, cnonce, proof);
-    if (write_full(cn, ab, sizeof ab, deadline) != 0) return cn->ssl_failed ? TK_E_TLS : st;
+    uint8_t out[TK_AUTH_LEN + TK_HDR];
+    tk_enc_auth(out, 1, cnonce, proof);
+    /* §12.1: the feature ping goes right behind AUTH (req_id 1, before any request) */
+    tk_enc_ping_features(out + TK_AUTH_LEN, 1);
+    if (write_full(cn, out, sizeof out, deadline) != 0) return cn->ssl_failed ? TK_E_TLS : st;
     if (read_full(cn, wb, sizeof wb, deadline) != 0) return is_closed(cl) ? TK_E_CLOSED : cn->ssl_failed ? TK_E_TLS : st;
     if (tk_dec_welcome(wb, &w) != 0) return TK_E_PROTOCOL;
     if (w.status == 'E') {
@@ -897,6 +962,34 @@ static tk_status conn_connect(conn *cn, uint32_t *max_inflight, uint8_t *rej_cod
             logf_(cl, 3, "ticketing: %s did not prove the token (an impostor?)", cn->addr);
             return TK_E_AUTH;
         }
+    }
+    /* the pong: the feature bits in its queued field (0 from a 1.0 server) */
+    uint8_t pb[TK_HDR + TK_MAX_ERROR];
+    tk_resp pr;
+    if (read_full(cn, pb, TK_HDR, deadline) != 0) return is_closed(cl) ? TK_E_CLOSED : cn->ssl_failed ? TK_E_TLS : st;
+    size_t used = 0;
+    if (tk_dec_resp(pb, TK_HDR, &pr, &used) != 1 || pr.status != 'P' || pr.req_id != 1) {
+        snprintf(cn->why, sizeof cn->why, "%s answered the feature ping with '%c' (protocol violation)", cn->addr,
+                 pb[0] >= 0x20 && pb[0] < 0x7f ? pb[0] : '?');
+        return TK_E_PROTOCOL;
+    }
+    cn->features = pr.queued;
+    if (cl->label_len && (cn->features & TK_FEAT_LABELS)) { /* §12.3: before the first lock request */
+        uint8_t lb[TK_HDR + TK_LABEL_MAX];
+        size_t n = tk_enc_label(lb, 2, cl->label, cl->label_len);
+        if (write_full(cn, lb, n, deadline) != 0) return cn->ssl_failed ? TK_E_TLS : st;
+        if (read_full(cn, pb, TK_HDR, deadline) != 0) return is_closed(cl) ? TK_E_CLOSED : st;
+        int d = tk_dec_resp(pb, TK_HDR, &pr, &used);
+        if (d == 0 && used <= sizeof pb) {
+            if (read_full(cn, pb + TK_HDR, used - TK_HDR, deadline) != 0) return is_closed(cl) ? TK_E_CLOSED : st;
+            d = tk_dec_resp(pb, used, &pr, &used);
+        }
+        if (d != 1 || pr.req_id != 2 || (pr.status != 'O' && pr.status != 'E')) {
+            snprintf(cn->why, sizeof cn->why, "%s answered the label with '%c' (protocol violation)", cn->addr,
+                     pb[0] >= 0x20 && pb[0] < 0x7f ? pb[0] : '?');
+            return TK_E_PROTOCOL;
+        }
+        if (pr.status == 'E') logf_(cl, 2, "ticketing: %s refused the connection label (code %u)", cn->addr, pr.code);
     }
     *max_inflight = w.max_inflight ? w.max_inflight : 1;
     return TK_OK;
@@ -1148,6 +1241,14 @@ static int conn_is_connecting(conn *cn) {
     return r;
 }
 
+/* Whether any connection is being opened for the first time (R1's grace). */
+static int first_connecting(tk_client *cl) {
+    int nc = __atomic_load_n(&cl->nconns, __ATOMIC_ACQUIRE);
+    for (int i = 0; i < nc; i++)
+        if (conn_is_connecting(cl->conns[i])) return 1;
+    return 0;
+}
+
 /* Leader first, then round robin. */
 static int try_enqueue(tk_client *cl, call *c) {
     unsigned r = __atomic_add_fetch(&cl->rr, 1, __ATOMIC_RELAXED);
@@ -1162,14 +1263,16 @@ static int try_enqueue(tk_client *cl, call *c) {
             int e = conn_enqueue(cn, c);
             if (e == ENQ_OK) return ENQ_OK;
             if (e == ENQ_FULL) res = ENQ_FULL;
+            if (e == ENQ_UNSUP && res == ENQ_DOWN) res = ENQ_UNSUP;
             connecting |= conn_is_connecting(cn);
         }
-        if (res == ENQ_FULL || connecting) return res;
+        if (res == ENQ_FULL || res == ENQ_UNSUP || connecting) return res;
     }
     for (int i = 0; i < nc; i++) {
         int e = conn_enqueue(cl->conns[(r + (unsigned)i) % (unsigned)nc], c);
         if (e == ENQ_OK) return ENQ_OK;
         if (e == ENQ_FULL) res = ENQ_FULL;
+        if (e == ENQ_UNSUP && res == ENQ_DOWN) res = ENQ_UNSUP;
     }
     return res;
 }
@@ -1202,13 +1305,82 @@ static void complete(tk_client *cl, call *c) {
         break;
     }
     case OWN_ABANDONED:
-        if (c->op == 'A' && c->fail == F_NONE && c->status == 'G') {
+        if ((c->op == 'A' || c->op == 'S') && c->fail == F_NONE && c->status == 'G') {
             logf_(cl, 1, "ticketing: releasing a grant that arrived after its acquire was cancelled");
-            compensate(cl, c->key, c->klen, c->value);
+            compensate_set(cl, c->key, c->klen, c->set, c->setlen, c->count, c->value);
         }
-        free(c);
+        call_free(c);
         break;
-    default: free(c); break;
+    default: call_free(c); break;
+    }
+}
+
+static const char *code_name(uint8_t code) {
+    switch (code) {
+    case TK_CODE_QUEUE_FULL: return "QUEUE_FULL";
+    case TK_CODE_OVERLOADED: return "OVERLOADED";
+    case TK_CODE_CLOCK_UNHEALTHY: return "CLOCK_UNHEALTHY";
+    case TK_CODE_SHUTTING_DOWN: return "SHUTTING_DOWN";
+    case TK_CODE_NO_QUORUM: return "NO_QUORUM";
+    case TK_CODE_BAD_HANDSHAKE: return "BAD_HANDSHAKE";
+    case TK_CODE_AUTH_FAILED: return "AUTH_FAILED";
+    case TK_CODE_TLS_REQUIRED: return "TLS_REQUIRED";
+    case TK_CODE_BAD_OP: return "BAD_OP";
+    case TK_CODE_BAD_KEY: return "BAD_KEY";
+    case TK_CODE_BAD_LEASE: return "BAD_LEASE";
+    case TK_CODE_BAD_WAIT: return "BAD_WAIT";
+    case TK_CODE_BAD_FLAGS: return "BAD_FLAGS";
+    case TK_CODE_DUPLICATE_REQ_ID: return "DUPLICATE_REQ_ID";
+    case TK_CODE_BAD_ADMIN: return "BAD_ADMIN";
+    case TK_CODE_NOT_PERMITTED: return "NOT_PERMITTED";
+    case TK_CODE_INTERNAL: return "INTERNAL";
+    case TK_CODE_BAD_KEYSET: return "BAD_KEYSET";
+    case TK_CODE_BAD_LABEL: return "BAD_LABEL";
+    }
+    return NULL;
+}
+
+static __thread char g_errmsg[640]; /* tk_errmsg(): the calling thread's last failure */
+
+const char *tk_errmsg(void) { return g_errmsg; }
+
+/* The op and its key(s) as a message starts: `acquire "k"`, `acquire_set "a", "b"`. */
+static size_t what_of(char *b, size_t n, int kind, const uint8_t *key, size_t klen, const uint8_t *set, size_t setlen) {
+    size_t o = 0;
+    int w = snprintf(b, n, "%s%s ", kind == K_ACQUIRE ? "acquire" : "release", set ? "_set" : "");
+    o = w > 0 && (size_t)w < n ? (size_t)w : 0;
+    if (!set) {
+        w = snprintf(b + o, n - o, "\"%.*s\"", (int)klen, (const char *)key);
+    } else {
+        w = 0;
+        for (size_t off = 0; off < setlen && o + (size_t)w + 4 < n;) {
+            size_t kl = set[off];
+            int x = snprintf(b + o + w, n - o - (size_t)w, "%s\"%.*s\"", off ? ", " : "", (int)kl, (const char *)set + off + 1);
+            if (x < 0) break;
+            w += x;
+            off += 1 + kl;
+        }
+    }
+    o += w > 0 ? (size_t)w : 0;
+    return o < n ? o : n - 1;
+}
+
+/* R15: `<op> "<key>" at <addr>: <reason>`, the code named once. */
+static void where_msg(char *b, size_t n, tk_op *op, tk_status st, uint8_t code, const char *msg) {
+    size_t o = what_of(b, n, op->kind, op->key, op->klen, op->set, op->setlen);
+    const char *addr = op->addr ? op->addr : op->cl->neps ? op->cl->eps[0].addr : "";
+    const char *cn = code_name(code);
+    if (msg && msg[0]) {
+        if (cn && (st == TK_BUSY || st == TK_E_INVALID || st == TK_INDETERMINATE) && !strstr(msg, cn))
+            snprintf(b + o, n - o, " at %s: %s (%s)", addr, msg, cn);
+        else
+            snprintf(b + o, n - o, " at %s: %s", addr, msg);
+        return;
+    }
+    switch (st) {
+    case TK_BUSY: snprintf(b + o, n - o, " at %s: busy (%s), not queued", addr, cn ? cn : "no code"); return;
+    case TK_TIMEOUT: snprintf(b + o, n - o, " at %s: timeout, not acquired within the wait", addr); return;
+    default: snprintf(b + o, n - o, " at %s: %s%s%s%s", addr, tk_strerror(st), cn ? " (" : "", cn ? cn : "", cn ? ")" : "");
     }
 }
 
@@ -1216,7 +1388,10 @@ static void op_finish(tk_op *op, tk_status st, uint8_t code, const char *msg) {
     op->done = 1;
     op->result = st;
     op->code = code;
-    copy_msg(op->msg, sizeof op->msg, msg ? msg : tk_strerror(st));
+    if (st == TK_OK)
+        copy_msg(op->msg, sizeof op->msg, "ok");
+    else
+        where_msg(op->msg, sizeof op->msg, op, st, code, msg);
     if (op->async == A_OP) {
         if (op->efd >= 0) wake_fd(op->efd);
         pthread_cond_broadcast(&op->cv);
@@ -1236,9 +1411,10 @@ static uint64_t redirect_delay(int n) { return jitter(step_delay(25 * MS, 200 * 
 /* Interprets the answer of op->c (op->mu held). */
 static void op_answer(tk_op *op, call *c, uint64_t now) {
     tk_client *cl = op->cl;
+    if (c->cn) op->addr = c->cn->addr;
     if (op->kind == K_ACQUIRE) {
         if (op->cancel_req) {
-            if (c->fail == F_NONE && c->status == 'G') compensate(cl, op->key, op->klen, c->value);
+            if (c->fail == F_NONE && c->status == 'G') compensate_set(cl, op->key, op->klen, op->set, op->setlen, op->count, c->value);
             op_finish(op, TK_E_CANCELLED, 0, NULL);
             return;
         }
@@ -1258,6 +1434,18 @@ static void op_answer(tk_op *op, call *c, uint64_t now) {
             op->lease_out.key_len = op->klen;
             op->lease_out.token = c->value;
             op->lease_out.deadline_ns = c->sent_ns + (uint64_t)c->queued * 16 * MS + (uint64_t)op->lease * MS;
+            if (op->min_remaining) { /* R14: too little of the lease left to work in: give it back */
+                int64_t left = tk_lease_remaining_ms(&op->lease_out);
+                if (left < (int64_t)op->min_remaining) {
+                    compensate_set(cl, op->key, op->klen, op->set, op->setlen, op->count, c->value);
+                    char m[128];
+                    snprintf(m, sizeof m, "granted with %lld ms of the lease left, below min_remaining %u ms: released",
+                             (long long)left, op->min_remaining);
+                    memset(&op->lease_out, 0, sizeof op->lease_out);
+                    op_finish(op, TK_INSUFFICIENT_LEASE, 0, m);
+                    return;
+                }
+            }
             op_finish(op, TK_OK, 0, "ok");
             return;
         case 'T': op_finish(op, TK_TIMEOUT, 0, NULL); return;
@@ -1266,6 +1454,7 @@ static void op_answer(tk_op *op, call *c, uint64_t now) {
         case 'E': op_finish(op, TK_E_INVALID, c->code, c->payload[0] ? c->payload : NULL); return;
         case 'M':
             follow(cl, c->payload);
+            op->grace_end = now + 1000 * MS; /* R1: a leader's new connection may take 1 s past the wait */
             if (++op->moves > MAX_MOVES) {
                 uint64_t d = redirect_delay(++op->rounds);
                 if (op->wait == 0 || op->budget_end <= now + d) {
@@ -1324,7 +1513,7 @@ static void op_step(tk_op *op) {
         op->c = NULL;
         op->completed = 0;
         op_answer(op, c, now);
-        if (!c->embedded) free(c);
+        if (!c->embedded) call_free(c);
         if (op->done) return;
     }
     if (op->cancel_req && !op->c) {
@@ -1371,13 +1560,17 @@ static void op_step(tk_op *op) {
     c->hnext = NULL;
     c->owner = OWN_OP;
     c->opref = op;
+    c->set = op->set;
+    c->setlen = op->setlen;
+    c->count = op->count;
+    c->owns_set = 0;
     if (op->kind == K_ACQUIRE) {
-        c->op = 'A';
+        c->op = op->set ? 'S' : 'A';
         c->lease = op->lease;
         c->wait = op->wait;
         c->counts = op->wait > 0;
     } else {
-        c->op = 'R';
+        c->op = op->set ? 'X' : 'R';
         c->arg = op->token;
     }
     int r = try_enqueue(cl, c);
@@ -1386,6 +1579,10 @@ static void op_step(tk_op *op) {
         op->ever_sent = 1;
         /* R2: counted from the write (the frame is handed to the socket now) */
         if (op->kind == K_ACQUIRE) op->answer_by = now + (uint64_t)c->wait * MS + cl->allowance_ns;
+        return;
+    }
+    if (r == ENQ_UNSUP) {
+        op_finish(op, TK_E_UNSUPPORTED, 0, "key sets are not supported by this server (protocol 1.1, KEY_SETS)");
         return;
     }
     if (r == ENQ_DOWN && op->kind == K_ACQUIRE) {
@@ -1402,7 +1599,11 @@ static void op_step(tk_op *op) {
             return;
         }
     }
-    uint64_t limit = op->kind == K_RELEASE ? op->deadline : (r == ENQ_FULL ? op->budget_end : op->conn_giveup);
+    uint64_t limit = op->kind == K_RELEASE ? op->deadline : op->budget_end;
+    /* R1: the wait bounds the whole call, connecting included; a connection
+     * being opened for the first time may be waited for up to 1 s past it */
+    if (op->kind == K_ACQUIRE && r == ENQ_DOWN && limit < op->grace_end && now >= limit && first_connecting(cl))
+        limit = op->grace_end;
     if (now >= limit) {
         if (op->kind == K_RELEASE)
             op_finish(op, op->maybe ? TK_INDETERMINATE : TK_E_CONNECT, 0, "release not confirmed within 5 s");
@@ -1453,15 +1654,14 @@ static void op_init(tk_op *op, tk_client *cl, int kind, const void *key, size_t 
 }
 
 /* An acquire's lease and its budgets from now: the wait bounds the whole call,
- * connecting included (at least connect_timeout_ms to get a connection). */
+ * connecting included (R1; up to 1 s more while a first connection opens). */
 static void acquire_budget(tk_op *op, uint32_t lease_ms, uint32_t wait_ms) {
     uint64_t now = tk_now_ns();
     op->lease = lease_ms;
     op->wait = wait_ms;
     op->start = now;
     op->budget_end = now + (uint64_t)wait_ms * MS;
-    op->conn_giveup = now + (uint64_t)op->cl->connect_timeout_ms * MS;
-    if (op->budget_end > op->conn_giveup) op->conn_giveup = op->budget_end;
+    op->grace_end = now + 1000 * MS;
 }
 
 /* An op other threads may touch (tk_acquire_start): heap, mutex, condvar. */
@@ -1532,6 +1732,7 @@ static tk_status op_wait_blocking(tk_op *op, tk_lease *out) {
 }
 
 static void fill_out(tk_op *op, tk_lease *out) {
+    if (op->result != TK_OK) copy_msg(g_errmsg, sizeof g_errmsg, op->msg);
     if (!out) return;
     if (op->result == TK_OK && op->kind == K_ACQUIRE) {
         *out = op->lease_out;
@@ -1541,32 +1742,133 @@ static void fill_out(tk_op *op, tk_lease *out) {
     copy_msg(out->message, sizeof out->message, op->msg);
 }
 
-/* The checks every call that starts an op makes before anything is sent
- * (tk_acquire makes the same ones with a message for each). zero_arg: the
- * lease (acquire) or the token (release, R8) is 0. */
-static tk_status start_check(tk_client *cl, const void *key, size_t klen, int zero_arg) {
-    if (!cl) return TK_E_INVALID;
-    if (forked(cl)) return TK_E_FORKED;
-    if (!tk_key_valid(key, klen) || zero_arg) return TK_E_INVALID;
-    if (is_closed(cl)) return TK_E_CLOSED;
+static tk_status refuse(tk_status st, tk_lease *out, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static tk_status refuse(tk_status st, tk_lease *out, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(g_errmsg, sizeof g_errmsg, fmt, ap);
+    va_end(ap);
+    if (out) {
+        out->code = 0;
+        copy_msg(out->message, sizeof out->message, g_errmsg);
+    }
+    return st;
+}
+
+/* R8: a key is refused before anything is sent, the message naming the
+ * argument and its limit (the bytes of an invalid key are not echoed). */
+static tk_status check_key(const char *op, const void *key, size_t klen, tk_lease *out) {
+    if (klen == 0 || klen > TK_MAX_KEY || !key)
+        return refuse(TK_E_INVALID, out, "%s: key must be 1..%d bytes (got %zu)", op, TK_MAX_KEY, key ? klen : 0);
+    if (!tk_key_ok((const uint8_t *)key, klen))
+        return refuse(TK_E_INVALID, out,
+                      "%s: key must be 1..%d bytes of valid UTF-8 without control characters (got %zu bytes that are not)",
+                      op, TK_MAX_KEY, klen);
     return TK_OK;
 }
 
-static tk_status bad_arg(tk_lease *out, const char *msg) {
-    if (out) {
-        out->code = 0;
-        snprintf(out->message, sizeof out->message, "%s", msg);
+/* The checks every call that starts an op makes before anything is sent:
+ * the client, the key, lease >= 1 (acquire) or token != 0 (release). */
+static tk_status start_check(tk_client *cl, int kind, const void *key, size_t klen, uint32_t lease_ms, uint64_t token,
+                             tk_lease *out) {
+    const char *op = kind == K_ACQUIRE ? "acquire" : "release";
+    if (!cl) return refuse(TK_E_INVALID, out, "%s: no client (NULL)", op);
+    if (forked(cl)) return refuse(TK_E_FORKED, out, "%s: %s", op, tk_strerror(TK_E_FORKED));
+    tk_status st = check_key(op, key, klen, out);
+    if (st != TK_OK) return st;
+    if (kind == K_ACQUIRE && lease_ms == 0)
+        return refuse(TK_E_INVALID, out, "%s \"%.*s\": lease must be 1..4294967295 ms (got 0)", op, (int)klen, (const char *)key);
+    if (kind == K_RELEASE && token == 0)
+        return refuse(TK_E_INVALID, out, "%s \"%.*s\": token must be 1..18446744073709551615 (got 0, never issued)", op,
+                      (int)klen, (const char *)key);
+    if (is_closed(cl)) return refuse(TK_E_CLOSED, out, "%s \"%.*s\": client closed", op, (int)klen, (const char *)key);
+    return TK_OK;
+}
+
+/* A key set's body from keys[] (R8 for every key, 2..16, distinct): heap, or NULL with the refusal. */
+static uint8_t *set_body(int kind, const tk_key *keys, size_t n, size_t *blen, tk_status *st, tk_lease *out) {
+    const char *op = kind == K_ACQUIRE ? "acquire_set" : "release_set";
+    *st = TK_OK;
+    if (!keys || n < TK_SET_MIN || n > TK_SET_MAX) {
+        *st = refuse(TK_E_INVALID, out, "%s: a key set has 2..16 keys (got %zu)", op, keys ? n : 0);
+        return NULL;
     }
-    return TK_E_INVALID;
+    const uint8_t *ks[TK_SET_MAX];
+    size_t ls[TK_SET_MAX];
+    for (size_t i = 0; i < n; i++) {
+        ks[i] = (const uint8_t *)keys[i].data;
+        ls[i] = keys[i].len;
+        char what[40];
+        snprintf(what, sizeof what, "%s, keys[%zu]", op, i);
+        if ((*st = check_key(what, keys[i].data, keys[i].len, out)) != TK_OK) return NULL;
+    }
+    uint8_t *b = malloc(TK_SET_BODY_MAX);
+    if (!b) {
+        *st = refuse(TK_E_NOMEM, out, "%s: out of memory", op);
+        return NULL;
+    }
+    const char *why;
+    size_t bad;
+    *blen = tk_enc_set_body(b, ks, ls, n, &why, &bad);
+    if (*blen == 0) {
+        free(b);
+        *st = refuse(TK_E_INVALID, out, "%s: keys[%zu] \"%.*s\" appears twice (2..16 distinct keys)", op, bad,
+                     (int)ls[bad], (const char *)ks[bad]);
+        return NULL;
+    }
+    return b;
+}
+
+/* Gives a started op its set (kind's checks done by the caller). */
+static void op_take_set(tk_op *op, uint8_t *body, size_t blen, size_t n) {
+    op->set = body;
+    op->setlen = blen;
+    op->count = (uint8_t)n;
+}
+
+static uint32_t min_rem(const tk_acquire_opts *o) {
+    return o && (o->size == 0 || o->size >= offsetof(tk_acquire_opts, min_remaining_ms) + 4) ? o->min_remaining_ms : 0;
+}
+
+tk_status tk_acquire_start_ex(tk_client *cl, const void *key, size_t klen, uint32_t lease_ms, uint32_t wait_ms,
+                              const tk_acquire_opts *opts, tk_op **op_out) {
+    *op_out = NULL;
+    tk_status st = start_check(cl, K_ACQUIRE, key, klen, lease_ms, 0, NULL);
+    if (st != TK_OK) return st;
+    tk_op *op = op_new(cl, K_ACQUIRE, key, klen);
+    if (!op) return TK_E_NOMEM;
+    op->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    op->min_remaining = min_rem(opts);
+    acquire_budget(op, lease_ms, wait_ms);
+    pthread_mutex_lock(&op->mu);
+    op_step(op);
+    pthread_mutex_unlock(&op->mu);
+    *op_out = op;
+    return TK_OK;
 }
 
 tk_status tk_acquire_start(tk_client *cl, const void *key, size_t klen, uint32_t lease_ms, uint32_t wait_ms,
                            tk_op **op_out) {
+    return tk_acquire_start_ex(cl, key, klen, lease_ms, wait_ms, NULL, op_out);
+}
+
+tk_status tk_acquire_set_start(tk_client *cl, const tk_key *keys, size_t n, uint32_t lease_ms, uint32_t wait_ms,
+                               tk_op **op_out) {
     *op_out = NULL;
-    tk_status st = start_check(cl, key, klen, lease_ms == 0);
-    if (st != TK_OK) return st;
-    tk_op *op = op_new(cl, K_ACQUIRE, key, klen);
-    if (!op) return TK_E_NOMEM;
+    size_t blen = 0;
+    tk_status st;
+    uint8_t *body = set_body(K_ACQUIRE, keys, n, &blen, &st, NULL);
+    if (!body) return st;
+    if ((st = start_check(cl, K_ACQUIRE, keys[0].data, keys[0].len, lease_ms, 0, NULL)) != TK_OK) {
+        free(body);
+        return st;
+    }
+    tk_op *op = op_new(cl, K_ACQUIRE, keys[0].data, keys[0].len);
+    if (!op) {
+        free(body);
+        return TK_E_NOMEM;
+    }
+    op_take_set(op, body, blen, n);
     op->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     acquire_budget(op, lease_ms, wait_ms);
     pthread_mutex_lock(&op->mu);
@@ -1575,6 +1877,7 @@ tk_status tk_acquire_start(tk_client *cl, const void *key, size_t klen, uint32_t
     *op_out = op;
     return TK_OK;
 }
+
 
 int tk_op_fd(tk_op *op) { return op->efd; }
 
@@ -1646,6 +1949,7 @@ void tk_op_free(tk_op *op) {
     if (op->efd >= 0) close(op->efd);
     pthread_mutex_destroy(&op->mu);
     pthread_cond_destroy(&op->cv);
+    free(op->set);
     free(op);
 }
 
@@ -1750,17 +2054,60 @@ static void queue_step(tk_queue *q, tk_op *op) {
     if (op->done) queue_signal(q);
 }
 
-tk_status tk_queue_acquire(tk_queue *q, const void *key, size_t klen, uint32_t lease_ms, uint32_t wait_ms,
-                           void *user, tk_op **op_out) {
+tk_status tk_queue_acquire_ex(tk_queue *q, const void *key, size_t klen, uint32_t lease_ms, uint32_t wait_ms,
+                              const tk_acquire_opts *opts, void *user, tk_op **op_out) {
     if (op_out) *op_out = NULL;
-    tk_status st = start_check(q ? q->cl : NULL, key, klen, lease_ms == 0);
+    tk_status st = start_check(q ? q->cl : NULL, K_ACQUIRE, key, klen, lease_ms, 0, NULL);
     if (st != TK_OK) return st;
     tk_op *op = queue_op(q, K_ACQUIRE, key, klen, user);
     if (!op) return TK_E_NOMEM;
+    op->min_remaining = min_rem(opts);
     acquire_budget(op, lease_ms, wait_ms);
     if (op_out) *op_out = op;
     queue_step(q, op);
     return TK_OK;
+}
+
+tk_status tk_queue_acquire(tk_queue *q, const void *key, size_t klen, uint32_t lease_ms, uint32_t wait_ms,
+                           void *user, tk_op **op_out) {
+    return tk_queue_acquire_ex(q, key, klen, lease_ms, wait_ms, NULL, user, op_out);
+}
+
+static tk_status queue_set(tk_queue *q, int kind, const tk_key *keys, size_t n, uint32_t lease_ms, uint32_t wait_ms,
+                           uint64_t token, void *user, tk_op **op_out) {
+    if (op_out) *op_out = NULL;
+    size_t blen = 0;
+    tk_status st;
+    uint8_t *body = set_body(kind, keys, n, &blen, &st, NULL);
+    if (!body) return st;
+    if ((st = start_check(q ? q->cl : NULL, kind, keys[0].data, keys[0].len, lease_ms, token, NULL)) != TK_OK) {
+        free(body);
+        return st;
+    }
+    tk_op *op = queue_op(q, kind, keys[0].data, keys[0].len, user);
+    if (!op) {
+        free(body);
+        return TK_E_NOMEM;
+    }
+    op_take_set(op, body, blen, n);
+    if (kind == K_ACQUIRE) {
+        acquire_budget(op, lease_ms, wait_ms);
+        if (op_out) *op_out = op;
+    } else {
+        op->token = token;
+        op->deadline = tk_now_ns() + REL_WINDOW_NS;
+    }
+    queue_step(q, op);
+    return TK_OK;
+}
+
+tk_status tk_queue_acquire_set(tk_queue *q, const tk_key *keys, size_t n, uint32_t lease_ms, uint32_t wait_ms,
+                               void *user, tk_op **op_out) {
+    return queue_set(q, K_ACQUIRE, keys, n, lease_ms, wait_ms, 0, user, op_out);
+}
+
+tk_status tk_queue_release_set(tk_queue *q, const tk_key *keys, size_t n, uint64_t token, void *user) {
+    return queue_set(q, K_RELEASE, keys, n, 1, 0, token, user, NULL);
 }
 
 tk_status tk_queue_release(tk_queue *q, const tk_lease *l, void *user) {
@@ -1769,7 +2116,7 @@ tk_status tk_queue_release(tk_queue *q, const tk_lease *l, void *user) {
 }
 
 tk_status tk_queue_release_token(tk_queue *q, const void *key, size_t klen, uint64_t token, void *user) {
-    tk_status st = start_check(q ? q->cl : NULL, key, klen, token == 0);
+    tk_status st = start_check(q ? q->cl : NULL, K_RELEASE, key, klen, 1, token, NULL);
     if (st != TK_OK) return st;
     tk_op *op = queue_op(q, K_RELEASE, key, klen, user);
     if (!op) return TK_E_NOMEM;
@@ -1837,6 +2184,8 @@ size_t tk_queue_poll(tk_queue *q, tk_event *ev, size_t n) {
             e->lease.token = op->kind == K_RELEASE ? op->token : 0;
             e->lease.deadline_ns = 0;
         }
+        free(op->set);
+        op->set = NULL;
         if (q->nspare < 256) {
             op->lnext = q->spare;
             q->spare = op;
@@ -1875,11 +2224,13 @@ static void queue_release_memory(tk_queue *q, int unlink) {
     }
     for (tk_op *op = q->live, *n; op; op = n) {
         n = op->lnext;
+        free(op->set);
         free(op);
     }
     while (q->done) {
         tk_op *op = q->done;
         q->done = op->qnext;
+        free(op->set);
         free(op);
     }
     while (q->spare) {
@@ -1910,7 +2261,8 @@ void tk_queue_free(tk_queue *q) {
         for (tk_op *op = q->live, *n; op; op = n) {
             n = op->lnext;
             if (op->c) continue;
-            if (op->kind == K_RELEASE && !is_closed(q->cl)) compensate(q->cl, op->key, op->klen, op->token);
+            if (op->kind == K_RELEASE && !is_closed(q->cl))
+                compensate_set(q->cl, op->key, op->klen, op->set, op->setlen, op->count, op->token);
             op_finish(op, TK_E_CANCELLED, 0, NULL);
             queue_settle(q, op, 0);
         }
@@ -1922,27 +2274,55 @@ void tk_queue_free(tk_queue *q) {
     /* grants finished but never returned by tk_queue_poll: nobody holds them */
     for (tk_op *op = q->done; op; op = op->qnext)
         if (op->kind == K_ACQUIRE && op->result == TK_OK && !is_closed(q->cl))
-            compensate(q->cl, op->key, op->klen, op->lease_out.token);
+            compensate_set(q->cl, op->key, op->klen, op->set, op->setlen, op->count, op->lease_out.token);
     queue_release_memory(q, 1);
 }
 
-tk_status tk_acquire(tk_client *cl, const void *key, size_t klen, uint32_t lease_ms, uint32_t wait_ms,
-                     tk_lease *out) {
-    if (!cl || !out) return TK_E_INVALID; /* a grant nobody can see could never be released */
-    if (forked(cl)) return TK_E_FORKED;
-    if (!tk_key_valid(key, klen)) return bad_arg(out, "key must be 1..250 bytes of UTF-8 without control characters");
-    if (lease_ms == 0) return bad_arg(out, "lease must be at least 1 ms");
-    if (is_closed(cl)) return TK_E_CLOSED;
+tk_status tk_acquire_ex(tk_client *cl, const void *key, size_t klen, uint32_t lease_ms, uint32_t wait_ms,
+                        const tk_acquire_opts *opts, tk_lease *out) {
+    /* a grant nobody can see could never be released */
+    if (!out) return refuse(TK_E_INVALID, NULL, "acquire: out must not be NULL (the lease is the only way to release)");
+    tk_status st = start_check(cl, K_ACQUIRE, key, klen, lease_ms, 0, out);
+    if (st != TK_OK) return st;
     tk_op op;
     op_init(&op, cl, K_ACQUIRE, key, klen);
+    op.min_remaining = min_rem(opts);
     acquire_budget(&op, lease_ms, wait_ms);
     return op_wait_blocking(&op, out);
 }
 
-static tk_status release_until(tk_client *cl, const void *key, size_t klen, uint64_t token, uint64_t deadline,
-                               uint8_t *code) {
+tk_status tk_acquire(tk_client *cl, const void *key, size_t klen, uint32_t lease_ms, uint32_t wait_ms,
+                     tk_lease *out) {
+    return tk_acquire_ex(cl, key, klen, lease_ms, wait_ms, NULL, out);
+}
+
+tk_status tk_acquire_set(tk_client *cl, const tk_key *keys, size_t n, uint32_t lease_ms, uint32_t wait_ms,
+                         tk_lease *out) {
+    if (!out) return refuse(TK_E_INVALID, NULL, "acquire_set: out must not be NULL (the lease is the only way to release)");
+    size_t blen = 0;
+    tk_status st;
+    uint8_t *body = set_body(K_ACQUIRE, keys, n, &blen, &st, out);
+    if (!body) return st;
+    if ((st = start_check(cl, K_ACQUIRE, keys[0].data, keys[0].len, lease_ms, 0, out)) != TK_OK) {
+        free(body);
+        return st;
+    }
+    tk_op op;
+    op_init(&op, cl, K_ACQUIRE, keys[0].data, keys[0].len);
+    op_take_set(&op, body, blen, n);
+    acquire_budget(&op, lease_ms, wait_ms);
+    st = op_wait_blocking(&op, out);
+    free(body);
+    return st;
+}
+
+static tk_status release_until(tk_client *cl, const void *key, size_t klen, const uint8_t *set, size_t setlen,
+                               uint8_t count, uint64_t token, uint64_t deadline, uint8_t *code) {
     tk_op op;
     op_init(&op, cl, K_RELEASE, key, klen);
+    op.set = (uint8_t *)set; /* the caller's: freed by the caller */
+    op.setlen = setlen;
+    op.count = count;
     op.token = token;
     op.deadline = deadline;
     tk_lease tmp;
@@ -1953,28 +2333,88 @@ static tk_status release_until(tk_client *cl, const void *key, size_t klen, uint
 
 tk_status tk_release_token(tk_client *cl, const void *key, size_t klen, uint64_t token, uint8_t *code) {
     if (code) *code = 0;
-    tk_status st = start_check(cl, key, klen, token == 0); /* R8: token 0 is never issued */
+    tk_status st = start_check(cl, K_RELEASE, key, klen, 1, token, NULL); /* R8: token 0 is never issued */
     if (st != TK_OK) return st;
-    return release_until(cl, key, klen, token, tk_now_ns() + REL_WINDOW_NS, code);
+    return release_until(cl, key, klen, NULL, 0, 0, token, tk_now_ns() + REL_WINDOW_NS, code);
 }
 
 tk_status tk_release(tk_client *cl, const tk_lease *l) {
-    if (!l) return TK_E_INVALID;
+    if (!l) return refuse(TK_E_INVALID, NULL, "release: no lease (NULL)");
     return tk_release_token(cl, l->key, l->key_len, l->token, NULL);
+}
+
+tk_status tk_release_lease(tk_client *cl, tk_lease *l, int *already) {
+    if (already) *already = 0;
+    if (!l) return refuse(TK_E_INVALID, NULL, "release: no lease (NULL)");
+    if (__atomic_load_n(&l->released, __ATOMIC_ACQUIRE)) { /* R6: the second release of one lease is a no-op */
+        if (already) *already = 1;
+        return TK_OK;
+    }
+    tk_status st = tk_release_token(cl, l->key, l->key_len, l->token, NULL);
+    /* answered: the lease is over (O, or N: expired / released by its token elsewhere) */
+    if (st == TK_OK || st == TK_NOT_HOLDER) __atomic_store_n(&l->released, 1, __ATOMIC_RELEASE);
+    return st;
+}
+
+int tk_lease_ending_fd(const tk_lease *l, uint32_t margin_ms) {
+    if (!l) {
+        errno = EINVAL;
+        return -1;
+    }
+    int fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+    if (fd < 0) return -1;
+    uint64_t at = l->deadline_ns > (uint64_t)margin_ms * MS ? l->deadline_ns - (uint64_t)margin_ms * MS : 0;
+    uint64_t now = tk_now_ns();
+    if (__atomic_load_n(&l->released, __ATOMIC_ACQUIRE) || at <= now) at = now; /* ended: readable at once */
+    struct itimerspec its;
+    memset(&its, 0, sizeof its);
+    its.it_value.tv_sec = (time_t)(at / 1000000000ull);
+    its.it_value.tv_nsec = (long)(at % 1000000000ull);
+    if (timerfd_settime(fd, TFD_TIMER_ABSTIME, &its, NULL) != 0) {
+        int e = errno;
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    return fd;
+}
+
+tk_status tk_release_set(tk_client *cl, const tk_key *keys, size_t n, uint64_t token, uint8_t *code) {
+    if (code) *code = 0;
+    size_t blen = 0;
+    tk_status st;
+    uint8_t *body = set_body(K_RELEASE, keys, n, &blen, &st, NULL);
+    if (!body) return st;
+    if ((st = start_check(cl, K_RELEASE, keys[0].data, keys[0].len, 1, token, NULL)) == TK_OK)
+        st = release_until(cl, keys[0].data, keys[0].len, body, blen, (uint8_t)n, token, tk_now_ns() + REL_WINDOW_NS,
+                           code);
+    free(body);
+    return st;
 }
 
 /* -------------------------------------------------------------- releaser */
 
-static void compensate(tk_client *cl, const uint8_t *key, size_t klen, uint64_t token) {
+static void compensate_set(tk_client *cl, const uint8_t *key, size_t klen, const uint8_t *set, size_t setlen,
+                           uint8_t count, uint64_t token) {
+    uint8_t *copy = NULL;
+    if (set && !(copy = malloc(setlen))) {
+        logf_(cl, 2, "ticketing: out of memory; an abandoned set grant stays held until its lease ends");
+        return;
+    }
+    if (set) memcpy(copy, set, setlen);
     pthread_mutex_lock(&cl->rmu);
     if (cl->jcount >= REL_QUEUE || cl->closed) {
         pthread_mutex_unlock(&cl->rmu);
+        free(copy);
         logf_(cl, 2, "ticketing: release queue full; an abandoned grant stays held until its lease ends");
         return;
     }
     rel_job *j = &cl->jobs[(cl->jhead + cl->jcount) % REL_QUEUE];
     memcpy(j->key, key, klen);
     j->klen = klen;
+    j->set = copy;
+    j->setlen = setlen;
+    j->count = count;
     j->token = token;
     j->deadline = tk_now_ns() + REL_WINDOW_NS;
     cl->jcount++;
@@ -1989,16 +2429,19 @@ static void *releaser_main(void *arg) {
         while (!cl->jcount && !is_closed(cl)) pthread_cond_wait(&cl->rcv, &cl->rmu);
         if (is_closed(cl)) break;
         rel_job j = cl->jobs[cl->jhead];
+        cl->jobs[cl->jhead].set = NULL;
         cl->jhead = (cl->jhead + 1) % REL_QUEUE;
         cl->jcount--;
         pthread_mutex_unlock(&cl->rmu);
-        tk_status st = release_until(cl, j.key, j.klen, j.token, j.deadline, NULL);
+        tk_status st = release_until(cl, j.key, j.klen, j.set, j.setlen, j.count, j.token, j.deadline, NULL);
+        free(j.set);
         if (st != TK_OK) logf_(cl, 2, "ticketing: background release failed: %s", tk_strerror(st));
         pthread_mutex_lock(&cl->rmu);
     }
     pthread_mutex_unlock(&cl->rmu);
     return NULL;
 }
+
 
 /* ---------------------------------------------------------------- client */
 
@@ -2064,6 +2507,24 @@ static SSL_CTX *make_ctx(const tk_tls_config *t) {
 /* Whether a caller's struct of `size` bytes (0: this header's layout) holds the field ending at end. */
 #define HAS_FIELD(size, type, field) ((size) == 0 || (size) >= offsetof(type, field) + sizeof(((type *)0)->field))
 
+/* §12.3: the user's label, or "[<app> ]<host>/<pid> c/<version>"; cut to 64
+ * bytes at a character boundary; none when invalid or "". */
+static void make_label(tk_client *cl, const char *label, const char *app) {
+    char buf[512];
+    if (label) {
+        snprintf(buf, sizeof buf, "%s", label);
+    } else {
+        char host[256];
+        if (gethostname(host, sizeof host) != 0 || !host[0]) snprintf(host, sizeof host, "unknown");
+        host[sizeof host - 1] = 0;
+        snprintf(buf, sizeof buf, "%s%s%.200s/%ld c/%s", app && *app ? app : "", app && *app ? " " : "", host,
+                 (long)getpid(), TK_VERSION);
+    }
+    size_t n = tk_label_cut((const uint8_t *)buf, strlen(buf));
+    memcpy(cl->label, buf, n);
+    cl->label_len = n;
+}
+
 tk_client *tk_client_new(const tk_config *cfg) {
     g_new_error[0] = 0;
     if (!cfg) return new_failed(EINVAL, "no configuration");
@@ -2092,6 +2553,8 @@ tk_client *tk_client_new(const tk_config *cfg) {
         memcpy(cl->token, cfg->token, cl->tlen);
     }
     cl->connect_timeout_ms = cfg->connect_timeout_ms ? cfg->connect_timeout_ms : 5000;
+    make_label(cl, HAS_FIELD(cfg->size, tk_config, label) ? cfg->label : NULL,
+               HAS_FIELD(cfg->size, tk_config, app_name) ? cfg->app_name : NULL);
     cl->log = cfg->log;
     cl->log_ud = cfg->log_ud;
     cl->leader = -1;
@@ -2125,6 +2588,12 @@ tk_client *tk_client_new(const tk_config *cfg) {
     return cl;
 }
 
+/* The reason of a failed wait for a connection, for tk_errmsg() (cl->mu held). */
+static tk_status connect_failed(tk_client *cl, tk_status st) {
+    snprintf(g_errmsg, sizeof g_errmsg, "connect: %s", cl->last_msg[0] ? cl->last_msg : tk_strerror(st));
+    return st;
+}
+
 tk_status tk_client_wait_connected(tk_client *cl, uint32_t timeout_ms) {
     if (forked(cl)) return TK_E_FORKED;
     struct timespec ts;
@@ -2148,12 +2617,12 @@ tk_status tk_client_wait_connected(tk_client *cl, uint32_t timeout_ms) {
             return TK_OK;
         }
         if (all_failed && (cl->last_err == TK_E_AUTH || cl->last_err == TK_E_TLS)) {
-            tk_status st = cl->last_err;
+            tk_status st = connect_failed(cl, cl->last_err);
             pthread_mutex_unlock(&cl->mu);
             return st;
         }
         if (pthread_cond_timedwait(&cl->cv, &cl->mu, &ts) == ETIMEDOUT) {
-            tk_status st = cl->last_err == TK_E_TLS || cl->last_err == TK_E_AUTH ? cl->last_err : TK_E_CONNECT;
+            tk_status st = connect_failed(cl, cl->last_err == TK_E_TLS || cl->last_err == TK_E_AUTH ? cl->last_err : TK_E_CONNECT);
             pthread_mutex_unlock(&cl->mu);
             return st;
         }
@@ -2208,6 +2677,7 @@ void tk_client_free(tk_client *cl) {
     }
     if (cl->ssl_ctx) SSL_CTX_free(cl->ssl_ctx);
     OPENSSL_cleanse(cl->token, sizeof cl->token);
+    for (size_t i = 0; i < cl->jcount; i++) free(cl->jobs[(cl->jhead + i) % REL_QUEUE].set);
     free(cl->jobs);
     pthread_mutex_destroy(&cl->mu);
     pthread_mutex_destroy(&cl->qmu);

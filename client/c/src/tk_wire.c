@@ -31,6 +31,88 @@ size_t tk_enc_cancel(uint8_t *out, uint32_t id, const uint8_t *key, size_t klen,
     return hdr(out, 'C', klen, id, (uint64_t)target << 32, key);
 }
 size_t tk_enc_ping(uint8_t *out, uint32_t id) { return hdr(out, 'P', 0, id, 0, NULL); }
+size_t tk_enc_ping_features(uint8_t *out, uint32_t id) { return hdr(out, 'P', 0, id, 1, NULL); }
+
+size_t tk_enc_set_body(uint8_t *out, const uint8_t *const *keys, const size_t *lens, size_t n, const char **why,
+                       size_t *bad) {
+    *why = NULL;
+    *bad = 0;
+    if (n < TK_SET_MIN || n > TK_SET_MAX) {
+        *why = "count";
+        return 0;
+    }
+    size_t off = 0;
+    for (size_t i = 0; i < n; i++) {
+        *bad = i;
+        if (!keys[i] || !tk_key_ok(keys[i], lens[i])) {
+            *why = "key";
+            return 0;
+        }
+        for (size_t j = 0; j < i; j++)
+            if (lens[j] == lens[i] && memcmp(keys[j], keys[i], lens[i]) == 0) {
+                *why = "duplicate";
+                return 0;
+            }
+        out[off++] = (uint8_t)lens[i];
+        memcpy(out + off, keys[i], lens[i]);
+        off += lens[i];
+    }
+    return off;
+}
+
+static size_t set_frame(uint8_t *out, uint8_t op, uint32_t id, uint8_t count, const uint8_t *body, size_t blen,
+                        uint64_t arg) {
+    out[0] = op;
+    out[1] = count;
+    tk_put16(out + 2, (uint16_t)blen);
+    tk_put32(out + 4, id);
+    tk_put64(out + 8, arg);
+    memcpy(out + TK_HDR, body, blen);
+    return TK_HDR + blen;
+}
+size_t tk_enc_acquire_set(uint8_t *out, uint32_t id, uint8_t count, const uint8_t *body, size_t blen, uint32_t lease,
+                          uint32_t wait) {
+    return set_frame(out, 'S', id, count, body, blen, ((uint64_t)lease << 32) | wait);
+}
+size_t tk_enc_release_set(uint8_t *out, uint32_t id, uint8_t count, const uint8_t *body, size_t blen, uint64_t token) {
+    return set_frame(out, 'X', id, count, body, blen, token);
+}
+size_t tk_enc_label(uint8_t *out, uint32_t id, const uint8_t *label, size_t len) {
+    return hdr(out, 'L', len, id, 0, label);
+}
+
+/* Length of the UTF-8 character at s[0] (valid, not a control character), or 0. */
+static size_t utf8_char(const uint8_t *s, size_t n) {
+    for (size_t sz = 1; sz <= 4 && sz <= n; sz++)
+        if (tk_key_ok(s, sz)) return sz;
+    return 0;
+}
+
+size_t tk_label_cut(const uint8_t *s, size_t n) {
+    size_t off = 0, keep = 0;
+    while (off < n) {
+        size_t sz = utf8_char(s + off, n - off);
+        if (sz == 0) return 0;
+        off += sz;
+        if (off <= TK_LABEL_MAX) keep = off;
+    }
+    return keep;
+}
+
+int tk_dec_set_body(const uint8_t *body, size_t blen, uint8_t count, size_t *nkeys) {
+    size_t off = 0, k = 0;
+    *nkeys = 0;
+    if (blen > TK_SET_BODY_MAX || count < TK_SET_MIN || count > TK_SET_MAX) return 0;
+    while (off < blen) {
+        size_t kl = body[off];
+        if (kl == 0 || kl > 250 || blen - off - 1 < kl) return 0;
+        off += 1 + kl;
+        k++;
+    }
+    if (k != count) return 0;
+    *nkeys = k;
+    return 1;
+}
 
 size_t tk_enc_resp(uint8_t *out, const tk_resp *r) {
     out[0] = r->status;
@@ -74,6 +156,11 @@ int tk_dec_resp(const uint8_t *b, size_t len, tk_resp *o, size_t *used) {
 }
 
 int tk_dec_hello(const uint8_t b[TK_HELLO_LEN], tk_hello *h) {
+    if (b[0] == 'E' && b[1] != 0) { /* REJECT before HELLO: a TLS listener's hint (§12.4) */
+        h->version = 0;
+        h->flags = b[1];
+        return -2;
+    }
     if (memcmp(b, "TKTS", 4) != 0 || b[4] != 1) return -1;
     h->version = b[4];
     h->flags = b[5];

@@ -222,6 +222,8 @@ const char *kind(tk_status s) {
     case TK_E_CANCELLED: return "cancelled";
     case TK_E_CLOSED: return "closed";
     case TK_E_NO_LEADER: return "busy";
+    case TK_INSUFFICIENT_LEASE: return "insufficient_lease";
+    case TK_E_UNSUPPORTED: return "unsupported";
     default: return "internal";
     }
 }
@@ -236,6 +238,27 @@ std::string err(long long id, tk_status s, int code, const std::string &msg) {
 bool use_cpp = false;
 bool use_queue = false; // c-queue: TESTKIT_VARIANT=queue (testkit README "Variants")
 
+// stdin ended: open scopes (with_lock) end now and release (R10)
+std::mutex xmu;
+std::condition_variable xcv;
+bool exiting = false;
+int scopes = 0;
+void hold(long long ms) {
+    std::unique_lock<std::mutex> g(xmu);
+    xcv.wait_for(g, std::chrono::milliseconds(ms), [] { return exiting; });
+}
+struct Scope {
+    Scope() {
+        std::lock_guard<std::mutex> g(xmu);
+        scopes++;
+    }
+    ~Scope() {
+        std::lock_guard<std::mutex> g(xmu);
+        scopes--;
+        xcv.notify_all();
+    }
+};
+
 // c-queue: one event-loop thread owns a tk_queue; command threads post their
 // acquire, release or cancel to it and wait for the op's event.
 struct QueueLoop {
@@ -243,7 +266,8 @@ struct QueueLoop {
         int kind; // TK_EV_ACQUIRE, TK_EV_RELEASE, 0 = cancel
         long long id;
         std::string key;
-        uint32_t lease = 0, wait = 0;
+        std::vector<std::string> keys; // a key set
+        uint32_t lease = 0, wait = 0, min_remaining = 0;
         uint64_t token = 0;
         std::promise<tk_event> done;
     };
@@ -297,11 +321,21 @@ struct QueueLoop {
                     continue;
                 }
                 tk_op *op = nullptr;
-                tk_status s = r->kind == TK_EV_ACQUIRE
-                                  ? tk_queue_acquire(q, r->key.data(), r->key.size(), r->lease, r->wait, r.get(), &op)
-                                  : tk_queue_release_token(q, r->key.data(), r->key.size(), r->token, r.get());
+                tk_status s;
+                std::vector<tk_key> ks;
+                for (auto &k : r->keys) ks.push_back(tk_key{k.data(), k.size()});
+                tk_acquire_opts o{sizeof(tk_acquire_opts), r->min_remaining};
+                if (!ks.empty())
+                    s = r->kind == TK_EV_ACQUIRE ? tk_queue_acquire_set(q, ks.data(), ks.size(), r->lease, r->wait, r.get(), &op)
+                                                 : tk_queue_release_set(q, ks.data(), ks.size(), r->token, r.get());
+                else
+                    s = r->kind == TK_EV_ACQUIRE
+                            ? tk_queue_acquire_ex(q, r->key.data(), r->key.size(), r->lease, r->wait, &o, r.get(), &op)
+                            : tk_queue_release_token(q, r->key.data(), r->key.size(), r->token, r.get());
                 if (s != TK_OK) {
-                    r->done.set_value(failed(s));
+                    tk_event e = failed(s);
+                    snprintf(e.lease.message, sizeof e.lease.message, "%s", tk_errmsg());
+                    r->done.set_value(e);
                     continue;
                 }
                 live[r->id] = {op, r};
@@ -338,6 +372,30 @@ std::mutex mu;
 std::shared_ptr<Conn> cur;
 std::map<long long, tk_op *> pending_c;                          // acquire id -> op (C mode)
 std::map<long long, ticketing::PendingAcquire *> pending_cpp;     // (C++ mode)
+// Lease objects by token (release_lease, lease_ending): the C lease, or the C++ one.
+struct LeaseObj {
+    tk_lease c{};
+    std::unique_ptr<ticketing::Lease> cpp;
+};
+std::map<uint64_t, std::shared_ptr<LeaseObj>> leases;
+void keep(const tk_lease &l) {
+    auto o = std::make_shared<LeaseObj>();
+    o->c = l;
+    std::lock_guard<std::mutex> g(mu);
+    leases[l.token] = o;
+}
+void keep(ticketing::Lease &&l) {
+    auto o = std::make_shared<LeaseObj>();
+    o->c = l.native();
+    o->cpp = std::make_unique<ticketing::Lease>(std::move(l));
+    std::lock_guard<std::mutex> g(mu);
+    leases[o->c.token] = o;
+}
+std::shared_ptr<LeaseObj> lease_of(uint64_t token) {
+    std::lock_guard<std::mutex> g(mu);
+    auto it = leases.find(token);
+    return it == leases.end() ? nullptr : it->second;
+}
 
 bool key_of(const J &cmd, std::string &key) {
     if (const J *h = cmd.get("key_hex"); h && h->t == J::STR) {
@@ -357,8 +415,36 @@ long long num(const J &cmd, const char *k, long long d = 0) {
 
 bool range_ok(long long v) { return v >= 0 && v <= 0xffffffffLL; }
 
+// The C API takes uint32_t ms: what does not fit is refused here, as the
+// type system refuses it in a C program (R8: the argument and its limit).
+std::string bad_ms(long long id, const char *what, long long v, long long min) {
+    return err(id, TK_E_INVALID, 0,
+               std::string(what) + " must be " + std::to_string(min) + "..4294967295 ms (got " + std::to_string(v) + ")");
+}
+
 std::string grant(long long id, uint64_t token, int64_t remaining) {
     return ok(id, ",\"token\":\"" + std::to_string(token) + "\",\"deadline_in_ms\":" + std::to_string(remaining));
+}
+
+// The C library's message for the calling thread's failed call (R15).
+std::string cerr_(long long id, tk_status s, int code) { return err(id, s, code, tk_errmsg()); }
+
+std::vector<std::string> keys_of(const J &cmd) {
+    std::vector<std::string> k;
+    if (const J *a = cmd.get("keys"); a && a->t == J::ARR)
+        for (auto &x : a->a) k.push_back(x.s);
+    return k;
+}
+
+bool token_of(const J &cmd, uint64_t &tok) {
+    const J *t = cmd.get("token");
+    if (!t || t->t != J::STR || t->s.empty()) return false;
+    char *end = nullptr;
+    errno = 0;
+    unsigned long long v = strtoull(t->s.c_str(), &end, 10);
+    if (errno || !end || *end) return false;
+    tok = v;
+    return true;
 }
 
 std::string do_connect(const J &cmd, long long id) {
@@ -380,6 +466,8 @@ std::string do_connect(const J &cmd, long long id) {
         const J *v = has_tls ? tls->get(k) : nullptr;
         return v && v->t == J::STR ? v->s : std::string();
     };
+    const J *lab = cmd.get("label");
+    bool has_label = lab && lab->t == J::STR;
     long long cto = num(cmd, "connect_timeout_ms", 0);
     long long allowance = num(cmd, "answer_allowance_ms", 0);
     auto conn = std::make_shared<Conn>();
@@ -390,6 +478,7 @@ std::string do_connect(const J &cmd, long long id) {
         if (has_tls) o.tls = ticketing::TlsOptions{field("ca"), field("cert"), field("key"), field("server_name")};
         if (cto > 0) o.connect_timeout = std::chrono::milliseconds(cto);
         if (allowance > 0) o.answer_allowance = std::chrono::milliseconds(allowance);
+        if (has_label) o.label = lab->s;
         o.on_release_error = [](const ticketing::Error &e) { fprintf(stderr, "driver: release failed: %s\n", e.what()); };
         try {
             conn->cpp = std::make_unique<ticketing::Client>(o);
@@ -401,25 +490,26 @@ std::string do_connect(const J &cmd, long long id) {
         std::vector<const char *> a;
         for (auto &s : addrs) a.push_back(s.c_str());
         std::string ca = field("ca"), cert = field("cert"), key = field("key"), sn = field("server_name");
-        tk_tls_config t{};
+        tk_tls_config t = TK_TLS_CONFIG_INIT;
         t.ca_file = ca.empty() ? nullptr : ca.c_str();
         t.cert_file = cert.empty() ? nullptr : cert.c_str();
         t.key_file = key.empty() ? nullptr : key.c_str();
         t.server_name = sn.empty() ? nullptr : sn.c_str();
-        tk_config cfg{};
+        tk_config cfg = TK_CONFIG_INIT;
         cfg.addrs = a.data();
         cfg.n_addrs = a.size();
         cfg.token = token.c_str();
         cfg.tls = has_tls ? &t : nullptr;
         cfg.connect_timeout_ms = cto > 0 ? (uint32_t)cto : 0;
         cfg.answer_allowance_ms = allowance > 0 ? (uint32_t)allowance : 0; // edge rule R2
+        cfg.label = has_label ? lab->s.c_str() : nullptr;                  // protocol 1.1 label (§12.3)
         conn->c = tk_client_new(&cfg);
-        if (!conn->c) return err(id, has_tls ? TK_E_TLS : TK_E_INVALID, 0, "invalid configuration");
+        if (!conn->c) return err(id, has_tls ? TK_E_TLS : TK_E_INVALID, 0, tk_client_new_error());
         tk_status s = tk_client_wait_connected(conn->c, 0);
         if (s != TK_OK) {
             uint8_t code = 0;
             tk_client_last_error(conn->c, &code);
-            return err(id, s, code, "");
+            return cerr_(id, s, code);
         }
         if (use_queue) conn->ql = std::make_unique<QueueLoop>(conn->c);
     }
@@ -428,75 +518,126 @@ std::string do_connect(const J &cmd, long long id) {
     return ok(id);
 }
 
-std::string do_acquire(std::shared_ptr<Conn> cn, const J &cmd, long long id, const std::string &key) {
-    long long lease = num(cmd, "lease_ms"), wait = num(cmd, "wait_ms");
-    if (!range_ok(lease) || !range_ok(wait)) return err(id, TK_E_INVALID, 0, "duration out of range");
+// One acquire (or key set, when keys is not empty) through the API of the
+// mode, cancellable by `cancel` with id; fills the C lease, or the C++ one.
+struct Got {
+    tk_status s = TK_OK;
+    int code = 0;
+    std::string msg;
+    tk_lease l{};
+    std::optional<ticketing::Lease> cpp;
+};
+
+Got acquire_any(const std::shared_ptr<Conn> &cn, long long id, const std::string &key, const std::vector<std::string> &keys,
+                uint32_t lease, uint32_t wait, uint32_t min_rem) {
+    Got g;
     if (use_cpp) {
         try {
-            auto pa = cn->cpp->start_acquire(key, std::chrono::milliseconds(lease), std::chrono::milliseconds(wait));
-            {
-                std::lock_guard<std::mutex> g(mu);
-                pending_cpp[id] = &pa;
-            }
-            std::optional<ticketing::Lease> l;
-            std::string res;
+            ticketing::AcquireOptions ao;
+            ao.min_remaining = std::chrono::milliseconds(min_rem);
+            // registered before a cancel can look for it: a cancel sent as soon as
+            // the request reached the server waits for mu
+            std::unique_lock<std::mutex> lk(mu);
+            auto pa = keys.empty() ? cn->cpp->start_acquire(key, std::chrono::milliseconds(lease), std::chrono::milliseconds(wait), ao)
+                                   : cn->cpp->start_acquire_set(keys, std::chrono::milliseconds(lease), std::chrono::milliseconds(wait));
+            pending_cpp[id] = &pa;
+            lk.unlock();
             try {
-                l.emplace(pa.wait());
+                g.cpp.emplace(pa.wait());
+                g.l = g.cpp->native();
             } catch (const ticketing::Error &e) {
-                res = err(id, e.status(), e.code(), e.what());
+                g.s = e.status();
+                g.code = e.code();
+                g.msg = e.what();
             }
-            {
-                std::lock_guard<std::mutex> g(mu);
-                pending_cpp.erase(id);
-            }
-            if (!l) return res;
-            uint64_t tok = l->token();
-            int64_t rem = l->remaining().count();
-            l->detach(); // the runner owns the lock now and releases it by token
-            return grant(id, tok, rem);
+            lk.lock();
+            pending_cpp.erase(id);
         } catch (const ticketing::Error &e) {
-            return err(id, e.status(), e.code(), e.what());
+            g.s = e.status();
+            g.code = e.code();
+            g.msg = e.what();
         }
+        return g;
     }
     if (cn->ql) {
         auto r = std::make_shared<QueueLoop::Req>();
         r->kind = TK_EV_ACQUIRE;
         r->id = id;
         r->key = key;
-        r->lease = (uint32_t)lease;
-        r->wait = (uint32_t)wait;
+        r->keys = keys;
+        r->lease = lease;
+        r->wait = wait;
+        r->min_remaining = min_rem;
         tk_event ev = cn->ql->post(r);
-        if (ev.status != TK_OK) return err(id, ev.status, ev.lease.code, ev.lease.message);
-        return grant(id, ev.lease.token, tk_lease_remaining_ms(&ev.lease));
+        g.s = ev.status;
+        g.code = ev.lease.code;
+        g.msg = ev.lease.message;
+        g.l = ev.lease;
+        return g;
     }
     tk_op *op = nullptr;
-    tk_status s = tk_acquire_start(cn->c, key.data(), key.size(), (uint32_t)lease, (uint32_t)wait, &op);
-    if (s != TK_OK) return err(id, s, 0, "");
+    tk_acquire_opts o{sizeof(tk_acquire_opts), min_rem};
+    std::vector<tk_key> ks;
+    for (auto &k : keys) ks.push_back(tk_key{k.data(), k.size()});
     {
-        std::lock_guard<std::mutex> g(mu);
+        std::lock_guard<std::mutex> lk(mu); // registered before a cancel can look for it
+        g.s = keys.empty() ? tk_acquire_start_ex(cn->c, key.data(), key.size(), lease, wait, &o, &op)
+                           : tk_acquire_set_start(cn->c, ks.data(), ks.size(), lease, wait, &op);
+        if (g.s != TK_OK) {
+            g.msg = tk_errmsg();
+            return g;
+        }
         pending_c[id] = op;
     }
-    tk_lease l{};
-    s = tk_op_wait(op, &l);
+    g.s = tk_op_wait(op, &g.l);
+    if (g.s != TK_OK) {
+        g.code = g.l.code;
+        g.msg = tk_errmsg();
+    }
     {
-        std::lock_guard<std::mutex> g(mu);
+        std::lock_guard<std::mutex> lk(mu);
         pending_c.erase(id);
     }
     tk_op_free(op);
-    if (s != TK_OK) return err(id, s, l.code, l.message);
-    return grant(id, l.token, tk_lease_remaining_ms(&l));
+    return g;
 }
 
-std::string do_release(std::shared_ptr<Conn> cn, const J &cmd, long long id, const std::string &key) {
-    const J *t = cmd.get("token");
-    if (!t || t->t != J::STR) return err(id, TK_E_INVALID, 0, "release without token");
-    char *end = nullptr;
-    errno = 0;
-    unsigned long long tok = strtoull(t->s.c_str(), &end, 10);
-    if (errno || !end || *end || t->s.empty()) return err(id, TK_E_INVALID, 0, "bad token");
+std::string do_acquire(std::shared_ptr<Conn> cn, const J &cmd, long long id, const std::string &key, bool set, bool try_) {
+    long long lease = num(cmd, "lease_ms"), wait = num(cmd, "wait_ms"), minr = num(cmd, "min_remaining_ms", 0);
+    if (!use_cpp && !range_ok(lease)) return bad_ms(id, "lease", lease, 1);
+    if (!use_cpp && !range_ok(wait)) return bad_ms(id, "wait", wait, 0);
+    if (!range_ok(minr)) return bad_ms(id, "min_remaining", minr, 0);
+    if (use_cpp && (!range_ok(lease) || !range_ok(wait))) { // the wrapper's own check of std::chrono::milliseconds
+        try {
+            ticketing::detail::to_ms(std::chrono::milliseconds(lease), "lease");
+            ticketing::detail::to_ms(std::chrono::milliseconds(wait), "wait");
+        } catch (const ticketing::Error &e) {
+            return err(id, e.status(), e.code(), e.what());
+        }
+    }
+    std::vector<std::string> keys;
+    if (set) keys = keys_of(cmd);
+    if (set && keys.empty()) return err(id, TK_E_INVALID, 0, "acquire_set: keys must be 2..16 keys (got 0)");
+    Got g = acquire_any(cn, id, key, keys, (uint32_t)lease, (uint32_t)wait, (uint32_t)minr);
+    if (try_ && g.s == TK_TIMEOUT) return ok(id, ",\"acquired\":false"); // R13: not acquired is a value
+    if (g.s != TK_OK) return err(id, g.s, g.code, g.msg);
+    uint64_t tok = g.l.token;
+    int64_t rem = tk_lease_remaining_ms(&g.l);
+    if (g.cpp) keep(std::move(*g.cpp)); // the lease object stays alive for release_lease / lease_ending
+    else keep(g.l);
+    if (try_) return ok(id, ",\"acquired\":true,\"token\":\"" + std::to_string(tok) + "\",\"deadline_in_ms\":" + std::to_string(rem));
+    return grant(id, tok, rem);
+}
+
+std::string do_release(std::shared_ptr<Conn> cn, const J &cmd, long long id, const std::string &key, bool set) {
+    uint64_t tok = 0;
+    if (!token_of(cmd, tok)) return err(id, TK_E_INVALID, 0, "release: token must be a decimal 1..18446744073709551615");
+    std::vector<std::string> keys;
+    if (set) keys = keys_of(cmd);
     if (use_cpp) {
         try {
-            cn->cpp->release(key, tok);
+            if (set) cn->cpp->release_set(keys, tok);
+            else cn->cpp->release(key, tok);
             return ok(id);
         } catch (const ticketing::Error &e) {
             return err(id, e.status(), e.code(), e.what());
@@ -507,31 +648,94 @@ std::string do_release(std::shared_ptr<Conn> cn, const J &cmd, long long id, con
         r->kind = TK_EV_RELEASE;
         r->id = id;
         r->key = key;
+        r->keys = keys;
         r->token = tok;
         tk_event ev = cn->ql->post(r);
         if (ev.status != TK_OK) return err(id, ev.status, ev.lease.code, ev.lease.message);
         return ok(id);
     }
     uint8_t code = 0;
-    tk_status s = tk_release_token(cn->c, key.data(), key.size(), tok, &code);
-    if (s != TK_OK) return err(id, s, code, "");
+    tk_status s;
+    if (set) {
+        std::vector<tk_key> ks;
+        for (auto &k : keys) ks.push_back(tk_key{k.data(), k.size()});
+        s = tk_release_set(cn->c, ks.data(), ks.size(), tok, &code);
+    } else {
+        s = tk_release_token(cn->c, key.data(), key.size(), tok, &code);
+    }
+    if (s != TK_OK) return cerr_(id, s, code);
     return ok(id);
+}
+
+// R6: the lease object's own release; a second one is a no-op that says so.
+std::string do_release_lease(std::shared_ptr<Conn> cn, const J &cmd, long long id) {
+    uint64_t tok = 0;
+    if (!token_of(cmd, tok)) return err(id, TK_E_INVALID, 0, "release_lease: token must be a decimal 1..18446744073709551615");
+    auto lo = lease_of(tok);
+    if (!lo) return err(id, TK_E_INVALID, 0, "release_lease: no lease object with that token in this driver");
+    if (lo->cpp) {
+        bool already = lo->cpp->released();
+        try {
+            lo->cpp->release();
+        } catch (const ticketing::Error &e) {
+            return err(id, e.status(), e.code(), e.what());
+        }
+        return ok(id, std::string(",\"already\":") + (already ? "true" : "false"));
+    }
+    int already = 0;
+    tk_status s = tk_release_lease(cn->raw(), &lo->c, &already);
+    if (s != TK_OK) return cerr_(id, s, 0);
+    return ok(id, std::string(",\"already\":") + (already ? "true" : "false"));
+}
+
+// R12: answers when the lease's end signal fires (margin before its end).
+std::string do_lease_ending(const J &cmd, long long id) {
+    uint64_t tok = 0;
+    if (!token_of(cmd, tok)) return err(id, TK_E_INVALID, 0, "lease_ending: token must be a decimal");
+    long long margin = num(cmd, "margin_ms", 0);
+    if (!range_ok(margin)) return bad_ms(id, "margin", margin, 0);
+    auto lo = lease_of(tok);
+    if (!lo) return err(id, TK_E_INVALID, 0, "lease_ending: no lease object with that token in this driver");
+    if (lo->cpp) {
+        std::this_thread::sleep_until(lo->cpp->ending(std::chrono::milliseconds(margin)));
+        return ok(id, ",\"remaining_ms\":" + std::to_string(lo->cpp->remaining().count()));
+    }
+    int fd = tk_lease_ending_fd(&lo->c, (uint32_t)margin);
+    if (fd < 0) return err(id, TK_E_INTERNAL, 0, std::string("tk_lease_ending_fd: ") + strerror(errno));
+    struct pollfd p = {fd, POLLIN, 0};
+    int64_t bound = tk_lease_remaining_ms(&lo->c) + 1000;
+    poll(&p, 1, bound > 0 ? (int)bound : 0);
+    close(fd);
+    return ok(id, ",\"remaining_ms\":" + std::to_string(tk_lease_remaining_ms(&lo->c)));
 }
 
 struct ScopeFailed {};
 
 std::string do_with_lock(std::shared_ptr<Conn> cn, const J &cmd, long long id, const std::string &key) {
-    long long lease = num(cmd, "lease_ms"), wait = num(cmd, "wait_ms"), hold = num(cmd, "hold_ms");
+    long long lease = num(cmd, "lease_ms"), wait = num(cmd, "wait_ms"), hold_ms = num(cmd, "hold_ms");
     const J *f = cmd.get("fail");
     bool fail = f && f->t == J::BOOL && f->b;
-    if (!range_ok(lease) || !range_ok(wait)) return err(id, TK_E_INVALID, 0, "duration out of range");
+    if (!range_ok(lease)) return bad_ms(id, "lease", lease, 1);
+    if (!range_ok(wait)) return bad_ms(id, "wait", wait, 0);
+    Scope scope; // counted: at program exit the driver waits for it to end
     if (use_cpp) {
         uint64_t tok = 0;
         try {
             // RAII scope: the Lease's destructor releases on normal and failing exit.
-            ticketing::Lease l = cn->cpp->acquire(key, std::chrono::milliseconds(lease), std::chrono::milliseconds(wait));
+            std::unique_lock<std::mutex> lk(mu); // registered before a cancel can look for it
+            auto pa = cn->cpp->start_acquire(key, std::chrono::milliseconds(lease), std::chrono::milliseconds(wait));
+            pending_cpp[id] = &pa; // cancellable while queued (R11)
+            lk.unlock();
+            struct Unreg {
+                long long id;
+                ~Unreg() {
+                    std::lock_guard<std::mutex> g(mu);
+                    pending_cpp.erase(id);
+                }
+            } unreg{id};
+            ticketing::Lease l = pa.wait();
             tok = l.token();
-            std::this_thread::sleep_for(std::chrono::milliseconds(hold));
+            hold(hold_ms);
             if (fail) throw ScopeFailed{};
         } catch (const ScopeFailed &) {
         } catch (const ticketing::Error &e) {
@@ -539,33 +743,23 @@ std::string do_with_lock(std::shared_ptr<Conn> cn, const J &cmd, long long id, c
         }
         return ok(id, ",\"token\":\"" + std::to_string(tok) + "\"");
     }
-    if (cn->ql) { // acquire, hold, release: each through the queue
-        auto a = std::make_shared<QueueLoop::Req>();
-        a->kind = TK_EV_ACQUIRE;
-        a->id = id;
-        a->key = key;
-        a->lease = (uint32_t)lease;
-        a->wait = (uint32_t)wait;
-        tk_event ev = cn->ql->post(a);
-        if (ev.status != TK_OK) return err(id, ev.status, ev.lease.code, ev.lease.message);
-        std::this_thread::sleep_for(std::chrono::milliseconds(hold));
+    Got g = acquire_any(cn, id, key, {}, (uint32_t)lease, (uint32_t)wait, 0);
+    if (g.s != TK_OK) return err(id, g.s, g.code, g.msg);
+    hold(hold_ms);
+    (void)fail; // C has no exceptions: the failing path takes the same cleanup
+    if (cn->ql) { // the release through the queue as well
         auto r = std::make_shared<QueueLoop::Req>();
         r->kind = TK_EV_RELEASE;
         r->id = -id - 1000000;
         r->key = key;
-        r->token = ev.lease.token;
+        r->token = g.l.token;
         tk_event rev = cn->ql->post(r);
-        if (rev.status != TK_OK) fprintf(stderr, "driver: with_lock release: %s\n", tk_strerror(rev.status));
-        return ok(id, ",\"token\":\"" + std::to_string(ev.lease.token) + "\"");
+        if (rev.status != TK_OK) fprintf(stderr, "driver: with_lock release: %s\n", rev.lease.message);
+    } else {
+        tk_status s = tk_release(cn->c, &g.l);
+        if (s != TK_OK) fprintf(stderr, "driver: with_lock release: %s\n", tk_errmsg());
     }
-    tk_lease l{};
-    tk_status s = tk_acquire(cn->c, key.data(), key.size(), (uint32_t)lease, (uint32_t)wait, &l);
-    if (s != TK_OK) return err(id, s, l.code, l.message);
-    std::this_thread::sleep_for(std::chrono::milliseconds(hold));
-    (void)fail; // C has no exceptions: the failing path takes the same cleanup
-    s = tk_release(cn->c, &l);
-    if (s != TK_OK) fprintf(stderr, "driver: with_lock release: %s\n", tk_strerror(s));
-    return ok(id, ",\"token\":\"" + std::to_string(l.token) + "\"");
+    return ok(id, ",\"token\":\"" + std::to_string(g.l.token) + "\"");
 }
 
 std::string run(const J &cmd, long long id, const std::string &name) {
@@ -586,6 +780,7 @@ std::string run(const J &cmd, long long id, const std::string &name) {
         }
         return ok(id);
     }
+    if (name == "lease_ending") return do_lease_ending(cmd, id);
     std::shared_ptr<Conn> cn;
     {
         std::lock_guard<std::mutex> g(mu);
@@ -596,12 +791,16 @@ std::string run(const J &cmd, long long id, const std::string &name) {
         return ok(id);
     }
     if (!cn) return err(id, TK_E_CLOSED, 0, "not connected");
+    if (name == "release_lease") return do_release_lease(cn, cmd, id);
+    if (name == "acquire_set") return do_acquire(cn, cmd, id, "", true, false);
+    if (name == "release_set") return do_release(cn, cmd, id, "", true);
     std::string key;
     if (!key_of(cmd, key)) return err(id, TK_E_INVALID, 0, "bad key_hex");
-    if (name == "acquire") return do_acquire(cn, cmd, id, key);
-    if (name == "release") return do_release(cn, cmd, id, key);
+    if (name == "acquire") return do_acquire(cn, cmd, id, key, false, false);
+    if (name == "try_acquire") return do_acquire(cn, cmd, id, key, false, true);
+    if (name == "release") return do_release(cn, cmd, id, key, false);
     if (name == "with_lock") return do_with_lock(cn, cmd, id, key);
-    return "{\"id\":" + std::to_string(id) + ",\"ok\":false,\"error\":\"internal\",\"message\":\"unknown cmd\"}";
+    return "{\"id\":" + std::to_string(id) + ",\"ok\":false,\"error\":\"unsupported\",\"message\":\"unknown cmd " + name + "\"}";
 }
 
 } // namespace
@@ -638,13 +837,23 @@ int main(int argc, char **argv) {
             dcv.notify_all();
         }).detach();
     }
+    // R10: the program exits: open scopes end now (their locks are released),
+    // then the client closes and pending commands answer closed.
+    {
+        std::unique_lock<std::mutex> g(xmu);
+        exiting = true;
+        xcv.notify_all();
+        xcv.wait_for(g, std::chrono::seconds(6), [] { return scopes == 0; });
+    }
     std::shared_ptr<Conn> cn;
     {
         std::lock_guard<std::mutex> g(mu);
         cn = cur;
+        for (auto &kv : leases) // the runner owns these locks: leave them held
+            if (kv.second->cpp) kv.second->cpp->detach();
     }
     if (cn) tk_client_close(cn->raw());
     std::unique_lock<std::mutex> g(dmu);
-    dcv.wait_for(g, std::chrono::seconds(10), [&] { return running.load() == 0; });
+    dcv.wait_for(g, std::chrono::seconds(5), [&] { return running.load() == 0; });
     return 0;
 }

@@ -28,6 +28,8 @@ struct Req {
 
 struct FakeConn {
     int fd;
+    uint16_t features = 0; // §12.1 bits of the answer to the feature ping (0: a 1.0 server)
+    std::string label;     // the last L received (answered O by read)
     bool read_n(uint8_t *b, size_t n) {
         size_t got = 0;
         while (got < n) {
@@ -37,14 +39,29 @@ struct FakeConn {
         }
         return true;
     }
+    // The next request; the feature ping and L are answered here (as a 1.1
+    // server does), never returned.
     bool read(Req &q) {
-        uint8_t h[16];
-        if (!read_n(h, 16)) return false;
-        q.op = h[0];
-        q.req_id = tk_get32(h + 4);
-        q.arg = tk_get64(h + 8);
-        q.key.assign(h[1], '\0');
-        return h[1] == 0 || read_n((uint8_t *)&q.key[0], h[1]);
+        for (;;) {
+            uint8_t h[16];
+            if (!read_n(h, 16)) return false;
+            q.op = h[0];
+            q.req_id = tk_get32(h + 4);
+            q.arg = tk_get64(h + 8);
+            size_t n = h[0] == 'S' || h[0] == 'X' ? tk_get16(h + 2) : h[1];
+            q.key.assign(n, '\0');
+            if (n && !read_n((uint8_t *)&q.key[0], n)) return false;
+            if (q.op == 'P' && q.arg == 1) {
+                send('P', q.req_id, 0, 0, features);
+                continue;
+            }
+            if (q.op == 'L') {
+                label = q.key;
+                send('O', q.req_id);
+                continue;
+            }
+            return true;
+        }
     }
     void send(uint8_t st, uint32_t id, uint64_t value = 0, uint8_t code = 0, uint16_t queued = 0, const std::string &pl = "") {
         uint8_t b[16 + 300];
@@ -59,6 +76,7 @@ struct Fake {
     int lfd = -1;
     int port = 0;
     std::string token;
+    uint16_t features = 0; // protocol 1.1 features announced (0: a 1.0 server)
     bool bad_proof = false;
     bool reject_auth = false; // answer AUTH with REJECT AUTH_FAILED
     std::function<void(FakeConn &)> script;
@@ -101,7 +119,8 @@ struct Fake {
     }
     std::string addr() const { return "127.0.0.1:" + std::to_string(port); }
     void serve(int fd) {
-        FakeConn c{fd};
+        FakeConn c{fd, 0, {}};
+        c.features = features;
         uint8_t hello[40] = {'T', 'K', 'T', 'S', 1, (uint8_t)(token.empty() ? 0 : 1)};
         for (int i = 0; i < 32; i++) hello[8 + i] = (uint8_t)(i * 7);
         (void)!::send(fd, hello, 40, MSG_NOSIGNAL);

@@ -78,7 +78,10 @@ TEST(Fake, ErrorAnswersAreInvalidWithCode) {
     tk_lease l;
     EXPECT_EQ(tk_acquire(cl.c, "k", 1, 1000, 0, &l), TK_E_INVALID);
     EXPECT_EQ(l.code, TK_CODE_BAD_LEASE);
-    EXPECT_STREQ(l.message, "lease too long");
+    // R15: the op, the key and the server, then the server's text and its code once
+    std::string want = "acquire \"k\" at " + f.addr() + ": lease too long (BAD_LEASE)";
+    EXPECT_EQ(std::string(l.message), want);
+    EXPECT_EQ(std::string(tk_errmsg()), want);
 }
 
 TEST(Fake, DuplicateReqIdErrorNeverCompletes) {

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "golden.hpp"
+#include "ticketing.h"
 #include "tk_wire.h"
 
 namespace {
@@ -169,4 +170,108 @@ TEST(Keys, Validation) {
     EXPECT_FALSE(tk_key_ok((const uint8_t *)"\xed\xa0\x80", 3)); // surrogate
     EXPECT_FALSE(tk_key_ok((const uint8_t *)"\xff", 1));
     EXPECT_TRUE(tk_key_ok((const uint8_t *)"cl\xc3\xa9/\xf0\x9f\x94\x92", 9));
+}
+
+// Protocol 1.1 (protocol.md §12): every vector of golden/v1_1 through the codec.
+namespace {
+std::vector<uint8_t> body_of(const std::vector<std::string> &keys) {
+    std::vector<const uint8_t *> k;
+    std::vector<size_t> l;
+    for (auto &x : keys) {
+        k.push_back((const uint8_t *)x.data());
+        l.push_back(x.size());
+    }
+    std::vector<uint8_t> b(TK_SET_BODY_MAX);
+    const char *why = nullptr;
+    size_t bad = 0;
+    b.resize(tk_enc_set_body(b.data(), k.data(), l.data(), k.size(), &why, &bad));
+    return b;
+}
+} // namespace
+
+TEST(Golden11, Requests) {
+    uint8_t b[TK_HDR + TK_SET_BODY_MAX];
+    EXPECT_EQ(buf(b, tk_enc_ping_features(b, 9)), golden("v1_1/req_ping_features.hex"));
+    auto two = body_of({"acct/17", "acct/42"});
+    EXPECT_EQ(buf(b, tk_enc_acquire_set(b, 0x0a, 2, two.data(), two.size(), 30000, 5000)), golden("v1_1/req_acquire_set.hex"));
+    auto three = body_of({"jobs", "tables", "queue1"});
+    EXPECT_EQ(buf(b, tk_enc_acquire_set(b, 0x10, 3, three.data(), three.size(), 10000, 0)),
+              golden("v1_1/req_acquire_set_try.hex"));
+    EXPECT_EQ(buf(b, tk_enc_release_set(b, 0x0b, 2, two.data(), two.size(), 0x18bcfe5680000009ull)),
+              golden("v1_1/req_release_set.hex"));
+    // a queued set is withdrawn by C naming its first key
+    EXPECT_EQ(buf(b, tk_enc_cancel(b, 0x0c, (const uint8_t *)"acct/17", 7, 0x0a)), golden("v1_1/req_cancel_set.hex"));
+    const char *l = "web-1/4242 go/1.1.0";
+    EXPECT_EQ(buf(b, tk_enc_label(b, 0x0d, (const uint8_t *)l, strlen(l))), golden("v1_1/req_label.hex"));
+}
+
+TEST(Golden11, Responses) {
+    const RespCase cases[] = {
+        {"v1_1/resp_pong_features.hex", 'P', 0, 7, 9, 1700000000123456ull, nullptr},
+        {"v1_1/resp_label_ok.hex", 'O', 0, 0, 0x0d, 0, nullptr},
+        {"v1_1/resp_error_bad_keyset.hex", 'E', TK_CODE_BAD_KEYSET, 0, 0x0a, 20, "duplicate key in set"},
+        {"v1_1/resp_error_bad_label.hex", 'E', TK_CODE_BAD_LABEL, 0, 0x0d, 0, ""},
+    };
+    for (const auto &c : cases) {
+        SCOPED_TRACE(c.file);
+        auto g = golden(c.file);
+        tk_resp r;
+        size_t used = 0;
+        ASSERT_EQ(tk_dec_resp(g.data(), g.size(), &r, &used), 1);
+        EXPECT_EQ(used, g.size());
+        EXPECT_EQ(r.status, c.status);
+        EXPECT_EQ(r.code, c.code);
+        EXPECT_EQ(r.queued, c.queued);
+        EXPECT_EQ(r.req_id, c.req_id);
+        EXPECT_EQ(r.value, c.value);
+        EXPECT_EQ(std::string((const char *)r.payload, r.payload_len), c.payload ? c.payload : "");
+        uint8_t out[TK_HDR + TK_MAX_ERROR];
+        EXPECT_EQ(buf(out, tk_enc_resp(out, &r)), g);
+    }
+}
+
+TEST(Golden11, RejectTlsRequiredWhereHelloBelongs) {
+    auto g = golden("v1_1/reject_tls_required.hex");
+    ASSERT_EQ(g.size(), (size_t)TK_HELLO_LEN);
+    tk_hello h;
+    EXPECT_EQ(tk_dec_hello(g.data(), &h), -2);
+    EXPECT_EQ(h.flags, TK_CODE_TLS_REQUIRED);
+    auto hello = golden("hello_flags1.hex");
+    EXPECT_EQ(tk_dec_hello(hello.data(), &h), 0); // a HELLO is still a HELLO
+}
+
+TEST(Sets, BodyRulesAndWalk) {
+    EXPECT_TRUE(body_of({"a"}).empty());                  // count 2..16
+    EXPECT_TRUE(body_of({"a", "a"}).empty());             // distinct
+    EXPECT_TRUE(body_of({"a", ""}).empty());              // each key valid
+    EXPECT_TRUE(body_of(std::vector<std::string>(17, "k")).empty());
+    std::vector<std::string> sixteen;
+    for (int i = 0; i < 16; i++) sixteen.push_back(std::string(250, (char)('a' + i)));
+    auto big = body_of(sixteen);
+    EXPECT_EQ(big.size(), (size_t)TK_SET_BODY_MAX);
+    size_t n = 0;
+    EXPECT_EQ(tk_dec_set_body(big.data(), big.size(), 16, &n), 1);
+    EXPECT_EQ(n, 16u);
+    EXPECT_EQ(tk_dec_set_body(big.data(), big.size(), 15, &n), 0); // count disagrees
+    EXPECT_EQ(tk_dec_set_body(big.data(), big.size() - 1, 16, &n), 0); // truncated key
+    const char *why = nullptr;
+    size_t bad = 9;
+    const uint8_t *k[] = {(const uint8_t *)"x", (const uint8_t *)"x"};
+    size_t l[] = {1, 1};
+    uint8_t b[16];
+    EXPECT_EQ(tk_enc_set_body(b, k, l, 2, &why, &bad), 0u);
+    EXPECT_STREQ(why, "duplicate");
+    EXPECT_EQ(bad, 1u);
+}
+
+TEST(Labels, CutAtACharacterBoundary) {
+    std::string ascii(70, 'a');
+    EXPECT_EQ(tk_label_cut((const uint8_t *)ascii.data(), ascii.size()), 64u);
+    std::string e(63, 'a');
+    e += "\xc3\xa9"; // the 2-byte character would end at 65: cut before it
+    EXPECT_EQ(tk_label_cut((const uint8_t *)e.data(), e.size()), 63u);
+    EXPECT_EQ(tk_label_cut((const uint8_t *)"web-1/4242 c/0.2.0", 18), 18u);
+    EXPECT_EQ(tk_label_cut((const uint8_t *)"a\nb", 3), 0u);    // control character: no label
+    EXPECT_EQ(tk_label_cut((const uint8_t *)"a\xff", 2), 0u);   // not UTF-8
+    EXPECT_EQ(tk_label_cut((const uint8_t *)"", 0), 0u);
 }

@@ -113,7 +113,10 @@ namespace Ticketing
             this.client = client;
             Addr = addr;
             TicketingClient.SplitAddr(addr, out host, out port);
+            System.Net.IPAddress.TryParse(host, out ip);
         }
+
+        readonly System.Net.IPAddress ip; // an IP literal: dialled without a DNS lookup (a thread-pool hop on Mono)
 
         public void Start()
         {
@@ -280,7 +283,7 @@ namespace Ticketing
             {
                 s.NoDelay = true;
                 s.SetSocketOption(SocketOptionLevel.Socket, SocketOptionName.KeepAlive, true);
-                var ar = s.BeginConnect(host, port, null, null);
+                var ar = ip != null ? s.BeginConnect(ip, port, null, null) : s.BeginConnect(host, port, null, null);
                 if (!ar.AsyncWaitHandle.WaitOne(budget))
                     throw new TicketingConnectionException("connect " + Addr + ": no answer within " + budget.TotalSeconds + "s");
                 try { s.EndConnect(ar); }
@@ -320,6 +323,13 @@ namespace Ticketing
                 var certs = new X509CertificateCollection();
                 if (client.ClientCertificate != null) certs.Add(client.ClientCertificate);
                 ssl.AuthenticateAsClient(name, certs, System.Security.Authentication.SslProtocols.Tls12, false);
+            }
+            catch (Exception e) when (first.TlsRequiredHint)
+            {
+                // The TLS listener's REJECT TLS_REQUIRED (§12.4): it got no ClientHello within
+                // its 1 s window (a slow first handshake on a loaded machine). A TLS server all
+                // the same: retried like any failed attempt, not a configuration error.
+                throw new TicketingTlsException("TLS handshake with " + Addr + ": the server's TLS listener answered REJECT TLS_REQUIRED: no ClientHello reached it within its 1 s window (retrying)", e, false);
             }
             catch (Exception e) when (first.NotTls)
             {
@@ -620,6 +630,9 @@ namespace Ticketing
 
         /// <summary>The first bytes read are not the start of a TLS record.</summary>
         public bool NotTls { get { return n > 0 && (first[0] != 0x16 && first[0] != 0x15 || n > 1 && first[1] != 0x03); } }
+
+        /// <summary>The first bytes are a REJECT TLS_REQUIRED ('E', 12): a TLS listener that waited in vain for the ClientHello.</summary>
+        public bool TlsRequiredHint { get { return n == 2 && first[0] == (byte)Status.Error && first[1] == (byte)Code.TlsRequired; } }
 
         void Seen(byte[] b, int off, int k)
         {

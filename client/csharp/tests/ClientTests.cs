@@ -194,6 +194,46 @@ namespace Ticketing.Tests
         }
 
         [Test]
+        public void ATlsListenersTimeoutHintIsRetriedNotAConfigurationError()
+        {
+            // §12.4: a TLS listener that got no ClientHello within 1 s writes REJECT
+            // TLS_REQUIRED in plaintext. A TLS client that was that slow (Mono's first handshake
+            // on a loaded machine) retries: it is a TLS server, not "does not speak TLS".
+            var reject = Golden.Read("v1_1/reject_tls_required");
+            var ln = new System.Net.Sockets.TcpListener(System.Net.IPAddress.Loopback, 0);
+            ln.Start();
+            int accepts = 0;
+            var th = new Thread(() =>
+            {
+                try
+                {
+                    while (true)
+                        using (var conn = ln.AcceptTcpClient())
+                        {
+                            Interlocked.Increment(ref accepts);
+                            conn.GetStream().Write(reject, 0, reject.Length);
+                        }
+                }
+                catch (Exception) { }
+            }) { IsBackground = true };
+            th.Start();
+            try
+            {
+                var addr = "127.0.0.1:" + ((System.Net.IPEndPoint)ln.LocalEndpoint).Port;
+                using (var c = new TicketingClient(new TicketingOptions { Addresses = new[] { addr }, Tls = new TicketingTlsOptions(), ConnectTimeout = TimeSpan.FromSeconds(2) }))
+                {
+                    var sw = Stopwatch.StartNew();
+                    var e = Assert.Throws<TicketingTlsException>(() => c.Connect());
+                    Assert.GreaterOrEqual(sw.Elapsed.TotalSeconds, 1.8, "failed at once, as a configuration error: " + e.Message);
+                    StringAssert.Contains("TLS_REQUIRED", e.Message);
+                    StringAssert.DoesNotContain("does not speak TLS", e.Message);
+                    Assert.Greater(Volatile.Read(ref accepts), 2, "retried");
+                }
+            }
+            finally { ln.Stop(); }
+        }
+
+        [Test]
         public void AKeySetAgainstA10ServerIsUnsupportedAndNothingIsSent()
         {
             using (var f = new FakeServer(null)) // announces no 1.1 feature

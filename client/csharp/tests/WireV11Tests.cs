@@ -58,6 +58,25 @@ namespace Ticketing.Tests
         }
 
         [Test]
+        public void RandomSetBodiesNeverThrow()
+        {
+            // The S/X body decoder (used on requests by the tests' fakes) on random input: the
+            // keys or null, never an exception, never a key past the body.
+            var rnd = new Random(34);
+            for (int i = 0; i < 20000; i++)
+            {
+                var body = new byte[rnd.Next(0, 40)];
+                rnd.NextBytes(body);
+                if (body.Length > 0 && rnd.Next(2) == 0) body[0] = (byte)rnd.Next(1, 8);
+                int count = rnd.Next(0, 18);
+                var keys = Wire.SplitSetBody(body, count);
+                if (keys == null) continue;
+                Assert.AreEqual(count, keys.Length);
+                Assert.AreEqual(body.Length, keys.Sum(k => 1 + k.Length), "the keys cover the body exactly");
+            }
+        }
+
+        [Test]
         public void Responses()
         {
             Response r;

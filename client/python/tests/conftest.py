@@ -4,7 +4,6 @@ import os
 import re
 import subprocess
 import sys
-import tempfile
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -75,47 +74,6 @@ def start_server(*args: str, token: str | None = None, tmp: str | None = None) -
 @pytest.fixture(scope="session")
 def server() -> Iterator[Server]:
     s = start_server()
-    yield s
-    s.stop()
-
-
-@pytest.fixture(scope="session")
-def token_server() -> Iterator[Server]:
-    with tempfile.TemporaryDirectory() as tmp:
-        s = start_server(token="s3cret-token", tmp=tmp)
-        yield s
-        s.stop()
-
-
-@pytest.fixture(scope="session")
-def tls_files() -> Iterator[dict[str, str]]:
-    """A private CA, a server certificate for 127.0.0.1 and a client
-    certificate, made by `ticketing deploy` (no openssl needed)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        tdir = os.path.join(tmp, "tls")
-        subprocess.run(
-            [server_bin(), "deploy", "--nodes", "127.0.0.1", "--tls-dir", tdir, "--out", tmp],
-            check=True,
-            capture_output=True,
-        )
-        yield {n: os.path.join(tdir, f) for n, f in [("ca", "ca.crt"), ("cert", "n1.crt"), ("key", "n1.key"),
-               ("client_cert", "client.crt"), ("client_key", "client.key")]}  # fmt: skip
-
-
-@pytest.fixture(scope="session")
-def tls_server(tls_files: dict[str, str]) -> Iterator[Server]:
-    s = start_server("--tls-cert", tls_files["cert"], "--tls-key", tls_files["key"])
-    s.ca = tls_files["ca"]
-    yield s
-    s.stop()
-
-
-@pytest.fixture(scope="session")
-def mtls_server(tls_files: dict[str, str]) -> Iterator[Server]:
-    f = tls_files
-    s = start_server("--tls-cert", f["cert"], "--tls-key", f["key"], "--tls-client-ca", f["ca"])
-    s.ca = f["ca"]
-    s.extra.update(f)
     yield s
     s.stop()
 

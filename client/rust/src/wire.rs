@@ -5,6 +5,7 @@
 //! input buffer. Every length a peer announces is bounded before it is used.
 //!
 //! ```
+//! # #[cfg(feature = "unstable-wire")] {
 //! use ticketing::wire::{self, Code, Status};
 //!
 //! let mut frame = Vec::new();
@@ -20,6 +21,7 @@
 //! // An incomplete frame asks for more bytes; garbage is an error, never a panic.
 //! assert_eq!(wire::parse_response(&bytes[..10]), Ok(None));
 //! assert!(wire::parse_response(&[0xff; 16]).is_err());
+//! # }
 //! ```
 // Encoders and decoders the client itself does not use are for the fake
 // servers of the tests (feature `unstable-wire`).

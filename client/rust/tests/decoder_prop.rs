@@ -38,6 +38,23 @@ proptest! {
         let _ = wire::parse_welcome(&b);
         let _ = wire::parse_auth(&b);
         let _ = wire::valid_key(&b);
+        let _ = wire::is_tls_required(&b);
+        // The set-body decoder (protocol 1.1): never panics, never yields
+        // more bytes than it was given.
+        let total: usize = wire::set_keys(&b).map(|k| k.len() + 1).sum();
+        prop_assert!(total <= b.len());
+    }
+
+    #[test]
+    fn set_bodies_round_trip(keys in prop::collection::vec(prop::collection::vec(any::<u8>(), 1..=250), 2..=16)) {
+        let body = wire::set_body(&keys);
+        let got: Vec<Vec<u8>> = wire::set_keys(&body).map(<[u8]>::to_vec).collect();
+        prop_assert_eq!(&got, &keys);
+        let mut b = Vec::new();
+        wire::append_acquire_set(&mut b, 7, &body, 1000, 0);
+        prop_assert_eq!(b[1] as usize, keys.len());
+        prop_assert_eq!(u16::from_be_bytes([b[2], b[3]]) as usize, body.len());
+        prop_assert_eq!(b.len(), wire::HEADER_LEN + body.len());
     }
 
     #[test]

@@ -70,6 +70,7 @@ type link struct {
 	mu     sync.Mutex // orders writes to cc with held bytes
 	held   []byte
 	once   sync.Once
+	cut    bool // set (under mu) by PassAndCut: nothing more reaches the client
 }
 
 // Listen starts a proxy on 127.0.0.1:0 to target. Call Start after setting
@@ -327,6 +328,13 @@ func (l *link) frames(dst net.Conn, s2c bool, b []byte, skip int) ([]byte, int, 
 		}
 		switch v {
 		case Pass, PassAndCut:
+			if v == PassAndCut && !s2c {
+				// Before the request reaches the server, so that its answer
+				// cannot be forwarded in the moment before the close.
+				l.mu.Lock()
+				l.cut = true
+				l.mu.Unlock()
+			}
 			if !l.write(dst, s2c, f.Raw) {
 				return nil, 0, false
 			}
@@ -352,6 +360,9 @@ func (l *link) write(dst net.Conn, s2c bool, b []byte) bool {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.cut {
+		return false
+	}
 	if hold {
 		l.held = append(l.held, b...)
 		return true

@@ -133,3 +133,53 @@ func TestLabelsSurviveLeaderChanges(t *testing.T) {
 		}
 	}
 }
+
+// TestLabelSentAgainToARegainedLeader: a leader's LeaderStart lets go of
+// the labels of connections that hold nothing, so a connection must send
+// its label again in each serving term of its node (Node.ServeEpoch). One
+// labelled connection to n1 locks and unlocks (its label replicated), the
+// leadership goes to another node and back to n1, and a lock the same
+// connection then takes shows its label on every member. Fails when the
+// label is sent once per connection only.
+func TestLabelSentAgainToARegainedLeader(t *testing.T) {
+	needBinary(t)
+	c := clustertest.StartProcs(t, bin, 3, clustertest.ProcOptions{})
+	l1 := c.WaitReady(30 * time.Second)
+	const label = "regained/1 go/test"
+	r := rawTo(t, l1)
+	if resp, err := r.Do(5*time.Second, func(b []byte, id uint32) []byte { return wire.AppendLabel(b, id, label) }); err != nil || resp.Status != wire.StatusReleased {
+		t.Fatalf("L: %v %s", err, describe(resp))
+	}
+	g, err := r.Acquire("regain/one", time.Minute, 0)
+	if err != nil || g.Status != wire.StatusGranted {
+		t.Fatalf("acquire regain/one: %v %s", err, describe(g))
+	}
+	if resp, err := r.Release("regain/one", g.Value); err != nil || resp.Status != wire.StatusReleased {
+		t.Fatalf("release regain/one: %v %s", err, describe(resp))
+	}
+	var lr wire.LeaderReply
+	if err := c.LeaderQuery(30*time.Second, wire.CmdTransferLeader, nil, &lr); err != nil {
+		t.Fatalf("transfer-leader: %v", err)
+	}
+	l2 := newLeader(t, c, l1)
+	if err := c.LeaderQuery(30*time.Second, wire.CmdTransferLeader, map[string]any{"id": l1.ID}, &lr); err != nil {
+		t.Fatalf("transfer-leader back to %s: %v", l1.ID, err)
+	}
+	if back := newLeader(t, c, l2); back != l1 {
+		t.Fatalf("%s leads, want %s", back.ID, l1.ID)
+	}
+	t.Logf("leadership %s → %s → %s", l1.ID, l2.ID, l1.ID)
+	g2, err := r.Acquire("regain/two", time.Minute, 0)
+	if err != nil || g2.Status != wire.StatusGranted {
+		t.Fatalf("acquire regain/two on the same connection: %v %s", err, describe(g2))
+	}
+	for _, p := range c.Members() {
+		eventually(t, 20*time.Second, p.ID+" names regain/two's holder by its label", func() bool {
+			row, ok := lockRow(t, p, "regain/two")
+			return ok && row.Token == g2.Value && row.Holder != nil && row.Holder.Label == label
+		})
+	}
+	if resp, err := r.Release("regain/two", g2.Value); err != nil || resp.Status != wire.StatusReleased {
+		t.Fatalf("release regain/two: %v %s", err, describe(resp))
+	}
+}

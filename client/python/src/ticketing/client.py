@@ -236,8 +236,13 @@ class _Conn(_core.ConnCore):
     def flush(self, tr: _transport.Transport) -> None:
         """Write the buffer to tr until it is empty (the caller is the writer).
         A connection the server has already closed is taken down first, so
-        that its requests count as never written (retried, not Indeterminate)."""
-        if _transport.peer_closed(tr.sock):
+        that its requests count as never written (retried, not Indeterminate).
+        The check (a syscall: one more GIL hand-off per write) is made only
+        when no written request awaits its answer: on a busy connection the
+        reader meets the EOF next, and the requests in flight are lost anyway."""
+        with self.mu:
+            idle = len(self.pending) <= self.seq - self.taken  # every pending call is still unwritten
+        if idle and _transport.peer_closed(tr.sock):
             self.kill(tr, ConnectionResetError("connection closed by the server"))
             return
         while True:

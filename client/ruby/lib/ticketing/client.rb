@@ -99,10 +99,7 @@ module Ticketing
     # releases a grant that won the race; the connection stays in sync.
     def acquire(key, lease:, wait: 0, min_remaining: nil)
       key = Ticketing.check_key(key)
-      lease_ms = Ticketing.millis(lease, "lease", min_ms: 1)
-      wait_ms = Ticketing.millis(wait, "wait", min_ms: 0)
-      min_rem = min_remaining.nil? ? nil : Ticketing.seconds(min_remaining, "min_remaining", min_ms: 0)
-      acquire_checked(key, key.inspect, lease_ms, wait_ms, min_rem, nil, nil)
+      acquire_checked(key, key.inspect, *durations(lease, wait, min_remaining), nil, nil)
     end
 
     # Acquires 2..16 distinct keys at once (protocol 1.1 key sets,
@@ -115,11 +112,15 @@ module Ticketing
     #   client.lock(["acct/17", "acct/42"], lease: 30, wait: 5) { |l| transfer(fence: l.token) }
     def acquire_set(keys, lease:, wait: 0, min_remaining: nil)
       ks = Ticketing.check_keys(keys)
-      lease_ms = Ticketing.millis(lease, "lease", min_ms: 1)
-      wait_ms = Ticketing.millis(wait, "wait", min_ms: 0)
-      min_rem = min_remaining.nil? ? nil : Ticketing.seconds(min_remaining, "min_remaining", min_ms: 0)
-      acquire_checked(ks[0], "set #{keys.inspect}", lease_ms, wait_ms, min_rem, ks, Wire.keyset_body(ks).freeze)
+      acquire_checked(ks[0], "set #{keys.inspect}", *durations(lease, wait, min_remaining), ks, Wire.keyset_body(ks).freeze)
     end
+
+    # The checked durations of an acquire: [lease_ms, wait_ms, min_remaining seconds or nil].
+    def durations(lease, wait, min_remaining)
+      [Ticketing.millis(lease, "lease", min_ms: 1), Ticketing.millis(wait, "wait", min_ms: 0),
+       min_remaining.nil? ? nil : Ticketing.seconds(min_remaining, "min_remaining", min_ms: 0)]
+    end
+    private :durations
 
     # Releases the set of keys acquired under token (X), from any process
     # that knows both: true after O. Raises NotHolder when token does not
