@@ -182,37 +182,6 @@ template <class F> bool eventually(F cond, std::chrono::milliseconds limit = std
     return true;
 }
 
-// A server holding the key: every acquire is queued and never answered, and a
-// C withdraws it as the server does (T for the acquire, O for the C).
-inline std::function<void(FakeConn &)> withdraws_on_cancel(std::atomic<int> &cancels) {
-    return [&cancels](FakeConn &c) {
-        loop(c, [&cancels](FakeConn &c, const Req &q) {
-            if (q.op == 'C') {
-                cancels++;
-                c.send('T', (uint32_t)(q.arg >> 32));
-                c.send('O', q.req_id);
-            }
-        });
-    };
-}
-
-// The grant wins the race against C: G (token 99) for the acquire, N for the
-// C; records the token of the release that follows.
-inline std::function<void(FakeConn &)> grant_wins_cancel(std::atomic<uint64_t> &released) {
-    return [&released](FakeConn &c) {
-        loop(c, [&released](FakeConn &c, const Req &q) {
-            if (q.op == 'C') {
-                c.send('G', (uint32_t)(q.arg >> 32), 99);
-                c.send('N', q.req_id);
-            }
-            if (q.op == 'R') {
-                released = q.arg;
-                c.send('O', q.req_id);
-            }
-        });
-    };
-}
-
 // Up but silent (a stopped server): answers nothing, counts the Cs.
 inline std::function<void(FakeConn &)> silent_counting_cancels(std::atomic<int> &cancels) {
     return [&cancels](FakeConn &c) {

@@ -123,42 +123,6 @@ TEST(Queue, PollReturnsAtMostNAndTheFdStaysReadable) {
     EXPECT_FALSE(readable(tk_queue_fd(q.q)));
 }
 
-TEST(Queue, CancelWithdrawsQueuedAcquireWithC) {
-    std::atomic<int> cancels{0};
-    Fake f(withdraws_on_cancel(cancels));
-    Client cl({f.addr()});
-    ASSERT_EQ(tk_client_wait_connected(cl.c, 0), TK_OK);
-    Queue q(cl.c);
-    tk_op *op = nullptr;
-    ASSERT_EQ(tk_queue_acquire(q.q, "k", 1, 1000, 10000, tag(1), &op), TK_OK);
-    ASSERT_NE(op, nullptr);
-    EXPECT_TRUE(collect(q.q, 1, std::chrono::milliseconds(200)).empty()) << "queued, not answered";
-    tk_queue_cancel(q.q, op);
-    auto evs = collect(q.q, 1);
-    ASSERT_EQ(evs.size(), 1u);
-    EXPECT_EQ(evs[0].status, TK_E_CANCELLED);
-    EXPECT_EQ(evs[0].op, op);
-    eventually([&] { return cancels > 0; });
-    EXPECT_EQ(cancels.load(), 1);
-}
-
-TEST(Queue, GrantThatWinsTheCancelRaceIsReleased) {
-    std::atomic<uint64_t> released{0};
-    Fake f(grant_wins_cancel(released));
-    Client cl({f.addr()});
-    ASSERT_EQ(tk_client_wait_connected(cl.c, 0), TK_OK);
-    Queue q(cl.c);
-    tk_op *op = nullptr;
-    ASSERT_EQ(tk_queue_acquire(q.q, "k", 1, 1000, 10000, tag(1), &op), TK_OK);
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    tk_queue_cancel(q.q, op);
-    auto evs = collect(q.q, 1);
-    ASSERT_EQ(evs.size(), 1u);
-    EXPECT_EQ(evs[0].status, TK_E_CANCELLED);
-    eventually([&] { return released != 0; }, std::chrono::seconds(2));
-    EXPECT_EQ(released.load(), 99u);
-}
-
 TEST(Queue, LostConnectionAfterSendIsIndeterminate) {
     Fake f([](FakeConn &c) {
         Req q;
@@ -273,25 +237,6 @@ TEST(Queue, FreeReleasesGrantsWhoseEventsWereNotReturned) {
     for (uint64_t t : released) EXPECT_NE(t, kept);
 }
 
-TEST(Queue, SilentServerEndsTheAcquireIndeterminateAfterItsWait) {
-    std::atomic<int> cancels{0};
-    Fake f(silent_counting_cancels(cancels));
-    Client cl({f.addr()});
-    ASSERT_EQ(tk_client_wait_connected(cl.c, 0), TK_OK);
-    Queue q(cl.c);
-    auto t0 = std::chrono::steady_clock::now();
-    ASSERT_EQ(tk_queue_acquire(q.q, "k", 1, 1000, 300, tag(1), nullptr), TK_OK);
-    int t = tk_queue_timeout_ms(q.q);
-    EXPECT_GE(t, 3000) << "the wait + the 3 s allowance bound a written acquire";
-    EXPECT_LE(t, 3300);
-    auto evs = collect(q.q, 1);
-    ASSERT_EQ(evs.size(), 1u);
-    EXPECT_EQ(evs[0].status, TK_INDETERMINATE);
-    EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(3300));
-    eventually([&] { return cancels > 0; });
-    EXPECT_EQ(cancels.load(), 1) << "the queued acquire is withdrawn with C";
-}
-
 TEST(Queue, WaitingForAConnectionDoesNotSpin) {
     Client cl({"127.0.0.1:1"}, nullptr, 1000);
     Queue q(cl.c);
@@ -381,31 +326,6 @@ TEST(QueueIntegration, SixtyFourChainsOnEightKeysQueueFairlyWithABlockingCaller)
     EXPECT_EQ(failures, 0);
     EXPECT_EQ(pairs, chains * rounds);
     EXPECT_GT(blocking_pairs.load(), 0) << "the blocking caller was served in the same FIFO";
-}
-
-TEST(QueueIntegration, CancelledWaiterLeavesTheKeyFree) {
-    Server s;
-    NEED_SERVER(s);
-    Client cl({s.addr});
-    tk_client *c = cl.c;
-    ASSERT_EQ(tk_client_wait_connected(c, 0), TK_OK);
-    tk_lease held, l2;
-    ASSERT_EQ(tk_acquire(c, "it/qcancel", 10, 5000, 0, &held), TK_OK);
-    tk_queue *q = tk_queue_new(c);
-    tk_op *op = nullptr;
-    ASSERT_EQ(tk_queue_acquire(q, "it/qcancel", 10, 5000, 10000, tag(1), &op), TK_OK);
-    EXPECT_TRUE(collect(q, 1, std::chrono::milliseconds(200)).empty());
-    tk_queue_cancel(q, op);
-    auto evs = collect(q, 1);
-    ASSERT_EQ(evs.size(), 1u);
-    EXPECT_EQ(evs[0].status, TK_E_CANCELLED);
-    ASSERT_EQ(tk_release(c, &held), TK_OK);
-    // the withdrawn waiter holds nothing: C reached the server first, or the
-    // grant that won the race (the release went on the other connection) was
-    // released by the client
-    EXPECT_EQ(tk_acquire(c, "it/qcancel", 10, 5000, 3000, &l2), TK_OK);
-    EXPECT_EQ(tk_release(c, &l2), TK_OK);
-    tk_queue_free(q);
 }
 
 TEST(QueueIntegration, ForkedChildNeitherDrivesNorWaits) {
