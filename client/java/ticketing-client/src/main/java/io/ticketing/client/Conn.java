@@ -61,6 +61,28 @@ final class Conn {
         }
     }
 
+    /**
+     * A connection's reader: a virtual thread when asked and the JDK has them (21+; issue 34 item
+     * 8: with callers on virtual threads its answers unpark them from a carrier, one carrier
+     * wake-up per burst of answers instead of an external submission per answer), else a platform
+     * daemon thread.
+     */
+    static Thread newReader(Runnable r, String name, boolean virtual) {
+        if (virtual) {
+            try {
+                Object b = Thread.class.getMethod("ofVirtual").invoke(null);
+                Class<?> bc = Class.forName("java.lang.Thread$Builder");
+                b = bc.getMethod("name", String.class).invoke(b, name);
+                return (Thread) bc.getMethod("unstarted", Runnable.class).invoke(b, r);
+            } catch (ReflectiveOperationException e) {
+                // before JDK 21: a platform thread
+            }
+        }
+        Thread t = new Thread(r, name);
+        t.setDaemon(true);
+        return t;
+    }
+
     /** Whether t is a virtual thread (false before JDK 21). */
     static boolean isVirtual(Thread t) {
         if (IS_VIRTUAL == null || t == null) {
@@ -186,8 +208,7 @@ final class Conn {
     }
 
     private void serve(Socket s) {
-        Thread reader = new Thread(() -> readLoop(s), "ticketing-read-" + addr);
-        reader.setDaemon(true);
+        Thread reader = newReader(() -> readLoop(s), "ticketing-read-" + addr, cl.virtualReaders);
         reader.start();
         Throwable cause = null;
         try {

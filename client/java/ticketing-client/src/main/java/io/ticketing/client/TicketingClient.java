@@ -60,6 +60,7 @@ public final class TicketingClient implements AutoCloseable {
     final long connectTimeoutNanos;
     final long answerAllowanceNanos;
     final byte[] label; // the connection label (protocol.md §12.3), empty for none
+    final boolean virtualReaders; // Builder.virtualThreadReaders
     private final long backoffBaseNanos;
     private final long backoffCapNanos;
     private final Executor callbacks;
@@ -127,6 +128,7 @@ public final class TicketingClient implements AutoCloseable {
         private Executor executor;
         private String label;
         private String appName;
+        private boolean virtualReaders;
 
         private Builder() {}
 
@@ -141,6 +143,21 @@ public final class TicketingClient implements AutoCloseable {
          */
         public Builder label(String label) {
             this.label = label;
+            return this;
+        }
+
+        /**
+         * Read each connection's answers on a virtual thread (JDK 21+; ignored before): for
+         * applications whose callers are virtual threads, where it saves a carrier wake-up per
+         * answer (64 virtual callers on JDK 25: more pairs/s in every alternating round and about
+         * half the client CPU per pair; README "Which API"). Default false (a platform thread), which suits
+         * platform threads, the async API and coroutines.
+         *
+         * @param virtual true for virtual reader threads
+         * @return this builder
+         */
+        public Builder virtualThreadReaders(boolean virtual) {
+            this.virtualReaders = virtual;
             return this;
         }
 
@@ -336,6 +353,7 @@ public final class TicketingClient implements AutoCloseable {
         connectTimeoutNanos = b.connectTimeout.toNanos();
         answerAllowanceNanos = b.answerAllowance.toNanos();
         label = connLabel(b.label, b.appName);
+        virtualReaders = b.virtualReaders;
         backoffBaseNanos = b.backoffBase.toNanos();
         backoffCapNanos = b.backoffCap.toNanos();
         ScheduledThreadPoolExecutor s = new ScheduledThreadPoolExecutor(1, r -> {

@@ -144,6 +144,22 @@ class FakeServerTest {
         });
     }
 
+    /** virtualThreadReaders(true) works on every JDK: virtual readers on 21+, platform ones before. */
+    @Test
+    void virtualThreadReadersServeAnswers() throws Exception {
+        try (FakeServer s = grantingServer();
+                TicketingClient c = TicketingClient.builder().addresses(s.addr).virtualThreadReaders(true).build()) {
+            for (int i = 0; i < 3; i++) {
+                try (Lease l = c.acquire("k" + i, LEASE, WAIT)) {
+                    assertTrue(l.token() > 0);
+                }
+            }
+            boolean jdk21 = Runtime.version().feature() >= 21;
+            boolean platformReader = Thread.getAllStackTraces().keySet().stream().anyMatch(t -> t.getName().equals("ticketing-read-" + s.addr));
+            assertEquals(!jdk21, platformReader, "a platform reader thread on JDK " + Runtime.version().feature());
+        }
+    }
+
     /** drain() returns once a grant that won the race with a cancel is released (R10). */
     @Test
     void drainWaitsForTheCompensationOfACancelledAcquire() throws Exception {

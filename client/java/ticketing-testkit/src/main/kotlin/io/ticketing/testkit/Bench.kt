@@ -21,7 +21,10 @@ object Bench {
         val addr = args[0]
         val seconds = args.getOrElse(1) { "5" }.toDouble()
         val lang = args.getOrElse(2) { "all" }
-        val client = TicketingClient.builder().addresses(addr).token(System.getenv("TICKETING_TOKEN") ?: "").build()
+        // java-virtual: the blocking API on virtual threads, with virtual reader threads (the
+        // builder option for such applications; issue 34 item 8).
+        val client = TicketingClient.builder().addresses(addr).token(System.getenv("TICKETING_TOKEN") ?: "")
+            .virtualThreadReaders(lang == "java-virtual" && System.getenv("BENCH_PLATFORM_READER") == null).build()
         client.use { cl ->
             if (lang == "java-virtual") {
                 // The blocking API on virtual threads (JDK 21+; the client's floor stays Java 17).
