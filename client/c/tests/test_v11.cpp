@@ -253,3 +253,21 @@ TEST(V11, CppLeaseReleaseTwiceAndEnding) {
         EXPECT_NE(std::string(e.what()).find("key must be 1..250"), std::string::npos) << e.what();
     }
 }
+
+extern "C" uint64_t tki_full_jitter(uint64_t step); // src/util.c (internal; linked from the static library)
+
+// R16: a reconnect's delay is uniform in [0, step] ("full jitter"), not in its upper half.
+TEST(V11, ReconnectDelayIsFullJitter) {
+    const uint64_t step = 400 * 1000000ull;
+    int low = 0, high = 0;
+    for (int i = 0; i < 10000; i++) {
+        uint64_t d = tki_full_jitter(step);
+        ASSERT_LE(d, step);
+        low += d < step / 4;
+        high += d > step * 3 / 4;
+    }
+    // a quarter of the step each way: 2,500 expected; half jitter would give 0 below step/4
+    EXPECT_GT(low, 2000);
+    EXPECT_GT(high, 2000);
+    EXPECT_EQ(tki_full_jitter(0), 0u);
+}
