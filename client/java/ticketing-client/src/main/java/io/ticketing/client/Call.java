@@ -23,7 +23,7 @@ final class Call {
     long seq;
     long sentNanos;
     boolean pending;
-    TicketingClient.ReleaseOp release; // a release attempt's operation (the sweeper's give-up)
+    ReleaseOp release; // a release attempt's operation (the sweeper's give-up)
     TicketingClient.AcquireOp acquire; // an acquire attempt's operation (the sweeper's answer allowance, R2)
     boolean blocking; // enqueued by a blocking caller's own thread (which waits for the answer)
     boolean virtual; // ... and that thread is a virtual thread (JDK 21+): it writes its own frames

@@ -3,19 +3,13 @@ package io.ticketing.client;
 import java.io.IOException;
 import java.io.InputStream;
 import java.io.OutputStream;
-import java.net.InetSocketAddress;
 import java.net.Socket;
-import java.net.SocketTimeoutException;
-import java.security.SecureRandom;
 import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.locks.Condition;
 import java.util.concurrent.locks.ReentrantLock;
-import javax.net.ssl.SNIHostName;
-import javax.net.ssl.SSLParameters;
-import javax.net.ssl.SSLSocket;
 
 /**
  * One persistent connection to one address, kept by one supervisor thread (dial, handshake,
@@ -28,7 +22,6 @@ import javax.net.ssl.SSLSocket;
  */
 final class Conn {
     private static final System.Logger LOG = System.getLogger("io.ticketing.client");
-    private static final SecureRandom RANDOM = new SecureRandom();
     static final int ENQ_OK = 0, ENQ_DOWN = 1, ENQ_FULL = 2, ENQ_UNSUPPORTED = 3;
     private static final int MAX_WRITE_BUFFER = 4 << 20;
 
@@ -46,7 +39,6 @@ final class Conn {
     Throwable lastError;
     private long maxInflight = 1;
     private int features; // from the feature pong of the current connection (protocol.md §12.1)
-    private int nextFeatures; // negotiated by the handshake, installed with the socket
     private int inflight;
     private final Map<Integer, Call> pending = new HashMap<>();
     private int nextId;
@@ -126,9 +118,9 @@ final class Conn {
                     }
                 }
             }
-            Socket s;
+            Dialer.Dialed d;
             try {
-                s = connect();
+                d = Dialer.dial(cl, host, port, addr);
             } catch (Throwable e) {
                 if (cl.isClosed()) {
                     return;
@@ -137,178 +129,15 @@ final class Conn {
                 attempt++;
                 continue;
             }
-            if (!install(s)) {
-                closeQuietly(s);
+            if (!install(d)) {
+                closeQuietly(d.socket());
                 return;
             }
-            serve(s);
+            serve(d.socket());
             if (cl.isClosed()) {
                 return;
             }
             attempt = 1;
-        }
-    }
-
-    private Socket connect() throws IOException {
-        long budget = cl.connectTimeoutNanos;
-        long end = System.nanoTime() + budget;
-        Socket raw = new Socket();
-        try {
-            raw.setTcpNoDelay(true);
-            raw.setKeepAlive(true);
-            raw.connect(new InetSocketAddress(host, port), (int) Math.max(1, budget / 1_000_000));
-            Socket s = raw;
-            if (cl.ssl != null) {
-                String peer = cl.serverName != null && !cl.serverName.isEmpty() ? cl.serverName : host;
-                SSLSocket ts = (SSLSocket) cl.ssl.getSocketFactory().createSocket(raw, peer, port, true);
-                ts.setUseClientMode(true);
-                SSLParameters p = ts.getSSLParameters();
-                p.setEndpointIdentificationAlgorithm("HTTPS");
-                if (!peer.matches("[0-9.]+") && !peer.contains(":")) {
-                    p.setServerNames(List.of(new SNIHostName(peer)));
-                }
-                p.setProtocols(new String[] {"TLSv1.3", "TLSv1.2"});
-                ts.setSSLParameters(p);
-                ts.setSoTimeout(remainingMs(end));
-                try {
-                    ts.startHandshake();
-                } catch (javax.net.ssl.SSLException e) {
-                    throw tlsError(e);
-                }
-                s = ts;
-            }
-            s.setSoTimeout(remainingMs(end));
-            handshake(s);
-            s.setSoTimeout(0);
-            return s;
-        } catch (SocketTimeoutException e) {
-            closeQuietly(raw);
-            throw new IOException("handshake timed out", e);
-        } catch (IOException | RuntimeException e) {
-            closeQuietly(raw);
-            throw e;
-        }
-    }
-
-    /**
-     * A failed TLS handshake as the client reports it (R5, protocol.md §12.4): the server's first
-     * bytes were not a TLS record (a plaintext listener's HELLO) → "does not speak TLS"; anything
-     * else (a certificate, a protocol version) → the handshake's own reason. Both are
-     * configuration errors: waiting calls fail at once (R4).
-     */
-    static TlsException tlsError(javax.net.ssl.SSLException e) {
-        String m = String.valueOf(e.getMessage());
-        if (m.contains("Unsupported or unrecognized SSL message") || m.contains("plaintext connection")) {
-            return new TlsException("the server does not speak TLS (its first bytes are not a TLS record; is it a plaintext listener?): " + m, -1, e);
-        }
-        return new TlsException("TLS handshake failed: " + m, -1, e);
-    }
-
-    private static int remainingMs(long end) throws SocketTimeoutException {
-        long ms = (end - System.nanoTime()) / 1_000_000;
-        if (ms <= 0) {
-            throw new SocketTimeoutException("connect budget spent");
-        }
-        return (int) Math.min(ms, Integer.MAX_VALUE);
-    }
-
-    private void handshake(Socket s) throws IOException {
-        InputStream in = s.getInputStream();
-        OutputStream out = s.getOutputStream();
-        byte[] hb = in.readNBytes(Wire.HELLO_LEN);
-        if (hb.length != Wire.HELLO_LEN) {
-            throw new IOException("connection closed before HELLO");
-        }
-        if (cl.ssl == null && hb[0] == Wire.ST_ERROR && Wire.u8(hb, 1) == Wire.CODE_TLS_REQUIRED) {
-            // A TLS listener's plaintext REJECT TLS_REQUIRED where HELLO was expected (§12.4).
-            throw new TlsException("the server requires TLS (REJECT TLS_REQUIRED; configure the client with TLS)", Wire.CODE_TLS_REQUIRED, null);
-        }
-        Wire.Hello h;
-        try {
-            h = Wire.parseHello(hb);
-        } catch (Wire.DecodeException e) {
-            throw new ProtocolException("not a ticketing v1 server: " + e.getMessage());
-        }
-        byte[] nonce = new byte[32];
-        RANDOM.nextBytes(nonce);
-        byte[] proof = Wire.clientProof(cl.token, Wire.ROLE_CLIENT, h.nonce(), nonce);
-        out.write(Wire.encodeAuth(Wire.ROLE_CLIENT, nonce, proof));
-        out.flush();
-        byte[] wb = in.readNBytes(Wire.WELCOME_LEN);
-        if (wb.length != Wire.WELCOME_LEN) {
-            throw new IOException("connection closed before WELCOME");
-        }
-        Wire.Welcome w;
-        try {
-            w = Wire.parseWelcome(wb);
-        } catch (Wire.DecodeException e) {
-            throw new ProtocolException("bad WELCOME: " + e.getMessage());
-        }
-        if (!w.accepted()) {
-            if (w.code() == Wire.CODE_AUTH_FAILED) {
-                String hint = cl.token.length == 0 && h.tokensConfigured() ? " (the server requires a token and none is configured)" : "";
-                throw new AuthenticationException("the server rejected the token" + hint, w.code(), null);
-            }
-            throw new ConnectionException("the server refused the connection (code " + w.code() + ")", w.code(), null);
-        }
-        if (cl.token.length > 0) {
-            byte[] want = Wire.serverProof(cl.token, Wire.ROLE_CLIENT, nonce, h.nonce());
-            if (!Wire.proofEqual(want, w.proof())) {
-                throw new AuthenticationException("the server did not prove the token (an impostor, or a server without this token)");
-            }
-        }
-        maxInflight = Math.max(1, Math.min(w.maxInflight(), 1 << 30));
-        nextFeatures = negotiate(in, out);
-    }
-
-    /**
-     * Protocol 1.1 (protocol.md §12.1, §12.3): asks for the feature bits with a ping (req_id 1)
-     * and, when the server takes labels, sends the connection label (req_id 2). A 1.0 server
-     * answers a plain pong: features 0. A refused label is informational: the connection stays.
-     */
-    private int negotiate(InputStream in, OutputStream out) throws IOException {
-        out.write(Wire.pingFeatures(1));
-        out.flush();
-        Wire.Response r = readOne(in);
-        if (r.status() != Wire.ST_PONG || r.reqId() != 1) {
-            throw new ProtocolException("the feature ping was answered '" + (char) r.status() + "'");
-        }
-        int f = r.queued();
-        byte[] label = cl.label;
-        if ((f & Wire.FEATURE_LABELS) == 0 || label.length == 0) {
-            return f;
-        }
-        out.write(Wire.label(2, label));
-        out.flush();
-        r = readOne(in);
-        if (r.status() != Wire.ST_RELEASED || r.reqId() != 2) {
-            LOG.log(System.Logger.Level.WARNING, "ticketing: the server at " + addr + " refused the connection label \""
-                    + new String(label, java.nio.charset.StandardCharsets.UTF_8) + "\" (code " + r.code() + ")");
-        }
-        return f;
-    }
-
-    /** Reads one response frame during the handshake. */
-    private static Wire.Response readOne(InputStream in) throws IOException {
-        byte[] h = in.readNBytes(Wire.HEADER_LEN);
-        if (h.length != Wire.HEADER_LEN) {
-            throw new IOException("connection closed during the feature negotiation");
-        }
-        try {
-            int n = Wire.frameLength(h, 0, h.length);
-            byte[] f = h;
-            if (n > Wire.HEADER_LEN) {
-                byte[] rest = in.readNBytes(n - Wire.HEADER_LEN);
-                if (rest.length != n - Wire.HEADER_LEN) {
-                    throw new IOException("connection closed during the feature negotiation");
-                }
-                f = new byte[n];
-                System.arraycopy(h, 0, f, 0, h.length);
-                System.arraycopy(rest, 0, f, h.length, rest.length);
-            }
-            return Wire.parseResponse(f, 0, f.length);
-        } catch (Wire.DecodeException e) {
-            throw new ProtocolException("protocol violation by the server: " + e.getMessage());
         }
     }
 
@@ -327,7 +156,8 @@ final class Conn {
                 "ticketing: connect to " + addr + " failed (attempt " + n + "): " + e);
     }
 
-    private boolean install(Socket s) {
+    private boolean install(Dialer.Dialed d) {
+        Socket s = d.socket();
         mu.lock();
         try {
             if (cl.isClosed()) {
@@ -335,7 +165,8 @@ final class Conn {
             }
             up = true;
             sock = s;
-            features = nextFeatures;
+            features = d.features();
+            maxInflight = d.maxInflight();
             everUp = true;
             failures = 0;
             lastError = null;
@@ -651,11 +482,11 @@ final class Conn {
     }
 
     /** Adds the operations of pending releases past their window to out (a new list when null). */
-    List<TicketingClient.ReleaseOp> expiredReleases(long now, List<TicketingClient.ReleaseOp> out) {
+    List<ReleaseOp> expiredReleases(long now, List<ReleaseOp> out) {
         mu.lock();
         try {
             for (Call c : pending.values()) {
-                TicketingClient.ReleaseOp op = c.release;
+                ReleaseOp op = c.release;
                 if (op != null && !op.finished && now - op.deadline >= 0) {
                     if (out == null) {
                         out = new ArrayList<>();

@@ -45,11 +45,11 @@ public final class TicketingClient implements AutoCloseable {
     public static final String VERSION = "0.1.0";
 
     static final long MAX_U32 = 0xffffffffL;
-    private static final int MAX_MOVES = 3;
+    static final int MAX_MOVES = 3;
     private static final int MAX_EXTRA_ENDPOINTS = 32;
     private static final int RELEASE_QUEUE_LEN = 4096;
     static final long RELEASE_WINDOW_NANOS = TimeUnit.SECONDS.toNanos(5);
-    private static final long POLL_NANOS = TimeUnit.MILLISECONDS.toNanos(5);
+    static final long POLL_NANOS = TimeUnit.MILLISECONDS.toNanos(5);
     private static final long SWEEP_NANOS = TimeUnit.MILLISECONDS.toNanos(50);
     /** R1: how long past a shorter wait a call waits for a connection that is opened for the first time. */
     private static final long FIRST_CONNECT_GRACE_NANOS = TimeUnit.SECONDS.toNanos(1);
@@ -70,7 +70,8 @@ public final class TicketingClient implements AutoCloseable {
     private volatile Pool pool;
     private volatile Endpoint leader;
     private final AtomicInteger rr = new AtomicInteger();
-    private final AtomicInteger releasing = new AtomicInteger();
+    final AtomicInteger releasing = new AtomicInteger(); // releases in flight (ReleaseOp)
+    private final AtomicInteger abandoned = new AtomicInteger(); // acquires given up while their answer is outstanding
     private final AtomicLong compensations = new AtomicLong();
     private volatile Throwable lastError;
 
@@ -977,11 +978,7 @@ public final class TicketingClient implements AutoCloseable {
      * @throws IndeterminateException sent without a definite answer
      */
     public Optional<Lease> tryAcquire(String key, Duration lease, Duration wait) throws InterruptedException {
-        try {
-            return Optional.of(acquire(key, lease, wait));
-        } catch (AcquireTimeoutException e) {
-            return Optional.empty();
-        }
+        return tryAcquire(keyBytes(key), lease, wait);
     }
 
     /**
@@ -1348,6 +1345,7 @@ public final class TicketingClient implements AutoCloseable {
                     return;
                 }
                 long waited = c.arg & 0xffffffffL;
+                abandoned.incrementAndGet(); // until onAnswer has seen its answer (drain)
                 c.conn.withdraw(c); // when answered meanwhile, onAnswer compensates a grant
                 fail(new IndeterminateException("no answer within " + (waited + answerAllowanceNanos / 1_000_000L)
                         + " ms of the request's write (its wait " + waited + " ms + the answer allowance "
@@ -1373,6 +1371,7 @@ public final class TicketingClient implements AutoCloseable {
             finished = true;
             Call c = call;
             if (c != null) {
+                abandoned.incrementAndGet(); // until onAnswer has seen its answer (drain)
                 c.conn.withdraw(c); // when already answered, onAnswer compensates a grant
             }
             result.completeExceptionally(new CancellationException("acquire cancelled"));
@@ -1398,6 +1397,7 @@ public final class TicketingClient implements AutoCloseable {
                 if (c.fail == Call.FAIL_NONE && r.status() == Wire.ST_GRANTED) {
                     compensate(key, keys, r.value());
                 }
+                abandoned.decrementAndGet(); // the compensation (if any) is queued: counted in releasing
                 return;
             }
             if (c.fail != Call.FAIL_NONE) {
@@ -1583,7 +1583,7 @@ public final class TicketingClient implements AutoCloseable {
             // Nothing was sent: Closed, not Indeterminate (R7).
             throw new ClientClosedException((keys == null ? "release " : "release set ") + describe(k) + ": client closed, nothing sent");
         }
-        ReleaseOp op = new ReleaseOp(k, token, false);
+        ReleaseOp op = new ReleaseOp(this, k, token, false);
         op.keys = keys;
         op.caller = Thread.currentThread();
         releasing.incrementAndGet();
@@ -1678,7 +1678,7 @@ public final class TicketingClient implements AutoCloseable {
             return CompletableFuture.failedFuture(new ClientClosedException((keys == null ? "release " : "release set ") + describe(k)
                     + ": client closed, nothing sent"));
         }
-        ReleaseOp op = new ReleaseOp(k, token, false);
+        ReleaseOp op = new ReleaseOp(this, k, token, false);
         op.keys = keys;
         releasing.incrementAndGet();
         op.start();
@@ -1714,7 +1714,7 @@ public final class TicketingClient implements AutoCloseable {
             LOG.log(System.Logger.Level.WARNING, "ticketing: release queue full or client closed; a grant stays held until its lease ends");
             return CompletableFuture.failedFuture(new IndeterminateException("release queue full"));
         }
-        ReleaseOp op = new ReleaseOp(key, token, compensation);
+        ReleaseOp op = new ReleaseOp(this, key, token, compensation);
         op.keys = keys;
         op.start();
         return op.result;
@@ -1725,173 +1725,27 @@ public final class TicketingClient implements AutoCloseable {
         return compensations.get();
     }
 
-    final class ReleaseOp {
-        final byte[] key;
-        byte[][] keys; // a key set's (X), else null
-        final long token;
-        final boolean compensation;
-        final long deadline = System.nanoTime() + RELEASE_WINDOW_NANOS;
-        boolean maybe;
-        int moves;
-        int retries;
-        Throwable cause;
-        private final ReentrantLock lock = new ReentrantLock(); // not a monitor (virtual threads)
-        String lastAddr; // the server of the last attempt, for messages
-        volatile boolean finished;
-        final CompletableFuture<Void> result = new CompletableFuture<>();
-        Thread caller; // a blocking caller's thread (its calls let the writer wait for others)
-        Call toFlush; // the caller's call that it writes itself, off this operation's lock
-
-        ReleaseOp(byte[] key, long token, boolean compensation) {
-            this.key = key;
-            this.token = token;
-            this.compensation = compensation;
+    /**
+     * Waits until the client's background work is done: acquires that were cancelled, interrupted
+     * or timed out while their answer was outstanding have been answered (a grant that won the
+     * race is released), and every release in flight (background ones included) is confirmed or
+     * given up (5 s after it started). A short-lived program calls it before {@link #close()} so
+     * that nothing it gave up on stays held until its lease ends (R10, as the Go client's
+     * {@code Drain}).
+     *
+     * @param timeout how long to wait at most
+     * @return true when idle, false when the timeout passed first
+     * @throws InterruptedException the thread was interrupted
+     */
+    public boolean drain(Duration timeout) throws InterruptedException {
+        long end = System.nanoTime() + timeout.toNanos();
+        while (abandoned.get() > 0 || releasing.get() > 0) {
+            if (isClosed() || System.nanoTime() - end >= 0) {
+                return abandoned.get() == 0 && releasing.get() == 0;
+            }
+            Thread.sleep(2);
         }
-
-        /** Sends the first attempt; the client's sweeper gives up on it after the window. */
-        void start() {
-            attempt();
-        }
-
-        void giveUpNow() {
-            lock.lock();
-            try {
-                giveUpNowLocked();
-            } finally {
-                lock.unlock();
-            }
-        }
-
-        private void giveUpNowLocked() {
-            if (!finished) {
-                finish(giveUp());
-            }
-        }
-
-        private IndeterminateException giveUp() {
-            return new IndeterminateException("release not confirmed within 5 s" + (cause != null ? ": " + cause : ""), -1, cause);
-        }
-
-        private void finish(TicketingException e) {
-            finished = true;
-            releasing.decrementAndGet();
-            if (e != null) {
-                e.at(where((compensation ? "background release of" : "release") + (keys == null ? "" : " set"), key, lastAddr));
-            }
-            if (e == null) {
-                result.complete(null);
-                if (compensation) {
-                    LOG.log(System.Logger.Level.DEBUG, "ticketing: released a grant that arrived after its acquire was cancelled");
-                }
-            } else {
-                result.completeExceptionally(e);
-                if (compensation) {
-                    LOG.log(System.Logger.Level.WARNING, "ticketing: background release failed: " + e.getMessage());
-                }
-            }
-        }
-
-        void attempt() {
-            lock.lock();
-            try {
-                attemptLocked();
-            } finally {
-                lock.unlock();
-            }
-        }
-
-        private void attemptLocked() {
-            if (finished) {
-                return;
-            }
-            if (isClosed()) {
-                finish(new IndeterminateException("client closed before the release was confirmed", -1, new ClientClosedException("client closed")));
-                return;
-            }
-            if (System.nanoTime() >= deadline) {
-                finish(giveUp());
-                return;
-            }
-            Call c = new Call(keys == null ? Wire.OP_RELEASE : Wire.OP_RELEASE_SET, key, token, false, this::onAnswer);
-            c.keys = keys;
-            c.blocking = caller == Thread.currentThread();
-            c.virtual = c.blocking && Conn.isVirtual(caller);
-            c.release = this;
-            int r = tryEnqueue(c);
-            if (r == Conn.ENQ_UNSUPPORTED) {
-                finish(new UnsupportedFeatureException("key sets are not supported by this server (protocol 1.1 KEY_SETS); nothing sent"));
-                return;
-            }
-            if (r != Conn.ENQ_OK) {
-                schedule(this::attempt, POLL_NANOS * 2);
-                return;
-            }
-            lastAddr = c.conn.addr;
-            if (c.flush) {
-                toFlush = c;
-            }
-        }
-
-        void onAnswer(Call c) {
-            lock.lock();
-            try {
-                onAnswerLocked(c);
-            } finally {
-                lock.unlock();
-            }
-        }
-
-        private void onAnswerLocked(Call c) {
-            if (finished) {
-                return;
-            }
-            if (c.fail != Call.FAIL_NONE) {
-                cause = c.failCause;
-                if (c.failCause instanceof ClientClosedException || isClosed()) {
-                    finish(new IndeterminateException("client closed before the release was confirmed", -1, c.failCause));
-                    return;
-                }
-                if (c.fail == Call.FAIL_UNSENT) {
-                    schedule(this::attempt, 0);
-                    return;
-                }
-                maybe = true;
-                retries++;
-                schedule(this::attempt, redirectNanos(retries));
-                return;
-            }
-            Wire.Response r = c.resp;
-            switch (r.status()) {
-                case Wire.ST_RELEASED:
-                    finish(null);
-                    return;
-                case Wire.ST_NOT_HOLDER:
-                    if (maybe) {
-                        finish(new IndeterminateException("the token no longer holds the key; an earlier unconfirmed attempt may have released it"));
-                    } else {
-                        finish(new NotHolderException("not the holder: the key is free or held with another token"));
-                    }
-                    return;
-                case Wire.ST_MOVED:
-                    follow(new String(r.payload(), StandardCharsets.UTF_8));
-                    moves++;
-                    if (moves > MAX_MOVES) {
-                        moves = 0;
-                        retries++;
-                        schedule(this::attempt, redirectNanos(retries));
-                    } else {
-                        schedule(this::attempt, 0);
-                    }
-                    return;
-                case Wire.ST_UNKNOWN:
-                    maybe = true;
-                    retries++;
-                    schedule(this::attempt, redirectNanos(retries));
-                    return;
-                default:
-                    finish(serverError(r));
-            }
-        }
+        return true;
     }
 
     /**

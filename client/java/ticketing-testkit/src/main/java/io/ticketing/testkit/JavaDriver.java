@@ -60,8 +60,12 @@ public final class JavaDriver {
         for (CompletableFuture<?> f : futures.values()) {
             f.cancel(true);
         }
-        for (Thread t : running.values()) {
-            t.interrupt();
+        if (!ASYNC) {
+            // (java-async: cancelling the futures ends every command; an interrupt could cut the
+            // scope's wait for its release, and close() would then drop the release.)
+            for (Thread t : running.values()) {
+                t.interrupt();
+            }
         }
         long end = System.nanoTime() + java.util.concurrent.TimeUnit.SECONDS.toNanos(10);
         for (Thread t : running.values()) {
@@ -72,6 +76,7 @@ public final class JavaDriver {
         }
         TicketingClient c = client;
         if (c != null) {
+            c.drain(Duration.ofSeconds(6)); // a grant that won the race with the cancel is released
             c.close();
         }
         System.out.flush();
@@ -123,14 +128,7 @@ public final class JavaDriver {
                 DriverSupport.emit(DriverSupport.info(id, ASYNC ? "java-async" : "java"));
                 return;
             case "acquire":
-                run(id, () -> {
-                    Lease l = acquire(id, cmd);
-                    leases.put(l.tokenString(), l);
-                    Map<String, Object> m = DriverSupport.ok(id);
-                    m.put("token", l.tokenString());
-                    m.put("deadline_in_ms", l.remaining().toMillis());
-                    return m;
-                });
+                run(id, () -> granted(id, acquire(id, cmd)));
                 return;
             case "try_acquire":
                 run(id, () -> {
@@ -191,12 +189,7 @@ public final class JavaDriver {
                     java.util.List<String> ks = DriverSupport.keys(cmd);
                     Duration lease = DriverSupport.ms(cmd, "lease_ms");
                     Duration wait = DriverSupport.ms(cmd, "wait_ms");
-                    Lease l = ASYNC ? await(id, cl().acquireSetAsync(ks, lease, wait)) : cl().acquireSet(ks, lease, wait);
-                    leases.put(l.tokenString(), l);
-                    Map<String, Object> m = DriverSupport.ok(id);
-                    m.put("token", l.tokenString());
-                    m.put("deadline_in_ms", l.remaining().toMillis());
-                    return m;
+                    return granted(id, ASYNC ? await(id, cl().acquireSetAsync(ks, lease, wait)) : cl().acquireSet(ks, lease, wait));
                 });
                 return;
             case "release_set":
@@ -266,6 +259,15 @@ public final class JavaDriver {
             default:
                 DriverSupport.emit(DriverSupport.err(id, "unsupported", -1, "unknown cmd " + name));
         }
+    }
+
+    /** The answer to a grant (kept by token for release_lease and lease_ending). */
+    private Map<String, Object> granted(Object id, Lease l) {
+        leases.put(l.tokenString(), l);
+        Map<String, Object> m = DriverSupport.ok(id);
+        m.put("token", l.tokenString());
+        m.put("deadline_in_ms", l.remaining().toMillis());
+        return m;
     }
 
     /** acquire / with_lock: the String API for a key given as a string (R8), min_remaining_ms (R14). */

@@ -59,6 +59,7 @@ object KotlinDriver {
                 all.forEach { it.join() }
             }
         }
+        client?.drain(java.time.Duration.ofSeconds(6)) // a grant that won the race with a cancel is released
         client?.close()
         exitProcess(0)
     }
