@@ -492,7 +492,7 @@ static void *conn_main(void *arg) {
     int attempt = 0;
     while (!is_closed(cl)) {
         if (attempt > 0) {
-            uint64_t d = tki_jitter(tki_step_delay(100 * MS, 3200 * MS, attempt));
+            uint64_t d = tki_full_jitter(tki_step_delay(100 * MS, 3200 * MS, attempt)); /* R16 */
             struct timespec ts;
             tki_abs_deadline(&ts, d);
             pthread_mutex_lock(&cl->mu);

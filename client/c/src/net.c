@@ -95,11 +95,10 @@ void tki_close_sock(conn *cn) {
     }
 }
 
-/* Dial + TLS + handshake. Returns TK_OK and max_inflight. */
-tk_status tki_conn_connect(conn *cn, uint32_t *max_inflight, uint8_t *rej_code) {
+/* The TCP connection (the first address of the name that answers), with
+ * TCP_NODELAY and keepalive; cn->why says why not. */
+static tk_status dial(conn *cn, uint64_t deadline) {
     tk_client *cl = cn->cl;
-    snprintf(cn->why, sizeof cn->why, "no connection to %s", cn->addr);
-    uint64_t deadline = tk_now_ns() + (uint64_t)cl->connect_timeout_ms * MS;
     struct addrinfo hints, *res = NULL;
     memset(&hints, 0, sizeof hints);
     hints.ai_family = AF_UNSPEC;
@@ -108,7 +107,6 @@ tk_status tki_conn_connect(conn *cn, uint32_t *max_inflight, uint8_t *rej_code) 
         snprintf(cn->why, sizeof cn->why, "cannot resolve %s", cn->addr);
         return TK_E_CONNECT;
     }
-    tk_status st = TK_E_CONNECT;
     for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
         cn->fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
         if (cn->fd < 0) continue;
@@ -136,52 +134,62 @@ tk_status tki_conn_connect(conn *cn, uint32_t *max_inflight, uint8_t *rej_code) 
     setsockopt(cn->fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
     setsockopt(cn->fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
     setsockopt(cn->fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
+    return TK_OK;
+}
 
-    if (cl->ssl_ctx) {
-        cn->ssl = SSL_new(cl->ssl_ctx);
-        if (!cn->ssl) return TK_E_TLS;
-        SSL_set_fd(cn->ssl, cn->fd);
-        const char *name = cl->server_name[0] ? cl->server_name : cn->host;
-        struct in6_addr a6;
-        struct in_addr a4;
-        int is_ip = inet_pton(AF_INET, name, &a4) == 1 || inet_pton(AF_INET6, name, &a6) == 1;
-        X509_VERIFY_PARAM *vp = SSL_get0_param(cn->ssl);
-        if (is_ip) {
-            X509_VERIFY_PARAM_set1_ip_asc(vp, name);
-        } else {
-            SSL_set_tlsext_host_name(cn->ssl, name);
-            X509_VERIFY_PARAM_set1_host(vp, name, 0);
+/* TLS over cn->fd: SNI and the name (or IP) to verify; a plaintext server's
+ * answer is "does not speak TLS" (R5, §12.4). */
+static tk_status tls_handshake(conn *cn, uint64_t deadline) {
+    tk_client *cl = cn->cl;
+    cn->ssl = SSL_new(cl->ssl_ctx);
+    if (!cn->ssl) return TK_E_TLS;
+    SSL_set_fd(cn->ssl, cn->fd);
+    const char *name = cl->server_name[0] ? cl->server_name : cn->host;
+    struct in6_addr a6;
+    struct in_addr a4;
+    int is_ip = inet_pton(AF_INET, name, &a4) == 1 || inet_pton(AF_INET6, name, &a6) == 1;
+    X509_VERIFY_PARAM *vp = SSL_get0_param(cn->ssl);
+    if (is_ip) {
+        X509_VERIFY_PARAM_set1_ip_asc(vp, name);
+    } else {
+        SSL_set_tlsext_host_name(cn->ssl, name);
+        X509_VERIFY_PARAM_set1_host(vp, name, 0);
+    }
+    for (;;) {
+        ERR_clear_error();
+        int r = SSL_connect(cn->ssl);
+        if (r == 1) break;
+        int e = SSL_get_error(cn->ssl, r);
+        short ev = e == SSL_ERROR_WANT_READ ? POLLIN : e == SSL_ERROR_WANT_WRITE ? POLLOUT : 0;
+        if (!ev) {
+            long vr = SSL_get_verify_result(cn->ssl);
+            unsigned long ee = ERR_peek_last_error();
+            const char *reason = vr != X509_V_OK ? X509_verify_cert_error_string(vr)
+                                 : ee ? ERR_reason_error_string(ee) : NULL;
+            /* R5, §12.4: a plaintext server's HELLO ("TKTS") is not a TLS record */
+            if (ee && (ERR_GET_REASON(ee) == SSL_R_WRONG_VERSION_NUMBER || ERR_GET_REASON(ee) == SSL_R_PACKET_LENGTH_TOO_LONG ||
+                       ERR_GET_REASON(ee) == SSL_R_RECORD_LENGTH_MISMATCH))
+                reason = "the server does not speak TLS (a plaintext ticketing server?)";
+            else if (!reason)
+                reason = "handshake error";
+            snprintf(cn->why, sizeof cn->why, "TLS with %s: %s", cn->addr, reason);
+            tki_logf_(cl, 2, "ticketing: TLS handshake with %s failed: %s", cn->addr, reason);
+            return TK_E_TLS;
         }
-        for (;;) {
-            ERR_clear_error();
-            int r = SSL_connect(cn->ssl);
-            if (r == 1) break;
-            int e = SSL_get_error(cn->ssl, r);
-            short ev = e == SSL_ERROR_WANT_READ ? POLLIN : e == SSL_ERROR_WANT_WRITE ? POLLOUT : 0;
-            if (!ev) {
-                long vr = SSL_get_verify_result(cn->ssl);
-                unsigned long ee = ERR_peek_last_error();
-                const char *reason = vr != X509_V_OK ? X509_verify_cert_error_string(vr)
-                                     : ee ? ERR_reason_error_string(ee) : NULL;
-                /* R5: a plaintext server answers the ClientHello with bytes that are not TLS */
-                /* R5, §12.4: a plaintext server's HELLO ("TKTS") is not a TLS record */
-                if (ee && (ERR_GET_REASON(ee) == SSL_R_WRONG_VERSION_NUMBER || ERR_GET_REASON(ee) == SSL_R_PACKET_LENGTH_TOO_LONG ||
-                           ERR_GET_REASON(ee) == SSL_R_RECORD_LENGTH_MISMATCH))
-                    reason = "the server does not speak TLS (a plaintext ticketing server?)";
-                else if (!reason)
-                    reason = "handshake error";
-                snprintf(cn->why, sizeof cn->why, "TLS with %s: %s", cn->addr, reason);
-                tki_logf_(cl, 2, "ticketing: TLS handshake with %s failed: %s", cn->addr, reason);
-                return TK_E_TLS;
-            }
-            int w = wait_sock(cn, ev, deadline);
-            if (w != 1) {
-                snprintf(cn->why, sizeof cn->why, "no TLS handshake from %s within %u ms", cn->addr, cl->connect_timeout_ms);
-                return w < 0 ? TK_E_CLOSED : TK_E_CONNECT;
-            }
+        int w = wait_sock(cn, ev, deadline);
+        if (w != 1) {
+            snprintf(cn->why, sizeof cn->why, "no TLS handshake from %s within %u ms", cn->addr, cl->connect_timeout_ms);
+            return w < 0 ? TK_E_CLOSED : TK_E_CONNECT;
         }
     }
+    return TK_OK;
+}
 
+/* HELLO, AUTH (with the feature ping right behind it, §12.1), WELCOME and the
+ * server's proof; a REJECT where HELLO belongs is the TLS hint (§12.4). */
+static tk_status hello_auth(conn *cn, uint64_t deadline, uint32_t *max_inflight, uint8_t *rej_code) {
+    tk_client *cl = cn->cl;
+    tk_status st = TK_E_CONNECT;
     uint8_t hb[TK_HELLO_LEN], wb[TK_WELCOME_LEN], cnonce[32], proof[32];
     tk_hello h;
     tk_welcome w;
@@ -237,6 +245,14 @@ tk_status tki_conn_connect(conn *cn, uint32_t *max_inflight, uint8_t *rej_code) 
             return TK_E_AUTH;
         }
     }
+    *max_inflight = w.max_inflight ? w.max_inflight : 1;
+    return TK_OK;
+}
+
+/* The feature pong (§12.1), then the label when the server takes one (§12.3). */
+static tk_status features_and_label(conn *cn, uint64_t deadline) {
+    tk_client *cl = cn->cl;
+    tk_status st = TK_E_CONNECT;
     /* the pong: the feature bits in its queued field (0 from a 1.0 server) */
     uint8_t pb[TK_HDR + TK_MAX_ERROR];
     tk_resp pr;
@@ -265,6 +281,18 @@ tk_status tki_conn_connect(conn *cn, uint32_t *max_inflight, uint8_t *rej_code) 
         }
         if (pr.status == 'E') tki_logf_(cl, 2, "ticketing: %s refused the connection label (code %u)", cn->addr, pr.code);
     }
-    *max_inflight = w.max_inflight ? w.max_inflight : 1;
     return TK_OK;
+}
+
+/* Dial + TLS + handshake + features + label, within connect_timeout_ms.
+ * Returns TK_OK and max_inflight. */
+tk_status tki_conn_connect(conn *cn, uint32_t *max_inflight, uint8_t *rej_code) {
+    tk_client *cl = cn->cl;
+    snprintf(cn->why, sizeof cn->why, "no connection to %s", cn->addr);
+    uint64_t deadline = tk_now_ns() + (uint64_t)cl->connect_timeout_ms * MS;
+    tk_status st = dial(cn, deadline);
+    if (st == TK_OK && cl->ssl_ctx) st = tls_handshake(cn, deadline);
+    if (st == TK_OK) st = hello_auth(cn, deadline, max_inflight, rej_code);
+    if (st == TK_OK) st = features_and_label(cn, deadline);
+    return st;
 }

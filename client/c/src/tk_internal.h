@@ -290,7 +290,8 @@ void tki_cond_init_mono(pthread_cond_t *cv);
 void tki_copy_msg(char *dst, size_t n, const char *src);
 void tki_futex_wait(int *addr, int val, const struct timespec *rel);
 void tki_futex_wake(int *addr, int n);
-uint64_t tki_jitter(uint64_t step);
+uint64_t tki_jitter(uint64_t step); /* uniform in [step/2, step] (M redirects) */
+uint64_t tki_full_jitter(uint64_t step); /* uniform in [0, step] (reconnects, R16) */
 void tki_logf_(tk_client *cl, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 void tki_fork_setup(void); /* once per process: fork detection (pthread_atfork) */
 uint64_t tki_step_delay(uint64_t base, uint64_t cap, int n);

@@ -85,6 +85,11 @@ uint64_t tki_jitter(uint64_t step) {
     return half + rand_u64() % (step - half + 1);
 }
 
+/* R16 (docs/architecture.md): "full jitter", uniform in [0, step], from a
+ * per-process random source: clients that lost one server at the same instant
+ * spread their reconnects over the whole step. */
+uint64_t tki_full_jitter(uint64_t step) { return step ? rand_u64() % (step + 1) : 0; }
+
 uint64_t tki_step_delay(uint64_t base, uint64_t cap, int n) {
     uint64_t d = base;
     for (int i = 1; i < n && d < cap; i++) d *= 2;

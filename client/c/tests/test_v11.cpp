@@ -47,6 +47,19 @@ std::function<void(FakeConn &)> granting(Recorder &r, uint64_t token = 500) {
     };
 }
 
+// A 1.0 (features 0) or 1.1 fake that grants every acquire with token and
+// answers every release O, and a client connected to it.
+struct Granted {
+    Recorder r;
+    Fake f;
+    Client cl;
+    explicit Granted(uint16_t features = 0, uint64_t token = 500)
+        : f(granting(r, token)), cl((f.features = features, std::vector<std::string>{f.addr()})) {
+        connected = tk_client_wait_connected(cl.c, 0) == TK_OK;
+    }
+    bool connected = false;
+};
+
 std::string hostname() {
     char h[256] = {0};
     gethostname(h, sizeof h - 1);
@@ -55,10 +68,10 @@ std::string hostname() {
 } // namespace
 
 TEST(V11, SetsAreNeverSentToA10Server) {
-    Recorder r;
-    Fake f(granting(r)); // features 0: a 1.0 server
-    Client cl({f.addr()});
-    ASSERT_EQ(tk_client_wait_connected(cl.c, 0), TK_OK);
+    Granted fx; // features 0: a 1.0 server
+    ASSERT_TRUE(fx.connected);
+    auto &r = fx.r;
+    auto &cl = fx.cl;
     tk_key k[] = {{"a", 1}, {"b", 1}};
     tk_lease l{};
     EXPECT_EQ(tk_acquire_set(cl.c, k, 2, 1000, 0, &l), TK_E_UNSUPPORTED);
@@ -71,11 +84,10 @@ TEST(V11, SetsAreNeverSentToA10Server) {
 }
 
 TEST(V11, SetFramesAndDefaultLabelTo11Server) {
-    Recorder r;
-    Fake f(granting(r, 900));
-    f.features = TK_FEAT_KEY_SETS | TK_FEAT_LABELS;
-    Client cl({f.addr()});
-    ASSERT_EQ(tk_client_wait_connected(cl.c, 0), TK_OK);
+    Granted fx(TK_FEAT_KEY_SETS | TK_FEAT_LABELS, 900);
+    ASSERT_TRUE(fx.connected);
+    auto &r = fx.r;
+    auto &cl = fx.cl;
     tk_key k[] = {{"acct/17", 7}, {"acct/42", 7}};
     tk_lease l{};
     ASSERT_EQ(tk_acquire_set(cl.c, k, 2, 30000, 5000, &l), TK_OK);
@@ -121,10 +133,10 @@ TEST(V11, LabelAndAppNameOptions) {
 }
 
 TEST(V11, ReleaseLeaseTwiceIsANoOpThatSaysSo) {
-    Recorder r;
-    Fake f(granting(r));
-    Client cl({f.addr()});
-    ASSERT_EQ(tk_client_wait_connected(cl.c, 0), TK_OK);
+    Granted fx;
+    ASSERT_TRUE(fx.connected);
+    auto &r = fx.r;
+    auto &cl = fx.cl;
     tk_lease l{};
     ASSERT_EQ(tk_acquire(cl.c, "k", 1, 1000, 0, &l), TK_OK);
     int already = 7;
@@ -137,10 +149,10 @@ TEST(V11, ReleaseLeaseTwiceIsANoOpThatSaysSo) {
 }
 
 TEST(V11, ClosedClientFailsAtOnceSendingNothing) {
-    Recorder r;
-    Fake f(granting(r));
-    Client cl({f.addr()});
-    ASSERT_EQ(tk_client_wait_connected(cl.c, 0), TK_OK);
+    Granted fx;
+    ASSERT_TRUE(fx.connected);
+    auto &r = fx.r;
+    auto &cl = fx.cl;
     tk_lease l{};
     ASSERT_EQ(tk_acquire(cl.c, "k", 1, 1000, 0, &l), TK_OK);
     tk_client_close(cl.c);
@@ -153,10 +165,10 @@ TEST(V11, ClosedClientFailsAtOnceSendingNothing) {
 }
 
 TEST(V11, MinRemainingReleasesAShortGrant) {
-    Recorder r;
-    Fake f(granting(r, 901));
-    Client cl({f.addr()});
-    ASSERT_EQ(tk_client_wait_connected(cl.c, 0), TK_OK);
+    Granted fx(0, 901);
+    ASSERT_TRUE(fx.connected);
+    auto &r = fx.r;
+    auto &cl = fx.cl;
     tk_acquire_opts o{sizeof o, 5000};
     tk_lease l{};
     EXPECT_EQ(tk_acquire_ex(cl.c, "k", 1, 1000, 0, &o, &l), TK_INSUFFICIENT_LEASE); // a 1 s lease never has 5 s left
@@ -187,10 +199,10 @@ TEST(V11, LeaseEndingFdFiresMarginBeforeTheDeadline) {
 }
 
 TEST(V11, RefusedArgumentsNameTheArgumentAndItsLimit) {
-    Recorder r;
-    Fake f(granting(r));
-    Client cl({f.addr()});
-    ASSERT_EQ(tk_client_wait_connected(cl.c, 0), TK_OK);
+    Granted fx;
+    ASSERT_TRUE(fx.connected);
+    auto &r = fx.r;
+    auto &cl = fx.cl;
     std::string big(251, 'k');
     struct Case {
         const char *name, *arg;
@@ -252,4 +264,22 @@ TEST(V11, CppLeaseReleaseTwiceAndEnding) {
     } catch (const ticketing::InvalidArgument &e) {
         EXPECT_NE(std::string(e.what()).find("key must be 1..250"), std::string::npos) << e.what();
     }
+}
+
+extern "C" uint64_t tki_full_jitter(uint64_t step); // src/util.c (internal; linked from the static library)
+
+// R16: a reconnect's delay is uniform in [0, step] ("full jitter"), not in its upper half.
+TEST(V11, ReconnectDelayIsFullJitter) {
+    const uint64_t step = 400 * 1000000ull;
+    int low = 0, high = 0;
+    for (int i = 0; i < 10000; i++) {
+        uint64_t d = tki_full_jitter(step);
+        ASSERT_LE(d, step);
+        low += d < step / 4;
+        high += d > step * 3 / 4;
+    }
+    // a quarter of the step each way: 2,500 expected; half jitter would give 0 below step/4
+    EXPECT_GT(low, 2000);
+    EXPECT_GT(high, 2000);
+    EXPECT_EQ(tki_full_jitter(0), 0u);
 }
