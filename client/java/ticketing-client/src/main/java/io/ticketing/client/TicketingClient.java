@@ -584,8 +584,9 @@ public final class TicketingClient implements AutoCloseable {
         return connectError(lastError);
     }
 
+    /** Reconnect delay: full jitter, uniform in [0, step] (architecture.md R16). */
     long backoffNanos(int attempt) {
-        return jitter(step(backoffBaseNanos, backoffCapNanos, attempt));
+        return ThreadLocalRandom.current().nextLong(step(backoffBaseNanos, backoffCapNanos, attempt) + 1);
     }
 
     long redirectNanos(int n) {

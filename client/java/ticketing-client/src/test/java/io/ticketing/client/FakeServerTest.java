@@ -160,6 +160,25 @@ class FakeServerTest {
         }
     }
 
+    /** Reconnect delays are full jitter, uniform in [0, step] (R16): some fall in the step's lower half. */
+    @Test
+    void reconnectDelaysAreFullJitter() throws Exception {
+        try (FakeServer s = grantingServer();
+                TicketingClient c = TicketingClient.builder().addresses(s.addr).build()) {
+            long step = TimeUnit.MILLISECONDS.toNanos(400); // attempt 3: 100 ms doubled twice
+            int low = 0;
+            for (int i = 0; i < 2000; i++) {
+                long d = c.backoffNanos(3);
+                assertTrue(d >= 0 && d <= step, "delay " + d + " ns outside [0, " + step + "]");
+                if (d < step / 4) {
+                    low++;
+                }
+            }
+            // uniform: about 500 of 2000 below a quarter; the upper-half jitter gave none
+            assertTrue(low > 300, low + " of 2000 delays below a quarter of the step");
+        }
+    }
+
     /** drain() returns once a grant that won the race with a cancel is released (R10). */
     @Test
     void drainWaitsForTheCompensationOfACancelledAcquire() throws Exception {
