@@ -68,17 +68,23 @@ func newProposer(n *Node) *proposer {
 	return p
 }
 
-// add queues cmds, encoded at once: their keys are not kept.
+// add queues cmds, encoded at once: their keys are not kept. Only the add
+// that finds the queue empty kicks run: run waits for a kick only after it
+// saw the queue empty (under mu), so a queue that was not empty already
+// has its kick on the way, or run has yet to take it.
 func (p *proposer) add(cmds []Command) {
 	p.mu.Lock()
+	was := p.npend
 	for i := range cmds {
 		p.pending = appendCommand(p.pending, &cmds[i])
 	}
 	p.npend += len(cmds)
 	p.mu.Unlock()
-	select {
-	case p.kick <- struct{}{}:
-	default:
+	if was == 0 {
+		select {
+		case p.kick <- struct{}{}:
+		default:
+		}
 	}
 }
 
