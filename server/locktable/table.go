@@ -118,7 +118,8 @@ type Table struct {
 	conns    []connRef         // holders' connections (refConn)
 	connIx   map[uint64]uint32 // reference of each connection in conns
 	freeRefs []uint32
-	lastRef  uint32
+	lastRef  uint32 // the reference refConn returned last (a cache)
+	zeroRefs int    // references kept that hold nothing (refConn)
 
 	queues       map[uint32]*kqueue // queues of the keys that have waiters, by entry
 	waiters      map[Owner]*waiter  // queued acquires by owner (cancel)
