@@ -302,8 +302,12 @@ func (b *tables) leaderAddr() string { return "" }
 func (b *tables) handOff(net.Conn) bool { return false }
 
 // rearm wakes the shard's timer goroutine when the table's earliest deadline
-// moved before the one it sleeps until. Call with sh.mu held.
+// moved before the one it sleeps until: only a deadline armed since can have
+// (EarliestArmed). Call with sh.mu held.
 func (sh *shard) rearm() {
+	if sh.t.EarliestArmed() >= sh.armed {
+		return
+	}
 	if d, ok := sh.t.NextDeadline(); ok && d < sh.armed {
 		sh.armed = d
 		select {
