@@ -297,7 +297,7 @@ func (t *Table) ShiftLeases(delta int64) {
 	if delta == 0 {
 		return
 	}
-	t.allToHeap()              // a lane mixing leases and waits would lose its order
+	t.allToHeap()            // a lane mixing leases and waits would lose its order
 	t.lowArm = math.MinInt64 // deadlines moved earlier: EarliestArmed says so
 	for _, x := range t.timers {
 		if x&waitBit == 0 {
