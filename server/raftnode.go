@@ -404,9 +404,10 @@ func (b *raftBackend) serving(c *conn, req *wire.Request) bool {
 }
 
 // submit queues the request for the next raft batch, outstanding until its
-// answer is delivered.
+// answer is delivered. The key stays in the read buffer: Submit encodes
+// the command at once.
 func (b *raftBackend) submit(c *conn, req *wire.Request, op cluster.Op) {
-	b.propose(c, req, cluster.Command{Op: op, Conn: c.id, ReqID: req.ReqID, Key: append([]byte(nil), req.Key...), Arg: req.Arg})
+	b.propose(c, req, cluster.Command{Op: op, Conn: c.id, ReqID: req.ReqID, Key: req.Key, Arg: req.Arg})
 }
 
 // connGone replicates that a client connection closed, so its waiters
