@@ -79,7 +79,7 @@ const DefaultIdleCache = 4096
 // update them under their own mutexes, so they are atomics.
 type Counts interface {
 	// AddKeys adjusts the count of active keys and returns the new value
-	// (the table does not use it: a batching implementation may return less).
+	// (the table does not use it: a batching implementation may return only its part).
 	AddKeys(delta int64) int64
 	// AddWaiters adjusts the count of queued acquires and returns the new value.
 	AddWaiters(delta int64) int64
