@@ -123,18 +123,22 @@ type shard struct {
 	t     *locktable.Table
 	armed int64 // deadline the timer goroutine sleeps until (ns); MaxInt64 = none
 	kick  chan struct{}
-	_     [128 - 32]byte // one shard per pair of cache lines: no false sharing of mu
+	cnt   shardCounts    // its active keys (counts.go): written under mu, on mu's line
+	_     [128 - 88]byte // one shard per pair of cache lines: no false sharing of mu
 }
 
 func newTables(s *Server, n int, limits locktable.Limits, tokens locktable.TokenSource) *tables {
 	b := &tables{s: s, seed: maphash.MakeSeed(), shards: make([]*shard, n)}
-	b.shardCnt = newShardCounts(&b.shared, n+1, limits.MaxKeys)
 	for i := range b.shards {
 		b.shards[i] = &shard{armed: math.MaxInt64, kick: make(chan struct{}, 1)}
-		b.shards[i].t = locktable.New(limits, tokens, b.shardCnt[i], s)
+		b.shardCnt = append(b.shardCnt, &b.shards[i].cnt)
 	}
 	b.setSh = &shard{armed: math.MaxInt64, kick: make(chan struct{}, 1)}
-	b.setSh.t = locktable.New(limits, tokens, b.shardCnt[n], s)
+	b.shardCnt = append(b.shardCnt, &b.setSh.cnt)
+	initShardCounts(&b.shared, b.shardCnt, limits.MaxKeys)
+	for i, sh := range b.all() {
+		sh.t = locktable.New(limits, tokens, b.shardCnt[i], s)
+	}
 	b.setKeys = make(map[string]struct{})
 	return b
 }

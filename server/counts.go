@@ -19,25 +19,24 @@ const keyBatch = 32
 // the total the limit checks read is exact only up to the shards' drifts
 // (less than slack). Waiters go straight to the shared total.
 type shardCounts struct {
-	_      [64]byte // alone on its cache line: written at every grant and release of the shard
-	drift  atomic.Int64
+	drift  atomic.Int64 // on the shard's mutex's cache line (shard.cnt), which its writer holds
 	shared *locktable.SharedCounts
 	all    []*shardCounts // every shard's, this one included (exact totals)
 	slack  int64          // more than the sum of every drift, plus a key set's keys
 	max    int64          // Limits.MaxKeys; 0 = none
 }
 
-func newShardCounts(shared *locktable.SharedCounts, n int, maxKeys int) []*shardCounts {
-	all := make([]*shardCounts, n)
-	for i := range all {
-		all[i] = &shardCounts{shared: shared, all: all, max: int64(maxKeys),
-			slack: int64(n)*keyBatch + wire.MaxSetKeys}
+// initShardCounts makes every one of all (each a shard's cnt) count into shared.
+func initShardCounts(shared *locktable.SharedCounts, all []*shardCounts, maxKeys int) {
+	for _, c := range all {
+		*c = shardCounts{shared: shared, all: all, max: int64(maxKeys),
+			slack: int64(len(all))*keyBatch + wire.MaxSetKeys}
 	}
-	return all
 }
 
-// AddKeys implements locktable.Counts: it returns the total published
-// plus this shard's drift.
+// AddKeys implements locktable.Counts. It returns this shard's drift, not
+// the total (the table does not use it; reading the total here would read
+// the shared word at every grant).
 func (c *shardCounts) AddKeys(d int64) int64 {
 	v := c.drift.Load() + d // one writer: the shard's lock holder
 	if v >= keyBatch || v <= -keyBatch {
@@ -45,7 +44,7 @@ func (c *shardCounts) AddKeys(d int64) int64 {
 		v = 0
 	}
 	c.drift.Store(v)
-	return c.shared.Keys() + v
+	return v
 }
 
 // Keys implements locktable.Counts for the table's limit checks (B

@@ -2,6 +2,7 @@ package server
 
 import (
 	"testing"
+	"unsafe"
 
 	"github.com/ticketing/ticketing/server/locktable"
 )
@@ -13,7 +14,8 @@ import (
 func TestShardCountsBatchedAndExact(t *testing.T) {
 	var shared locktable.SharedCounts
 	const maxKeys = 200
-	all := newShardCounts(&shared, 4, maxKeys)
+	all := []*shardCounts{new(shardCounts), new(shardCounts), new(shardCounts), new(shardCounts)}
+	initShardCounts(&shared, all, maxKeys)
 	for range 1000 { // pairs on shard 0: the shared total never moves
 		all[0].AddKeys(1)
 		all[0].AddKeys(-1)
@@ -49,5 +51,15 @@ func TestShardCountsBatchedAndExact(t *testing.T) {
 	}
 	if got := exactKeys(&shared, all); got != 0 {
 		t.Fatalf("all released: exact count %d", got)
+	}
+}
+
+// A shard keeps its mutex and its key count on its own two cache lines.
+func TestShardSize(t *testing.T) {
+	if n := unsafe.Sizeof(shard{}); n != 128 {
+		t.Fatalf("shard is %d bytes, want 128", n)
+	}
+	if off := unsafe.Offsetof(shard{}.cnt) + unsafe.Offsetof(shardCounts{}.drift); off >= 64 {
+		t.Fatalf("the key count is at byte %d: not on the mutex's cache line", off)
 	}
 }

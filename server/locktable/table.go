@@ -78,7 +78,8 @@ const DefaultIdleCache = 4096
 // Counts are totals shared by every table of one server. Single-node shards
 // update them under their own mutexes, so they are atomics.
 type Counts interface {
-	// AddKeys adjusts the count of active keys and returns the new value.
+	// AddKeys adjusts the count of active keys and returns the new value
+	// (the table does not use it: a batching implementation may return only its part).
 	AddKeys(delta int64) int64
 	// AddWaiters adjusts the count of queued acquires and returns the new value.
 	AddWaiters(delta int64) int64
