@@ -109,6 +109,22 @@ thread_local! {
     });
 }
 
+/// Marks this thread as polling a blocking call (conn.rs DRIVEN) until dropped.
+struct Driven;
+
+impl Driven {
+    fn enter() -> Driven {
+        crate::conn::DRIVEN.with(|d| d.set(true));
+        Driven
+    }
+}
+
+impl Drop for Driven {
+    fn drop(&mut self) {
+        crate::conn::DRIVEN.with(|d| d.set(false));
+    }
+}
+
 /// Polls `f` on the calling thread inside the client's runtime context (its
 /// timers and spawns go to the runtime thread, which drives the sockets) and
 /// waits for its wake-ups by yielding, then parking (no task, no channel, no
@@ -121,7 +137,11 @@ fn block_on<F: Future>(handle: &tokio::runtime::Handle, f: F) -> F::Output {
         let mut f = std::pin::pin!(f);
         loop {
             sig.woken.store(false, Ordering::Release);
-            if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+            let r = {
+                let _driven = Driven::enter();
+                f.as_mut().poll(&mut cx)
+            };
+            if let Poll::Ready(v) = r {
                 return v;
             }
             let spin_end = Instant::now() + SPIN;

@@ -117,6 +117,17 @@ struct Pending {
     seq: u64,
     counts: bool,
     waiter: Waiter,
+    /// Sent by a caller thread that drives its own call to the end
+    /// (blocking::block_on, DRIVEN): its answer may carry a write token.
+    driven: bool,
+}
+
+thread_local! {
+    /// True while this thread polls a blocking call (blocking::block_on):
+    /// such a caller runs until its call ends, so a write token handed to it
+    /// is settled at once (a future polled by other code might never be
+    /// polled again and would hold the other callers' frames back).
+    pub(crate) static DRIVEN: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 /// Who writes the queued frames now (at most one at a time).
@@ -379,11 +390,17 @@ impl Conn {
                 return;
             };
             st.taken = st.seq;
+            let epoch = st.epoch;
             let spare = std::mem::take(&mut st.spare);
             let mut buf = std::mem::replace(&mut st.wbuf, spare);
             drop(st);
             let r = send_nonblocking(&fd, &buf);
             st = self.st.lock().unwrap();
+            if st.epoch != epoch {
+                // The connection went down meanwhile (its frames are settled
+                // as lost or unsent) and its writer state was reset.
+                return;
+            }
             match r {
                 Ok(n) if n == buf.len() => {
                     buf.clear();
@@ -423,7 +440,17 @@ impl Conn {
         };
         let seq = st.seq;
         st.seq += 1;
-        st.pending.insert(id, Pending { op, seq, counts, waiter });
+        let driven = st.direct.is_some() && matches!(waiter, Waiter::Caller(_)) && DRIVEN.with(|d| d.get());
+        st.pending.insert(
+            id,
+            Pending {
+                op,
+                seq,
+                counts,
+                waiter,
+                driven,
+            },
+        );
         if counts {
             st.inflight += 1;
         }
@@ -562,7 +589,7 @@ impl Conn {
                 }
                 match p.waiter {
                     Waiter::Caller(tx) => {
-                        let tok = st.direct.is_some();
+                        let tok = p.driven && st.direct.is_some();
                         let sent = tx.send(Reply::Answer(Answer {
                             status: r.status,
                             code: r.code,
@@ -683,7 +710,10 @@ async fn connect(inner: &dyn Owner, addr: &str) -> Result<Connected, ConnErr> {
     let mut tcp = tcp;
     let (mi, f) = handshake(inner, addr, &mut tcp, false).await?;
     let fd = if inner.config().direct_writes {
-        socket2::SockRef::from(&tcp).try_clone().ok().map(|s| Arc::new(std::net::TcpStream::from(s)))
+        socket2::SockRef::from(&tcp)
+            .try_clone()
+            .ok()
+            .map(|s| Arc::new(std::net::TcpStream::from(s)))
     } else {
         None
     };
@@ -938,6 +968,9 @@ async fn serve(inner: &dyn Owner, conn: &Arc<Conn>, epoch: u64, stream: Box<dyn 
                     buf = Vec::new();
                 }
                 spare = buf;
+                // Frames queued during the write wait for it (no kick while
+                // the driver writes): let more senders append, then take them.
+                tokio::task::yield_now().await;
             }
         }
     };
