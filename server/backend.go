@@ -102,9 +102,10 @@ type tables struct {
 	// shared is written by every grant and release on any core: alone on
 	// its cache lines, so that reading the fields around it (shards) does
 	// not miss (docs/benchmarks.md).
-	_      [64]byte
-	shared locktable.SharedCounts
-	_      [64]byte
+	_        [64]byte
+	shared   locktable.SharedCounts
+	_        [64]byte
+	shardCnt []*shardCounts // each shard's (counts.go), the set shard's last
 
 	// Key sets (protocol.md §12.2) need all their keys in one table: the
 	// keys of sets live in setSh while they are active. setKeys (on setMu)
@@ -122,17 +123,22 @@ type shard struct {
 	t     *locktable.Table
 	armed int64 // deadline the timer goroutine sleeps until (ns); MaxInt64 = none
 	kick  chan struct{}
-	_     [128 - 32]byte // one shard per pair of cache lines: no false sharing of mu
+	cnt   shardCounts    // its active keys (counts.go): written under mu, on mu's line
+	_     [128 - 88]byte // one shard per pair of cache lines: no false sharing of mu
 }
 
 func newTables(s *Server, n int, limits locktable.Limits, tokens locktable.TokenSource) *tables {
 	b := &tables{s: s, seed: maphash.MakeSeed(), shards: make([]*shard, n)}
 	for i := range b.shards {
 		b.shards[i] = &shard{armed: math.MaxInt64, kick: make(chan struct{}, 1)}
-		b.shards[i].t = locktable.New(limits, tokens, &b.shared, s)
+		b.shardCnt = append(b.shardCnt, &b.shards[i].cnt)
 	}
 	b.setSh = &shard{armed: math.MaxInt64, kick: make(chan struct{}, 1)}
-	b.setSh.t = locktable.New(limits, tokens, &b.shared, s)
+	b.shardCnt = append(b.shardCnt, &b.setSh.cnt)
+	initShardCounts(&b.shared, b.shardCnt, limits.MaxKeys)
+	for i, sh := range b.all() {
+		sh.t = locktable.New(limits, tokens, b.shardCnt[i], s)
+	}
 	b.setKeys = make(map[string]struct{})
 	return b
 }
@@ -271,7 +277,9 @@ func (b *tables) eachTable(fn func(t *locktable.Table, now int64)) {
 	}
 }
 
-func (b *tables) counts() (keys, waiters int64) { return b.shared.Keys(), b.shared.Waiters() }
+func (b *tables) counts() (keys, waiters int64) {
+	return exactKeys(&b.shared, b.shardCnt), b.shared.Waiters()
+}
 
 func (b *tables) replicatedLabel(uint64) (string, string, bool) { return "", "", false }
 
@@ -298,8 +306,12 @@ func (b *tables) leaderAddr() string { return "" }
 func (b *tables) handOff(net.Conn) bool { return false }
 
 // rearm wakes the shard's timer goroutine when the table's earliest deadline
-// moved before the one it sleeps until. Call with sh.mu held.
+// moved before the one it sleeps until: only a deadline armed since can have
+// (EarliestArmed). Call with sh.mu held.
 func (sh *shard) rearm() {
+	if sh.t.EarliestArmed() >= sh.armed {
+		return
+	}
 	if d, ok := sh.t.NextDeadline(); ok && d < sh.armed {
 		sh.armed = d
 		select {

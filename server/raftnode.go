@@ -167,7 +167,7 @@ func (s *Server) startCluster(ctx context.Context) error {
 		PeerToken:   s.cfg.tokenFor(wire.RolePeer),
 		TLSClient:   tlsClient,
 		DataDir:     s.cfg.DataDir,
-		Limits:      s.limits,
+		Limits:      s.clusterLimits(),
 		Logger:      s.log,
 		Now:         now,
 		Incarnation: s.incarnation,
@@ -182,6 +182,20 @@ func (s *Server) startCluster(ctx context.Context) error {
 	go s.servePeers(ln)
 	go s.checkAdvertise(cc.Advertise)
 	return nil
+}
+
+// clusterLimits are the replicated table's limits: the server's, with the
+// whole idle key cache (--idle-key-cache, in all) for the one table. A
+// single node splits it over its shards; the cluster's table had one
+// shard's share (1,024 of 16,384 by default), so with more distinct keys
+// than that in use, nearly every release deleted its key from the table
+// and the next acquire of it inserted it again, on all three nodes:
+// `Release` cost twice `Acquire` and the lock table was a third of the
+// cluster's CPU per op (issue 35, docs/benchmarks.md "Cluster").
+func (s *Server) clusterLimits() locktable.Limits {
+	l := s.limits
+	l.IdleCache = max(1, s.cfg.IdleKeyCache)
+	return l
 }
 
 // peerTLSClient is the TLS configuration for dialing peers: the server's own
@@ -404,9 +418,10 @@ func (b *raftBackend) serving(c *conn, req *wire.Request) bool {
 }
 
 // submit queues the request for the next raft batch, outstanding until its
-// answer is delivered.
+// answer is delivered. The key stays in the read buffer: Submit encodes
+// the command at once.
 func (b *raftBackend) submit(c *conn, req *wire.Request, op cluster.Op) {
-	b.propose(c, req, cluster.Command{Op: op, Conn: c.id, ReqID: req.ReqID, Key: append([]byte(nil), req.Key...), Arg: req.Arg})
+	b.propose(c, req, cluster.Command{Op: op, Conn: c.id, ReqID: req.ReqID, Key: req.Key, Arg: req.Arg})
 }
 
 // connGone replicates that a client connection closed, so its waiters

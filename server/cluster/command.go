@@ -83,15 +83,41 @@ func AppendBatch(dst []byte, b *Batch) []byte {
 	dst = binary.BigEndian.AppendUint64(dst, uint64(b.Time))
 	dst = binary.BigEndian.AppendUint32(dst, uint32(len(b.Cmds)))
 	for i := range b.Cmds {
-		c := &b.Cmds[i]
-		dst = append(dst, byte(c.Op))
-		dst = binary.BigEndian.AppendUint64(dst, c.Conn)
-		dst = binary.BigEndian.AppendUint32(dst, c.ReqID)
-		dst = binary.BigEndian.AppendUint64(dst, c.Arg)
-		dst = binary.BigEndian.AppendUint16(dst, uint16(len(c.Key)))
-		dst = append(dst, c.Key...)
+		dst = appendCommand(dst, &b.Cmds[i])
 	}
 	return dst
+}
+
+// batchHeaderLen is the entry's header: magic, time, count.
+const batchHeaderLen = 13
+
+// appendCommand appends one command's encoding (AppendBatch's, after the
+// header).
+func appendCommand(dst []byte, c *Command) []byte {
+	dst = append(dst, byte(c.Op))
+	dst = binary.BigEndian.AppendUint64(dst, c.Conn)
+	dst = binary.BigEndian.AppendUint32(dst, c.ReqID)
+	dst = binary.BigEndian.AppendUint64(dst, c.Arg)
+	dst = binary.BigEndian.AppendUint16(dst, uint16(len(c.Key)))
+	return append(dst, c.Key...)
+}
+
+// putBatchHeader writes the header of an entry of n commands at time t
+// into dst[:batchHeaderLen].
+func putBatchHeader(dst []byte, t int64, n int) {
+	dst[0] = batchMagic
+	binary.BigEndian.PutUint64(dst[1:9], uint64(t))
+	binary.BigEndian.PutUint32(dst[9:13], uint32(n))
+}
+
+// commandsPrefix returns how many bytes of p, a sequence of encoded
+// commands (appendCommand's), hold its first n commands.
+func commandsPrefix(p []byte, n int) int {
+	off := 0
+	for range n {
+		off += 23 + int(binary.BigEndian.Uint16(p[off+21:off+23]))
+	}
+	return off
 }
 
 // DecodeBatch decodes an entry made by AppendBatch. Keys alias data.

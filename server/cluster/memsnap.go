@@ -21,7 +21,15 @@ type memSnapshotStore struct {
 	latest *memSnapshot // nil until the first snapshot closes
 }
 
-const snapChunk = 1 << 20
+// Chunks double from snapFirstChunk up to snapChunk bytes: a node
+// snapshots several times a second under load (every SnapshotBytes of
+// log), mostly a few held keys, and a full MiB for each of those
+// snapshots was most of a node's allocation and so of its collections
+// (docs/benchmarks.md "Cluster").
+const (
+	snapChunk      = 1 << 20
+	snapFirstChunk = 16 << 10
+)
 
 type memSnapshot struct {
 	meta   raft.SnapshotMeta
@@ -83,7 +91,13 @@ func (s *memSnapshotSink) Write(p []byte) (int, error) {
 	for len(p) > 0 {
 		last := len(s.snap.chunks) - 1
 		if last < 0 || len(s.snap.chunks[last]) == cap(s.snap.chunks[last]) {
-			s.snap.chunks = append(s.snap.chunks, make([]byte, 0, snapChunk))
+			size := snapChunk
+			if last < 0 {
+				size = snapFirstChunk
+			} else if c := 2 * cap(s.snap.chunks[last]); c < snapChunk {
+				size = c
+			}
+			s.snap.chunks = append(s.snap.chunks, make([]byte, 0, size))
 			last++
 		}
 		c := s.snap.chunks[last]

@@ -224,7 +224,13 @@ func (n *Node) raftConfig() *raft.Config {
 	rc.ElectionTimeout = n.cfg.ElectionTimeout
 	rc.LeaderLeaseTimeout = n.cfg.LeaderLeaseTimeout
 	rc.CommitTimeout = 5 * time.Millisecond
-	rc.MaxAppendEntries = 256
+	// At most maxInflight entries (and a few of the leader's own) are
+	// ever waiting to be sent, and raft allocates a slice of
+	// MaxAppendEntries pointers for every AppendEntries it sends and every
+	// commit it applies: 256 made that most of a leader's allocation
+	// (docs/benchmarks.md "Cluster"). A follower catching up from the log
+	// gets 32 batched entries (up to ~1 MB) per RPC.
+	rc.MaxAppendEntries = 32
 	rc.BatchApplyCh = true
 	// Batched entries are 10–30 KB, so the log is sized by bytes, not
 	// entries, or it alone holds hundreds of MB (issue #7 notes):
@@ -374,8 +380,9 @@ func (n *Node) LeaderClientAddr() string {
 // sent again in the next.
 func (n *Node) ServeEpoch() uint64 { return n.lostGen.Load() }
 
-// Submit queues commands for the next batch. It fails with ErrNotLeader
-// when this node is not serving.
+// Submit queues commands for the next batch (encoded at once: the caller
+// may reuse their keys' memory when it returns). It fails with
+// ErrNotLeader when this node is not serving.
 func (n *Node) Submit(cmds ...Command) error {
 	if !n.serving.Load() || n.handover.Load() {
 		return ErrNotLeader

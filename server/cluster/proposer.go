@@ -4,7 +4,6 @@ import (
 	"errors"
 	"runtime"
 	"sync"
-	"time"
 
 	"github.com/hashicorp/raft"
 
@@ -25,17 +24,26 @@ import (
 // raft round on every node (docs/benchmarks.md "Cluster throughput and
 // memory": 3× the commands per entry and ~25 % less CPU per op).
 // runtime.Gosched costs nothing when no reader is runnable.
+//
+// A command is encoded into the queue as it is submitted (the entry's
+// encoding, appendCommand), so the key goes from the connection's read
+// buffer into the queue and from there into the entry: no per-command
+// allocation, and an entry is one copy of the queue (issue 35).
 const (
 	maxBatch     = 1024
 	maxInflight  = 8
 	lingerYields = 4
+	// maxSpare: a queue buffer larger than this (after a burst of timer
+	// commands, say) is dropped rather than kept for reuse.
+	maxSpare = 256 << 10
 )
 
 type proposer struct {
 	n       *Node
 	mu      sync.Mutex
-	pending []Command
-	spare   []Command // mu: the queue's other slice (run swaps them)
+	pending []byte // mu: the queued commands, encoded (appendCommand)
+	npend   int    // mu: how many commands pending holds
+	spare   []byte // mu: the queue's other buffer (run swaps them)
 	kick    chan struct{}
 	sem     chan struct{} // one token per entry in flight
 	flights chan flight   // entries in flight, in log order (waitFlights)
@@ -60,13 +68,23 @@ func newProposer(n *Node) *proposer {
 	return p
 }
 
+// add queues cmds, encoded at once: their keys are not kept. Only the add
+// that finds the queue empty kicks run: run waits for a kick only after it
+// saw the queue empty (under mu), so a queue that was not empty already
+// has its kick on the way, or run has yet to take it.
 func (p *proposer) add(cmds []Command) {
 	p.mu.Lock()
-	p.pending = append(p.pending, cmds...)
+	was := p.npend
+	for i := range cmds {
+		p.pending = appendCommand(p.pending, &cmds[i])
+	}
+	p.npend += len(cmds)
 	p.mu.Unlock()
-	select {
-	case p.kick <- struct{}{}:
-	default:
+	if was == 0 {
+		select {
+		case p.kick <- struct{}{}:
+		default:
+		}
 	}
 }
 
@@ -74,17 +92,39 @@ func (p *proposer) add(cmds []Command) {
 func (p *proposer) idle() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return len(p.pending) == 0 && len(p.sem) == 0
+	return p.npend == 0 && len(p.sem) == 0
+}
+
+// takeAll empties the queue and returns its commands (decoded).
+func (p *proposer) takeAll() []Command {
+	p.mu.Lock()
+	buf, n := p.pending, p.npend
+	p.pending, p.npend = nil, 0
+	p.mu.Unlock()
+	if n == 0 {
+		return nil
+	}
+	b, err := DecodeBatch(entryOf(buf, n, 0))
+	if err != nil {
+		panic("cluster: proposer queue: " + err.Error()) // encoded by add: cannot happen
+	}
+	return b.Cmds
+}
+
+// entryOf makes the log entry of the n encoded commands in cmds at time t,
+// allocated to its exact size: raft keeps the entry's bytes in its log, so
+// spare capacity would be held with them.
+func entryOf(cmds []byte, n int, t int64) []byte {
+	data := make([]byte, batchHeaderLen+len(cmds))
+	putBatchHeader(data, t, n)
+	copy(data[batchHeaderLen:], cmds)
+	return data
 }
 
 // dropPending answers M to every queued, never-proposed lock command: it
 // was definitely not executed (the node stopped leading before proposing it).
 func (p *proposer) dropPending() {
-	p.mu.Lock()
-	cmds := p.pending
-	p.pending = nil
-	p.mu.Unlock()
-	p.fail(cmds, raft.ErrNotLeader)
+	p.fail(p.takeAll(), raft.ErrNotLeader)
 }
 
 // close stops run and waits until every entry in flight was answered.
@@ -130,33 +170,39 @@ func (p *proposer) run() {
 			}
 			p.linger()
 			p.mu.Lock()
-			n := min(len(p.pending), maxBatch)
+			n := min(p.npend, maxBatch)
 			if n == 0 {
 				p.mu.Unlock()
 				<-p.sem
 				break
 			}
-			// The queue is swapped for the spare one (no copy) unless it
-			// holds more than one batch.
-			var cmds []Command
-			if n == len(p.pending) {
-				cmds, p.pending = p.pending, p.spare[:0]
+			var data []byte
+			if n == p.npend {
+				// The whole queue: swapped for the spare buffer, and the
+				// entry made from it outside the lock.
+				cmds := p.pending
+				p.pending, p.npend, p.spare = p.spare[:0], 0, nil
+				p.mu.Unlock()
+				data = entryOf(cmds, n, p.n.now().UnixNano())
+				p.mu.Lock()
+				if cap(cmds) <= maxSpare {
+					p.spare = cmds[:0]
+				}
+				p.mu.Unlock()
 			} else {
-				cmds = append(p.spare[:0], p.pending[:n]...)
-				rest := copy(p.pending, p.pending[n:])
-				clear(p.pending[rest:])
-				p.pending = p.pending[:rest]
+				// More than one batch queued: the first maxBatch commands.
+				k := commandsPrefix(p.pending, n)
+				data = entryOf(p.pending[:k], n, p.n.now().UnixNano())
+				p.pending = p.pending[:copy(p.pending, p.pending[k:])]
+				p.npend -= n
+				p.mu.Unlock()
 			}
-			p.spare = nil
-			p.mu.Unlock()
-			b := Batch{Time: p.n.now().UnixNano(), Cmds: cmds}
-			data := AppendBatch(nil, &b)
-			clear(cmds) // the keys: the entry has its own copy
-			p.mu.Lock()
-			p.spare = cmds[:0]
-			p.mu.Unlock()
-			// Never blocks: flights has room for every slot of sem.
-			p.flights <- flight{f: p.n.raft.Apply(data, 5*time.Second), data: data}
+			// No enqueue timeout (it cost a timer per entry): raft takes
+			// entries in every state (a follower answers ErrNotLeader),
+			// applyCh holds MaxAppendEntries, more than are ever in flight,
+			// and shutdown answers ErrRaftShutdown. Never blocks on
+			// flights: it has room for every slot of sem.
+			p.flights <- flight{f: p.n.raft.Apply(data, 0), data: data}
 		}
 	}
 }
@@ -168,7 +214,7 @@ func (p *proposer) linger() {
 	last := -1
 	for range lingerYields {
 		p.mu.Lock()
-		n := len(p.pending)
+		n := p.npend
 		p.mu.Unlock()
 		if n == last || n >= maxBatch {
 			return
@@ -195,11 +241,7 @@ func (p *proposer) waitFlights() {
 }
 
 func (p *proposer) failAll() {
-	p.mu.Lock()
-	cmds := p.pending
-	p.pending = nil
-	p.mu.Unlock()
-	p.fail(cmds, raft.ErrRaftShutdown)
+	p.fail(p.takeAll(), raft.ErrRaftShutdown)
 }
 
 // fail answers the lock requests of an entry whose commit was not

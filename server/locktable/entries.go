@@ -412,22 +412,24 @@ func (t *Table) idleRemove(i uint32) {
 
 // The connections that hold locks, each with the number of locks it holds
 // in this table: an entry names its holder by a 32-bit reference (issue #21).
-// The table's last holder is cached, with its reference kept even when it
-// holds nothing, so that acquire+release on one connection costs no map
-// update.
+// A reference whose count falls to zero is kept (t.zeroRefs of them), so
+// that connections taking turns on a table re-acquire without a map update
+// (issue 35: the delete and re-insert were 3 % of the pipelined row); once
+// more than max(16, len(conns)/4) are kept, one pass frees them all, which
+// amortizes to O(1) per release.
 
 type connRef struct {
 	conn uint64
 	refs uint32
 }
 
+// minZeroRefs is how many unused connection references are kept at least.
+const minZeroRefs = 16
+
 // refConn returns conn's reference, counting one more lock held.
 func (t *Table) refConn(conn uint64) uint32 {
 	r := t.lastRef
 	if r == 0 || t.conns[r-1].conn != conn {
-		if r != 0 && t.conns[r-1].refs == 0 {
-			t.freeConn(r)
-		}
 		r = t.connIx[conn]
 		if r == 0 {
 			if n := len(t.freeRefs); n > 0 {
@@ -442,8 +444,12 @@ func (t *Table) refConn(conn uint64) uint32 {
 				t.connIx = make(map[uint64]uint32)
 			}
 			t.connIx[conn] = r
+			t.zeroRefs++ // counted as kept until the increment below
 		}
 		t.lastRef = r
+	}
+	if t.conns[r-1].refs == 0 {
+		t.zeroRefs--
 	}
 	t.conns[r-1].refs++
 	return r
@@ -451,9 +457,21 @@ func (t *Table) refConn(conn uint64) uint32 {
 
 // unrefConn counts one lock less held by reference r.
 func (t *Table) unrefConn(r uint32) {
-	if t.conns[r-1].refs--; t.conns[r-1].refs == 0 && r != t.lastRef {
-		t.freeConn(r)
+	if t.conns[r-1].refs--; t.conns[r-1].refs == 0 {
+		if t.zeroRefs++; t.zeroRefs > max(minZeroRefs, len(t.conns)/4) {
+			t.sweepConns()
+		}
 	}
+}
+
+// sweepConns frees every kept reference that holds nothing.
+func (t *Table) sweepConns() {
+	for r := uint32(1); int(r) <= len(t.conns); r++ { // freeConn may empty conns
+		if c := t.conns[r-1]; c.refs == 0 && t.connIx[c.conn] == r {
+			t.freeConn(r)
+		}
+	}
+	t.zeroRefs = 0
 }
 
 func (t *Table) freeConn(r uint32) {

@@ -159,8 +159,12 @@ func (t *Table) CheckInvariants() error {
 		}
 		free[r] = true
 	}
+	zero := 0
 	for r := uint32(1); int(r) <= len(t.conns); r++ {
 		c := t.conns[r-1]
+		if !free[r] && c.refs == 0 {
+			zero++
+		}
 		switch {
 		case free[r]:
 			if refs[r] != 0 {
@@ -168,9 +172,10 @@ func (t *Table) CheckInvariants() error {
 			}
 		case c.refs != refs[r] || t.connIx[c.conn] != r:
 			return fmt.Errorf("connection reference %d (conn %d): %d references counted, %d held, index %d", r, c.conn, c.refs, refs[r], t.connIx[c.conn])
-		case c.refs == 0 && r != t.lastRef:
-			return fmt.Errorf("connection reference %d: unused but kept", r)
 		}
+	}
+	if zero != t.zeroRefs || zero > max(minZeroRefs, len(t.conns)/4) {
+		return fmt.Errorf("%d unused connection references kept, %d counted (bound %d)", zero, t.zeroRefs, max(minZeroRefs, len(t.conns)/4))
 	}
 	if len(t.connIx)+len(free) != len(t.conns) {
 		return fmt.Errorf("%d connections indexed, %d free, %d places", len(t.connIx), len(free), len(t.conns))

@@ -2,6 +2,7 @@ package locktable
 
 import (
 	"fmt"
+	"math"
 	"sort"
 
 	"github.com/ticketing/ticketing/client/wire"
@@ -296,7 +297,8 @@ func (t *Table) ShiftLeases(delta int64) {
 	if delta == 0 {
 		return
 	}
-	t.allToHeap() // a lane mixing leases and waits would lose its order
+	t.allToHeap()            // a lane mixing leases and waits would lose its order
+	t.lowArm = math.MinInt64 // deadlines moved earlier: EarliestArmed says so
 	for _, x := range t.timers {
 		if x&waitBit == 0 {
 			t.ent(x).lease += delta

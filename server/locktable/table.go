@@ -78,7 +78,8 @@ const DefaultIdleCache = 4096
 // Counts are totals shared by every table of one server. Single-node shards
 // update them under their own mutexes, so they are atomics.
 type Counts interface {
-	// AddKeys adjusts the count of active keys and returns the new value.
+	// AddKeys adjusts the count of active keys and returns the new value
+	// (the table does not use it: a batching implementation may return only its part).
 	AddKeys(delta int64) int64
 	// AddWaiters adjusts the count of queued acquires and returns the new value.
 	AddWaiters(delta int64) int64
@@ -113,12 +114,14 @@ type Table struct {
 	timers  []uint32     // armed lease and wait deadlines not in a lane: a heap (timers.go)
 	lanes   [nLanes]lane // armed deadlines of the common durations, each lane in order (timers.go)
 	noLanes bool         // tests: every timer goes to the heap
+	lowArm  int64        // earliest deadline armed since EarliestArmed (MinInt64: unknown)
 	idle    idleList     // free entries kept for reuse, oldest first
 
 	conns    []connRef         // holders' connections (refConn)
 	connIx   map[uint64]uint32 // reference of each connection in conns
 	freeRefs []uint32
-	lastRef  uint32
+	lastRef  uint32 // the reference refConn returned last (a cache)
+	zeroRefs int    // references kept that hold nothing (refConn)
 
 	queues       map[uint32]*kqueue // queues of the keys that have waiters, by entry
 	waiters      map[Owner]*waiter  // queued acquires by owner (cancel)
@@ -185,6 +188,7 @@ func New(limits Limits, tokens TokenSource, counts Counts, sink Sink) *Table {
 	}
 	return &Table{
 		seed:    maphash.MakeSeed(), // the index's layout decides no output
+		lowArm:  math.MinInt64,
 		idle:    idleList{head: noEntry, tail: noEntry},
 		queues:  make(map[uint32]*kqueue),
 		waiters: make(map[Owner]*waiter),

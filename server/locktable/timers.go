@@ -1,5 +1,7 @@
 package locktable
 
+import "math"
+
 // The table's timers (issue #29 item 6, issue #35): every armed deadline,
 // leases and waits alike. An item is a held entry's number (its lease;
 // entry.hpos is its place) or waitBit | a wait number (a waiter's wait
@@ -107,6 +109,7 @@ func (t *Table) renumberItem(pl, to uint32) {
 // minus its arm instant (which lane it belongs to).
 func (t *Table) armItem(x uint32, dur int64) {
 	at, ord, seq := t.key(x)
+	t.lowArm = min(t.lowArm, at)
 	free := -1
 	for l := range t.lanes {
 		ln := &t.lanes[l]
@@ -190,6 +193,18 @@ func (t *Table) disarmItem(pl uint32) {
 	case len(ln.items)-ln.head > 2*ln.live+laneSlack:
 		t.compactLane(int(l - 1))
 	}
+}
+
+// EarliestArmed returns the earliest deadline armed since its last call
+// (math.MaxInt64: none; math.MinInt64 after ShiftLeases, and before the first
+// call) and starts over. A caller sleeping until a NextDeadline it read needs
+// to read it again only when this is earlier: disarming never moves the
+// earliest deadline forward (issue 35: NextDeadline after every command was
+// 2 % of the pipelined row).
+func (t *Table) EarliestArmed() int64 {
+	d := t.lowArm
+	t.lowArm = math.MaxInt64
+	return d
 }
 
 // first returns the earliest armed item, ok false when none is armed.
