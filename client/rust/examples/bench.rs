@@ -80,28 +80,37 @@ fn run_blocking(c: &ticketing::blocking::Client, callers: usize, secs: f64) -> u
     pairs.load(Ordering::Relaxed)
 }
 
+/// `BENCH_API=tokio` or `blocking` runs only that API (default both).
+fn wants(api: &str) -> bool {
+    std::env::var("BENCH_API").map_or(true, |a| a.is_empty() || a == api)
+}
+
 fn main() {
     let secs = seconds();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    rt.block_on(async {
-        let c = Client::connect(cfg()).await.expect("connect");
+    if wants("tokio") {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(async {
+            let c = Client::connect(cfg()).await.expect("connect");
+            for callers in [64, 1] {
+                let t = Instant::now();
+                let n = run_async(&c, callers, secs).await;
+                line("tokio", callers, n, t.elapsed().as_secs_f64());
+            }
+            c.close().await;
+        });
+        drop(rt);
+    }
+    if wants("blocking") {
+        let c = ticketing::blocking::Client::connect(cfg()).expect("connect");
         for callers in [64, 1] {
             let t = Instant::now();
-            let n = run_async(&c, callers, secs).await;
-            line("tokio", callers, n, t.elapsed().as_secs_f64());
+            let n = run_blocking(&c, callers, secs);
+            line("blocking", callers, n, t.elapsed().as_secs_f64());
         }
-        c.close().await;
-    });
-    drop(rt);
-    let c = ticketing::blocking::Client::connect(cfg()).expect("connect");
-    for callers in [64, 1] {
-        let t = Instant::now();
-        let n = run_blocking(&c, callers, secs);
-        line("blocking", callers, n, t.elapsed().as_secs_f64());
+        c.close();
     }
-    c.close();
 }

@@ -21,7 +21,9 @@
 //! ```
 
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
+use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
 use tokio::sync::{oneshot, watch};
@@ -65,7 +67,7 @@ impl Runtime {
             // The caller's thread polls its own request; the runtime thread
             // (in Runtime::block_on for the client's lifetime) drives the
             // sockets and timers (issue 33 finding 4: no hop per call).
-            return Ok(self.handle.block_on(f));
+            return Ok(block_on(&self.handle, f));
         }
         let (tx, rx) = mpsc::sync_channel(1);
         self.handle.spawn(async move {
@@ -73,6 +75,90 @@ impl Runtime {
         });
         rx.recv().map_err(|_| ErrorKind::Closed.into())
     }
+}
+
+/// How often, and for how long, a blocking caller yields its core before it
+/// sleeps until its answer comes (issue 33 finding 4): with many callers on
+/// few cores the answer usually arrives while the others run, and a caller
+/// that never slept costs the thread that completes it no futex wake and
+/// itself no context switch. Alone on a core each yield returns at once, so a
+/// lone caller spins about `SPIN` (as the C client's blocking calls do).
+const SPIN_YIELDS: u32 = 32;
+const SPIN: Duration = Duration::from_micros(100);
+
+/// The waker of a blocking caller: a flag and its thread.
+struct Signal {
+    woken: AtomicBool,
+    thread: std::thread::Thread,
+}
+
+impl Wake for Signal {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.woken.store(true, Ordering::Release);
+        self.thread.unpark();
+    }
+}
+
+thread_local! {
+    static SIGNAL: Arc<Signal> = Arc::new(Signal {
+        woken: AtomicBool::new(false),
+        thread: std::thread::current(),
+    });
+}
+
+/// Marks this thread as polling a blocking call (conn.rs DRIVEN) until dropped.
+struct Driven;
+
+impl Driven {
+    fn enter() -> Driven {
+        crate::conn::DRIVEN.with(|d| d.set(true));
+        Driven
+    }
+}
+
+impl Drop for Driven {
+    fn drop(&mut self) {
+        crate::conn::DRIVEN.with(|d| d.set(false));
+    }
+}
+
+/// Polls `f` on the calling thread inside the client's runtime context (its
+/// timers and spawns go to the runtime thread, which drives the sockets) and
+/// waits for its wake-ups by yielding, then parking (no task, no channel, no
+/// runtime hop per call).
+fn block_on<F: Future>(handle: &tokio::runtime::Handle, f: F) -> F::Output {
+    let _rt = handle.enter();
+    SIGNAL.with(|sig| {
+        let waker = Waker::from(sig.clone());
+        let mut cx = Context::from_waker(&waker);
+        let mut f = std::pin::pin!(f);
+        loop {
+            sig.woken.store(false, Ordering::Release);
+            let r = {
+                let _driven = Driven::enter();
+                f.as_mut().poll(&mut cx)
+            };
+            if let Poll::Ready(v) = r {
+                return v;
+            }
+            let spin_end = Instant::now() + SPIN;
+            for i in 0..SPIN_YIELDS {
+                if sig.woken.load(Ordering::Acquire) {
+                    break;
+                }
+                std::thread::yield_now();
+                if i & 3 == 3 && Instant::now() > spin_end {
+                    break;
+                }
+            }
+            while !sig.woken.load(Ordering::Acquire) {
+                std::thread::park();
+            }
+        }
+    })
 }
 
 /// The blocking client: the same operations as [`crate::Client`]. Cheap to
@@ -93,6 +179,8 @@ impl Client {
     /// Starts the client's runtime thread and connects (see
     /// [`crate::Client::connect`]).
     pub fn connect(cfg: Config) -> Result<Client, Error> {
+        let mut cfg = cfg;
+        cfg.direct_writes = true; // callers write their own frames (conn.rs)
         let (tx, rx) = mpsc::sync_channel(1);
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         std::thread::Builder::new()

@@ -40,6 +40,9 @@ pub struct Config {
     pub(crate) label: String,
     user_label: Option<String>,
     app_name: Option<String>,
+    /// Callers write their own frames to a plain TCP socket (the blocking
+    /// client: no hop to the runtime thread per request; conn.rs).
+    pub(crate) direct_writes: bool,
 }
 
 impl fmt::Debug for Config {
@@ -75,6 +78,7 @@ impl Config {
                 label: String::new(),
                 user_label: None,
                 app_name: None,
+                direct_writes: false,
             },
         }
     }

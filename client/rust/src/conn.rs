@@ -99,6 +99,8 @@ pub(crate) struct Answer {
     pub queued: u16,
     pub value: u64,
     pub payload: Vec<u8>,
+    /// Delivered with a write token (State::tokens): its receiver settles it.
+    tok: bool,
 }
 
 enum Waiter {
@@ -115,7 +117,32 @@ struct Pending {
     seq: u64,
     counts: bool,
     waiter: Waiter,
+    /// Sent by a caller thread that drives its own call to the end
+    /// (blocking::block_on, DRIVEN): its answer may carry a write token.
+    driven: bool,
 }
+
+thread_local! {
+    /// True while this thread polls a blocking call (blocking::block_on):
+    /// such a caller runs until its call ends, so a write token handed to it
+    /// is settled at once (a future polled by other code might never be
+    /// polled again and would hold the other callers' frames back).
+    pub(crate) static DRIVEN: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Who writes the queued frames now (at most one at a time).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Writer {
+    None,
+    /// The driver task (TLS, the socket buffer was full, or a caller handed over).
+    Driver,
+    /// A calling thread, in a non-blocking send on `direct` (conn.rs `flush_caller`).
+    Caller,
+}
+
+/// Rounds a calling thread writes (its own frames and those queued
+/// meanwhile) before it hands the rest to the driver task.
+const MAX_CALLER_ROUNDS: u32 = 4;
 
 pub(crate) struct State {
     pub up: bool,
@@ -132,7 +159,21 @@ pub(crate) struct State {
     wbuf: Vec<u8>,
     seq: u64,
     taken: u64,
+    writer: Writer,
+    /// The plain TCP socket while its driver serves it and the client lets
+    /// callers write (Config::direct_writes); None for TLS and when down.
+    direct: Option<Fd>,
+    /// A buffer kept for a caller's next write round.
+    spare: Vec<u8>,
+    /// Answers handed to callers that have not run since (each settles its
+    /// own, Conn::settle): while any is out, a new frame waits for the last
+    /// of them to run and write them all in one send (a burst of answers
+    /// becomes one write, not one per caller).
+    tokens: usize,
 }
+
+/// A duplicate of a connection's plain TCP socket, for callers' writes.
+type Fd = Arc<std::net::TcpStream>;
 
 pub(crate) struct Conn {
     pub addr: String,
@@ -179,6 +220,11 @@ impl CallHandle {
     pub async fn wait(&mut self) -> Reply {
         let r = (&mut self.rx).await;
         self.armed = false;
+        if let Ok(Reply::Answer(a)) = &r {
+            if a.tok {
+                self.conn.settle(self.epoch);
+            }
+        }
         r.unwrap_or(Reply::Lost)
     }
 }
@@ -209,6 +255,8 @@ impl Drop for CallHandle {
                             &self.key
                         };
                         self.conn.enqueue_locked(&mut st, Op::Cancel, key, arg, false, Waiter::Dropped);
+                        self.conn.push_locked(st);
+                        return;
                     }
                 } else {
                     p.waiter = Waiter::Dropped;
@@ -217,6 +265,16 @@ impl Drop for CallHandle {
                 // Answered before the caller gave up: the answer is ours to handle.
                 if matches!(self.op, Op::Acquire | Op::AcquireSet) && a.status == Status::Granted {
                     comp = Some(a.value);
+                }
+                if a.tok && st.epoch == self.epoch && st.tokens > 0 {
+                    st.tokens -= 1;
+                    if st.tokens == 0 {
+                        self.conn.push_locked(st);
+                        if let (Some(token), Some(inner)) = (comp, self.conn.inner.upgrade()) {
+                            inner.unwanted_grant(self.key.clone(), token, self.op == Op::AcquireSet);
+                        }
+                        return;
+                    }
                 }
             }
         }
@@ -245,6 +303,10 @@ impl Conn {
                 wbuf: Vec::new(),
                 seq: 0,
                 taken: 0,
+                writer: Writer::None,
+                direct: None,
+                spare: Vec::new(),
+                tokens: 0,
             }),
             kick: Notify::new(),
             inner,
@@ -269,8 +331,8 @@ impl Conn {
             sent = Instant::now(); // t_send (protocol.md §5): before the frame can be written
             id = self.enqueue_locked(&mut st, r.op, r.key, r.arg, r.counts, Waiter::Caller(tx));
             epoch = st.epoch;
+            self.push_locked(st);
         }
-        self.kick.notify_one();
         Ok(CallHandle {
             conn: self.clone(),
             epoch,
@@ -284,6 +346,91 @@ impl Conn {
         })
     }
 
+    /// Gets the queued frames written and unlocks: this thread writes them
+    /// itself when the connection allows it and nobody else is writing;
+    /// else the writer in progress takes them in its next round, or the
+    /// driver task is kicked.
+    fn push_locked<'a>(&'a self, mut st: std::sync::MutexGuard<'a, State>) {
+        match st.writer {
+            Writer::Caller | Writer::Driver => {} // takes the new frames in its next round
+            // A caller given its answer runs soon: the last of them writes.
+            Writer::None if st.direct.is_some() && st.tokens > 0 => {}
+            Writer::None if st.direct.is_some() => {
+                st.writer = Writer::Caller;
+                self.flush_caller(st);
+            }
+            Writer::None => {
+                drop(st);
+                self.kick.notify_one();
+            }
+        }
+    }
+
+    /// A caller that got an answer with a token runs again: the last one
+    /// writes the frames queued meanwhile.
+    fn settle(&self, epoch: u64) {
+        let mut st = self.st.lock().unwrap();
+        if st.epoch != epoch || st.tokens == 0 {
+            return;
+        }
+        st.tokens -= 1;
+        if st.tokens == 0 && !st.wbuf.is_empty() {
+            self.push_locked(st);
+        }
+    }
+
+    /// st.writer == Caller: writes every queued frame (its own and those
+    /// appended meanwhile) with one non-blocking send per round; what the
+    /// socket does not take at once, or more than MAX_CALLER_ROUNDS rounds,
+    /// goes to the driver task.
+    fn flush_caller<'a>(&'a self, mut st: std::sync::MutexGuard<'a, State>) {
+        for _ in 0..MAX_CALLER_ROUNDS {
+            let Some(fd) = st.direct.clone().filter(|_| st.up && !st.wbuf.is_empty()) else {
+                st.writer = Writer::None;
+                return;
+            };
+            st.taken = st.seq;
+            let epoch = st.epoch;
+            let spare = std::mem::take(&mut st.spare);
+            let mut buf = std::mem::replace(&mut st.wbuf, spare);
+            drop(st);
+            let r = send_nonblocking(&fd, &buf);
+            st = self.st.lock().unwrap();
+            if st.epoch != epoch {
+                // The connection went down meanwhile (its frames are settled
+                // as lost or unsent) and its writer state was reset.
+                return;
+            }
+            match r {
+                Ok(n) if n == buf.len() => {
+                    buf.clear();
+                    if buf.capacity() <= 64 << 10 {
+                        st.spare = buf;
+                    }
+                }
+                Ok(n) => {
+                    // The socket buffer is full: the rest goes first, by the driver.
+                    let mut rest = buf.split_off(n);
+                    rest.extend_from_slice(&st.wbuf);
+                    st.wbuf = rest;
+                    break;
+                }
+                Err(_) => {
+                    // The driver's read sees the shut socket and takes the connection down.
+                    let _ = fd.shutdown(std::net::Shutdown::Both);
+                    st.writer = Writer::None;
+                    return;
+                }
+            }
+        }
+        st.writer = Writer::None;
+        let more = !st.wbuf.is_empty();
+        drop(st);
+        if more {
+            self.kick.notify_one();
+        }
+    }
+
     fn enqueue_locked(&self, st: &mut State, op: Op, key: &[u8], arg: u64, counts: bool, waiter: Waiter) -> u32 {
         let id = loop {
             st.next_id = st.next_id.wrapping_add(1);
@@ -293,7 +440,17 @@ impl Conn {
         };
         let seq = st.seq;
         st.seq += 1;
-        st.pending.insert(id, Pending { op, seq, counts, waiter });
+        let driven = st.direct.is_some() && matches!(waiter, Waiter::Caller(_)) && DRIVEN.with(|d| d.get());
+        st.pending.insert(
+            id,
+            Pending {
+                op,
+                seq,
+                counts,
+                waiter,
+                driven,
+            },
+        );
         if counts {
             st.inflight += 1;
         }
@@ -346,6 +503,9 @@ impl Conn {
             st.seq = 0;
             st.taken = 0;
             st.wbuf.clear();
+            st.writer = Writer::None;
+            st.direct = None;
+            st.tokens = 0;
             st.epoch
         };
         inner.changed();
@@ -429,13 +589,18 @@ impl Conn {
                 }
                 match p.waiter {
                     Waiter::Caller(tx) => {
-                        let _ = tx.send(Reply::Answer(Answer {
+                        let tok = p.driven && st.direct.is_some();
+                        let sent = tx.send(Reply::Answer(Answer {
                             status: r.status,
                             code: r.code,
                             queued: r.queued,
                             value: r.value,
                             payload: r.payload.to_vec(),
+                            tok,
                         }));
+                        if tok && sent.is_ok() {
+                            st.tokens += 1;
+                        }
                     }
                     Waiter::Abandoned(key) => {
                         if matches!(p.op, Op::Acquire | Op::AcquireSet) && r.status == Status::Granted {
@@ -479,7 +644,7 @@ pub(crate) async fn run(inner: Arc<dyn Owner>, conn: Arc<Conn>) {
             r = tokio::time::timeout(inner.config().connect_timeout, connect(&*inner, &conn.addr)) => r,
             _ = closed.wait_for(|c| *c) => return,
         };
-        let (stream, max_inflight, features) = match res {
+        let (stream, fd, max_inflight, features) = match res {
             Ok(Ok(x)) => x,
             Ok(Err(e)) => {
                 conn.failed(&*inner, e);
@@ -507,7 +672,7 @@ pub(crate) async fn run(inner: Arc<dyn Owner>, conn: Arc<Conn>) {
             conn.addr
         ));
         let cause = tokio::select! {
-            e = serve(&*inner, &conn, epoch, stream) => e,
+            e = serve(&*inner, &conn, epoch, stream, fd) => e,
             _ = closed.wait_for(|c| *c) => "client closed".to_string(),
         };
         conn.kill(&*inner, epoch, &cause);
@@ -518,7 +683,11 @@ pub(crate) async fn run(inner: Arc<dyn Owner>, conn: Arc<Conn>) {
     }
 }
 
-async fn connect(inner: &dyn Owner, addr: &str) -> Result<(Box<dyn Stream>, u32, u16), ConnErr> {
+/// The stream, the plain TCP socket callers may write to directly
+/// (Config::direct_writes, not TLS), max_inflight and the features.
+type Connected = (Box<dyn Stream>, Option<Fd>, u32, u16);
+
+async fn connect(inner: &dyn Owner, addr: &str) -> Result<Connected, ConnErr> {
     let tcp = tokio::net::TcpStream::connect(addr)
         .await
         .map_err(|e| ConnErr::io(format!("dial {addr}: {e}"), e))?;
@@ -536,11 +705,19 @@ async fn connect(inner: &dyn Owner, addr: &str) -> Result<(Box<dyn Stream>, u32,
         let host = crate::config::split_host_port(addr).map(|(h, _)| h).unwrap_or(addr);
         let mut s = tls.connect(addr, host, tcp).await?;
         let (mi, f) = handshake(inner, addr, &mut s, true).await?;
-        return Ok((Box::new(s), mi, f));
+        return Ok((Box::new(s), None, mi, f));
     }
     let mut tcp = tcp;
     let (mi, f) = handshake(inner, addr, &mut tcp, false).await?;
-    Ok((Box::new(tcp), mi, f))
+    let fd = if inner.config().direct_writes {
+        socket2::SockRef::from(&tcp)
+            .try_clone()
+            .ok()
+            .map(|s| Arc::new(std::net::TcpStream::from(s)))
+    } else {
+        None
+    };
+    Ok((Box::new(tcp), fd, mi, f))
 }
 
 /// The req_ids of the handshake's feature ping and label (the connection's
@@ -661,6 +838,7 @@ async fn read_response<S: AsyncRead + Unpin>(s: &mut S, addr: &str, tls: bool, r
                 queued: r.queued,
                 value: r.value,
                 payload: r.payload.to_vec(),
+                tok: false,
             });
         }
     }
@@ -676,8 +854,46 @@ fn is_tls_error(_: &std::io::Error) -> bool {
     false
 }
 
-async fn serve(inner: &dyn Owner, conn: &Arc<Conn>, epoch: u64, stream: Box<dyn Stream>) -> String {
+/// A non-blocking send of `b` (tokio set O_NONBLOCK on the socket, shared
+/// by its duplicate): the bytes taken, fewer when the socket buffer is full.
+/// std's send passes MSG_NOSIGNAL.
+fn send_nonblocking(s: &std::net::TcpStream, b: &[u8]) -> std::io::Result<usize> {
+    use std::io::Write;
+    let mut off = 0;
+    while off < b.len() {
+        match (&*s).write(&b[off..]) {
+            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(n) => off += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(off)
+}
+
+/// Lets callers write to the socket while the driver serves it; dropped
+/// with the stream, it withdraws the duplicate (a caller's send in progress
+/// holds the last reference and closes it when done).
+struct DirectGuard<'a> {
+    conn: &'a Conn,
+}
+
+impl Drop for DirectGuard<'_> {
+    fn drop(&mut self) {
+        self.conn.st.lock().unwrap().direct = None;
+    }
+}
+
+async fn serve(inner: &dyn Owner, conn: &Arc<Conn>, epoch: u64, stream: Box<dyn Stream>, fd: Option<Fd>) -> String {
     let (mut rd, mut wr) = tokio::io::split(stream);
+    let _direct = DirectGuard { conn };
+    if fd.is_some() {
+        let mut st = conn.st.lock().unwrap();
+        if st.epoch == epoch {
+            st.direct = fd;
+        }
+    }
     let read = async {
         let mut buf = vec![0u8; READ_BUF];
         let (mut start, mut end) = (0usize, 0usize);
@@ -721,15 +937,23 @@ async fn serve(inner: &dyn Owner, conn: &Arc<Conn>, epoch: u64, stream: Box<dyn 
             // Let runnable senders append their frames first: one write then
             // carries many frames.
             tokio::task::yield_now().await;
-            let mut buf = {
-                let mut st = conn.st.lock().unwrap();
-                if st.epoch != epoch {
-                    return "connection replaced".to_string();
-                }
-                st.taken = st.seq;
-                std::mem::replace(&mut st.wbuf, std::mem::take(&mut spare))
-            };
-            if !buf.is_empty() {
+            loop {
+                let mut buf = {
+                    let mut st = conn.st.lock().unwrap();
+                    if st.epoch != epoch {
+                        return "connection replaced".to_string();
+                    }
+                    if st.writer == Writer::Caller || st.wbuf.is_empty() {
+                        // A calling thread writes them (and kicks when it leaves some).
+                        if st.writer == Writer::Driver {
+                            st.writer = Writer::None;
+                        }
+                        break;
+                    }
+                    st.writer = Writer::Driver;
+                    st.taken = st.seq;
+                    std::mem::replace(&mut st.wbuf, std::mem::take(&mut spare))
+                };
                 if let Err(e) = wr.write_all(&buf).await {
                     return format!("write: {e}");
                 }
@@ -739,12 +963,15 @@ async fn serve(inner: &dyn Owner, conn: &Arc<Conn>, epoch: u64, stream: Box<dyn 
                 if buf.len() > MAX_WRITE_BUFFER {
                     inner.changed();
                 }
+                buf.clear();
+                if buf.capacity() > 1 << 20 {
+                    buf = Vec::new();
+                }
+                spare = buf;
+                // Frames queued during the write wait for it (no kick while
+                // the driver writes): let more senders append, then take them.
+                tokio::task::yield_now().await;
             }
-            buf.clear();
-            if buf.capacity() > 1 << 20 {
-                buf = Vec::new();
-            }
-            spare = buf;
         }
     };
     tokio::select! {

@@ -185,3 +185,51 @@ fn acquire_cancellable_withdraws() {
     assert!(c.try_acquire("blk/cancel", S).unwrap().is_some(), "no grant left behind");
     c.close();
 }
+
+/// Issue 33 finding 4: blocking callers write their own frames, and those
+/// handed answers in one burst write the next frames together (a write
+/// token per answer, settled when its caller runs). An answer for a future
+/// that is not polled again (the async API of the same client, `as_async`)
+/// carries no token: it must not hold back the blocking callers' frames,
+/// and dropping that future later still releases its grant.
+#[test]
+fn an_unpolled_async_call_never_stalls_blocking_callers() {
+    use std::future::Future;
+    let _w = watchdog("an_unpolled_async_call_never_stalls_blocking_callers", BOUND);
+    let (rt, s) = server();
+    let c = connect(&s);
+    let mut parked = Box::pin(c.as_async().acquire("blk/parked", Duration::from_secs(30), Duration::from_secs(5)));
+    {
+        let _rt = rt.enter(); // the async call's timers
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        assert!(parked.as_mut().poll(&mut cx).is_pending(), "sent, not answered yet");
+    }
+    // The server granted it (the key is held); its answer then reaches the
+    // client, which hands it to a future nobody polls.
+    let end = Instant::now() + Duration::from_secs(20);
+    while c.try_acquire("blk/parked", Duration::from_secs(30)).unwrap().is_some() {
+        assert!(Instant::now() < end, "the parked acquire was never granted");
+    }
+    let threads: Vec<_> = (0..8)
+        .map(|i| {
+            let c = c.clone();
+            std::thread::spawn(move || {
+                for _ in 0..200 {
+                    c.acquire(format!("blk/burst/{i}"), Duration::from_secs(10), S)
+                        .unwrap()
+                        .release()
+                        .unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    drop(parked); // answered, never seen: the client releases the grant
+    let end = Instant::now() + Duration::from_secs(20);
+    while c.try_acquire("blk/parked", Duration::from_secs(30)).unwrap().is_none() {
+        assert!(Instant::now() < end, "the parked acquire's grant was never released");
+    }
+    c.close();
+}
