@@ -7,7 +7,7 @@ import (
 )
 
 // A cluster's one replicated table gets the whole idle key cache
-// (--idle-key-cache, in all): a single node splits it over its shards, and
+// (Config.IdleKeyCache, in all): a single node splits it over its shards, and
 // the cluster's table used to get one shard's share (1,024 of 16,384), so
 // with more distinct keys in use than that nearly every release deleted its
 // key and the next acquire inserted it again, on every node (issue 35).
@@ -22,7 +22,7 @@ func TestClusterTableGetsTheWholeIdleCache(t *testing.T) {
 	}
 	l := s.clusterLimits()
 	if l.IdleCache != cfg.IdleKeyCache {
-		t.Fatalf("the replicated table's idle cache is %d keys, want --idle-key-cache = %d", l.IdleCache, cfg.IdleKeyCache)
+		t.Fatalf("the replicated table's idle cache is %d keys, want Config.IdleKeyCache = %d", l.IdleCache, cfg.IdleKeyCache)
 	}
 	if s.limits.IdleCache != cfg.IdleKeyCache/cfg.Shards {
 		t.Fatalf("a shard's idle cache is %d, want %d (unchanged)", s.limits.IdleCache, cfg.IdleKeyCache/cfg.Shards)

@@ -185,7 +185,7 @@ func (s *Server) startCluster(ctx context.Context) error {
 }
 
 // clusterLimits are the replicated table's limits: the server's, with the
-// whole idle key cache (--idle-key-cache, in all) for the one table. A
+// whole idle key cache (Config.IdleKeyCache, in all) for the one table. A
 // single node splits it over its shards; the cluster's table had one
 // shard's share (1,024 of 16,384 by default), so with more distinct keys
 // than that in use, nearly every release deleted its key from the table
