@@ -80,6 +80,15 @@ fn run_blocking(c: &ticketing::blocking::Client, callers: usize, secs: f64) -> u
     pairs.load(Ordering::Relaxed)
 }
 
+/// `BENCH_CALLERS=64` (a comma list) runs only those caller counts (default 64,1).
+fn callers() -> Vec<usize> {
+    std::env::var("BENCH_CALLERS")
+        .ok()
+        .map(|s| s.split(',').filter_map(|c| c.trim().parse().ok()).collect::<Vec<usize>>())
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| vec![64, 1])
+}
+
 /// `BENCH_API=tokio` or `blocking` runs only that API (default both).
 fn wants(api: &str) -> bool {
     std::env::var("BENCH_API").map_or(true, |a| a.is_empty() || a == api)
@@ -95,7 +104,7 @@ fn main() {
             .expect("runtime");
         rt.block_on(async {
             let c = Client::connect(cfg()).await.expect("connect");
-            for callers in [64, 1] {
+            for callers in callers() {
                 let t = Instant::now();
                 let n = run_async(&c, callers, secs).await;
                 line("tokio", callers, n, t.elapsed().as_secs_f64());
@@ -106,7 +115,7 @@ fn main() {
     }
     if wants("blocking") {
         let c = ticketing::blocking::Client::connect(cfg()).expect("connect");
-        for callers in [64, 1] {
+        for callers in callers() {
             let t = Instant::now();
             let n = run_blocking(&c, callers, secs);
             line("blocking", callers, n, t.elapsed().as_secs_f64());

@@ -63,6 +63,15 @@ impl Runtime {
             // hand-off would wait forever. Closed, at once (README "Fork").
             return Err(ErrorKind::Closed.into());
         }
+        self.run_home(f)
+    }
+
+    /// [`Runtime::run`] in the process that made the client (checked by the caller).
+    fn run_home<F>(&self, f: F) -> Result<F::Output, Error>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
         if tokio::runtime::Handle::try_current().is_err() {
             // The caller's thread polls its own request; the runtime thread
             // (in Runtime::block_on for the client's lifetime) drives the
@@ -142,12 +151,18 @@ fn block_on<F: Future>(handle: &tokio::runtime::Handle, f: F) -> F::Output {
                 f.as_mut().poll(&mut cx)
             };
             if let Poll::Ready(v) = r {
+                crate::conn::help_done();
                 return v;
             }
             let spin_end = Instant::now() + SPIN;
             for i in 0..SPIN_YIELDS {
                 if sig.woken.load(Ordering::Acquire) {
                     break;
+                }
+                // Read the answers that came (ours among them, maybe) rather
+                // than wait for the runtime thread to.
+                if crate::conn::help_read() {
+                    continue;
                 }
                 std::thread::yield_now();
                 if i & 3 == 3 && Instant::now() > spin_end {
@@ -473,7 +488,7 @@ impl Lease {
             let _ = l.detach(); // the parent's lock: never released from the child
             return Err(ErrorKind::Closed.into());
         }
-        self.rt.run(async move { l.release().await })?
+        self.rt.run_home(async move { l.release().await })?
     }
 
     /// See [`crate::Lease::detach`]: stops managing the lease without
@@ -528,7 +543,7 @@ impl Drop for Lease {
             return;
         }
         // Synchronous, bounded by the release window (R10).
-        let _ = self.rt.run(async move { l.release().await });
+        let _ = self.rt.run_home(async move { l.release().await });
     }
 }
 

@@ -821,7 +821,8 @@ impl Client {
     }
 
     fn check_pid(&self) -> Result<(), Error> {
-        if self.r.inner.is_closed() || std::process::id() != self.r.inner.pid {
+        // A blocking call (blocking::block_on) checked the process already.
+        if self.r.inner.is_closed() || (!crate::conn::DRIVEN.with(|d| d.get()) && std::process::id() != self.r.inner.pid) {
             // After fork() the inherited sockets belong to the parent.
             return Err(ErrorKind::Closed.into());
         }

@@ -6,16 +6,19 @@
 //! `select!` over a read loop and a write loop). The batch counter `taken`
 //! tells which frames may have reached the socket: a request whose frame
 //! number is below it was "written" (its loss is indeterminate), any other
-//! was "unsent" (safe to retry). Completions (oneshot sends) happen under
-//! the mutex, so a caller that drops its future sees either its entry still
-//! pending (and withdraws it) or its answer already in its channel.
+//! was "unsent" (safe to retry). Completions (an answer put in the caller's
+//! [`Slot`]) happen under the mutex, so a caller that drops its future sees
+//! either its entry still pending (and withdraws it) or its answer already in
+//! its slot; the callers' wakers are woken after the mutex is unlocked (a
+//! woken caller never finds the connection locked by the thread that woke it).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::sync::{oneshot, watch, Notify};
+use tokio::sync::{watch, Notify};
 
 use crate::config::Config;
 use crate::error::{Error, ErrorKind};
@@ -103,8 +106,72 @@ pub(crate) struct Answer {
     tok: bool,
 }
 
+/// Where one call's answer lands (issue 33 finding 4: no channel per call).
+/// Filled under the connection's mutex; the waker taken with the fill is
+/// woken once that mutex is unlocked.
+pub(crate) struct Slot {
+    st: Mutex<SlotState>,
+}
+
+struct SlotState {
+    reply: Option<Reply>,
+    waker: Option<Waker>,
+}
+
+impl Slot {
+    fn new() -> Slot {
+        Slot {
+            st: Mutex::new(SlotState { reply: None, waker: None }),
+        }
+    }
+
+    /// A slot for a new call: this thread's own when no call holds it any
+    /// more (a blocking caller makes one call at a time: no allocation per
+    /// call), else a new one.
+    fn get() -> Arc<Slot> {
+        thread_local! {
+            static MINE: std::cell::RefCell<Arc<Slot>> = std::cell::RefCell::new(Arc::new(Slot::new()));
+        }
+        MINE.with(|m| {
+            let mut m = m.borrow_mut();
+            match Arc::get_mut(&mut m) {
+                Some(s) => {
+                    let st = s.st.get_mut().unwrap_or_else(|e| e.into_inner());
+                    st.reply = None;
+                    st.waker = None;
+                }
+                None => *m = Arc::new(Slot::new()),
+            }
+            m.clone()
+        })
+    }
+
+    /// Puts the answer in; returns the waker to wake once the connection is unlocked.
+    fn fill(&self, r: Reply) -> Option<Waker> {
+        let mut st = self.st.lock().unwrap();
+        st.reply = Some(r);
+        st.waker.take()
+    }
+
+    fn take(&self) -> Option<Reply> {
+        self.st.lock().unwrap().reply.take()
+    }
+
+    fn poll(&self, cx: &mut Context<'_>) -> Poll<Reply> {
+        let mut st = self.st.lock().unwrap();
+        if let Some(r) = st.reply.take() {
+            return Poll::Ready(r);
+        }
+        match &st.waker {
+            Some(w) if w.will_wake(cx.waker()) => {}
+            _ => st.waker = Some(cx.waker().clone()),
+        }
+        Poll::Pending
+    }
+}
+
 enum Waiter {
-    Caller(oneshot::Sender<Reply>),
+    Caller(Arc<Slot>),
     /// The caller gave up on an acquire: compensate a grant (key kept here;
     /// the body of a set when the op is `S`).
     Abandoned(Arc<[u8]>),
@@ -128,6 +195,23 @@ thread_local! {
     /// is settled at once (a future polled by other code might never be
     /// polled again and would hold the other callers' frames back).
     pub(crate) static DRIVEN: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// The connection of this thread's blocking call in progress, when its
+    /// reads may be shared (set by Conn::enqueue, used by help_read).
+    static HELP: std::cell::RefCell<Option<Arc<Conn>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// A blocking caller waiting for its answer (blocking::block_on): when the
+/// read side of its connection is free, reads what the socket has
+/// (non-blocking) and dispatches it to every caller it answers — its own
+/// answer then needs no other thread (issue 33 finding 4). True when it read
+/// something.
+pub(crate) fn help_read() -> bool {
+    HELP.with(|h| h.borrow().as_ref().is_some_and(|c| c.help_read()))
+}
+
+/// Forgets this thread's connection (its blocking call ended).
+pub(crate) fn help_done() {
+    HELP.with(|h| h.borrow_mut().take());
 }
 
 /// Who writes the queued frames now (at most one at a time).
@@ -180,6 +264,77 @@ pub(crate) struct Conn {
     pub st: Mutex<State>,
     kick: Notify,
     inner: Weak<dyn Owner>,
+    /// The read side of a plain TCP connection served with direct writes:
+    /// the driver task reads into it, and so does a blocking caller waiting
+    /// for its answer that finds it free ([`Conn::help_read`]). Locked
+    /// before `st`, never after.
+    rd: Mutex<ReadSide>,
+    /// Wakes the driver's read loop when a caller's read ended the stream.
+    rd_kick: Notify,
+}
+
+/// Bytes read and not yet dispatched, and the wakers to wake after a dispatch.
+struct ReadSide {
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+    wake: Vec<Waker>,
+    /// The connection these bytes are from.
+    epoch: u64,
+    /// The socket callers may read (None: TLS, down, or callers do not read).
+    fd: Option<Fd>,
+    /// Why a caller's read ended the stream, for the driver to report.
+    failed: Option<String>,
+}
+
+impl ReadSide {
+    fn new(epoch: u64, fd: Option<Fd>) -> ReadSide {
+        ReadSide {
+            buf: vec![0u8; READ_BUF],
+            start: 0,
+            end: 0,
+            wake: Vec::new(),
+            epoch,
+            fd,
+            failed: None,
+        }
+    }
+
+    /// Where the next read goes (never empty).
+    fn space(&mut self) -> &mut [u8] {
+        &mut self.buf[self.end..]
+    }
+
+    /// `n` bytes were read into `space()`: dispatches every complete
+    /// response and keeps room for the next one.
+    fn consume(&mut self, conn: &Conn, inner: &dyn Owner, n: usize) -> Result<(), String> {
+        self.end += n;
+        match conn.dispatch(inner, self.epoch, &self.buf[self.start..self.end], &mut self.wake) {
+            Ok(used) => self.start += used,
+            Err(e) => return Err(format!("protocol violation by the server: {e}")),
+        }
+        if self.start == self.end {
+            self.start = 0;
+            self.end = 0;
+            if self.buf.len() > 4 * READ_BUF {
+                self.buf = vec![0u8; READ_BUF];
+            }
+        } else {
+            let need = wire::response_frame_len(&self.buf[self.start..self.end]);
+            if need > self.buf.len() {
+                let mut nb = vec![0u8; need];
+                nb[..self.end - self.start].copy_from_slice(&self.buf[self.start..self.end]);
+                self.buf = nb;
+                self.end -= self.start;
+                self.start = 0;
+            } else if self.start + need > self.buf.len() || self.end == self.buf.len() {
+                self.buf.copy_within(self.start..self.end, 0);
+                self.end -= self.start;
+                self.start = 0;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// A request to queue.
@@ -206,7 +361,7 @@ pub(crate) struct CallHandle {
     op: Op,
     counts: bool,
     key: Arc<[u8]>,
-    rx: oneshot::Receiver<Reply>,
+    slot: Arc<Slot>,
     pub sent: Instant,
     armed: bool,
 }
@@ -218,14 +373,14 @@ impl CallHandle {
     }
 
     pub async fn wait(&mut self) -> Reply {
-        let r = (&mut self.rx).await;
+        let r = std::future::poll_fn(|cx| self.slot.poll(cx)).await;
         self.armed = false;
-        if let Ok(Reply::Answer(a)) = &r {
+        if let Reply::Answer(a) = &r {
             if a.tok {
                 self.conn.settle(self.epoch);
             }
         }
-        r.unwrap_or(Reply::Lost)
+        r
     }
 }
 
@@ -261,7 +416,7 @@ impl Drop for CallHandle {
                 } else {
                     p.waiter = Waiter::Dropped;
                 }
-            } else if let Ok(Reply::Answer(a)) = self.rx.try_recv() {
+            } else if let Some(Reply::Answer(a)) = self.slot.take() {
                 // Answered before the caller gave up: the answer is ours to handle.
                 if matches!(self.op, Op::Acquire | Op::AcquireSet) && a.status == Status::Granted {
                     comp = Some(a.value);
@@ -310,12 +465,14 @@ impl Conn {
             }),
             kick: Notify::new(),
             inner,
+            rd: Mutex::new(ReadSide::new(0, None)),
+            rd_kick: Notify::new(),
         }
     }
 
     /// Queues a request under a fresh req_id.
     pub fn enqueue(self: &Arc<Self>, r: &Req<'_>) -> Result<CallHandle, EnqErr> {
-        let (tx, rx) = oneshot::channel();
+        let slot = Slot::get();
         let (epoch, id, sent);
         {
             let mut st = self.st.lock().unwrap();
@@ -329,8 +486,16 @@ impl Conn {
                 return Err(EnqErr::Full);
             }
             sent = Instant::now(); // t_send (protocol.md §5): before the frame can be written
-            id = self.enqueue_locked(&mut st, r.op, r.key, r.arg, r.counts, Waiter::Caller(tx));
+            id = self.enqueue_locked(&mut st, r.op, r.key, r.arg, r.counts, Waiter::Caller(slot.clone()));
             epoch = st.epoch;
+            if st.direct.is_some() && DRIVEN.with(|d| d.get()) {
+                HELP.with(|h| {
+                    let mut h = h.borrow_mut();
+                    if !h.as_ref().is_some_and(|c| Arc::ptr_eq(c, self)) {
+                        *h = Some(self.clone());
+                    }
+                });
+            }
             self.push_locked(st);
         }
         Ok(CallHandle {
@@ -340,7 +505,7 @@ impl Conn {
             op: r.op,
             counts: r.counts,
             key: r.key.clone(),
-            rx,
+            slot,
             sent,
             armed: true,
         })
@@ -364,6 +529,45 @@ impl Conn {
                 self.kick.notify_one();
             }
         }
+    }
+
+    /// See [`help_read`].
+    fn help_read(&self) -> bool {
+        use std::io::Read;
+        let Ok(mut rs) = self.rd.try_lock() else {
+            return false; // another thread reads
+        };
+        if rs.failed.is_some() {
+            return false;
+        }
+        let Some(fd) = rs.fd.take() else {
+            return false;
+        };
+        let Some(inner) = self.inner.upgrade() else {
+            rs.fd = Some(fd);
+            return false;
+        };
+        let r = loop {
+            match (&*fd).read(rs.space()) {
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                r => break r,
+            }
+        };
+        rs.fd = Some(fd);
+        let failed = match r {
+            Ok(0) => Some("connection closed by the server".to_string()),
+            Ok(n) => match rs.consume(self, &*inner, n) {
+                Ok(()) => return true,
+                Err(e) => Some(e),
+            },
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return false,
+            Err(e) => Some(format!("read: {e}")),
+        };
+        // The driver takes the connection down with this cause.
+        rs.failed = failed;
+        drop(rs);
+        self.rd_kick.notify_one();
+        false
     }
 
     /// A caller that got an answer with a token runs again: the last one
@@ -516,6 +720,7 @@ impl Conn {
     /// request as unsent or lost.
     pub fn kill(&self, inner: &dyn Owner, epoch: u64, cause: &str) {
         let n;
+        let mut wake = Vec::new();
         {
             let mut st = self.st.lock().unwrap();
             if st.epoch != epoch || !st.up {
@@ -528,9 +733,9 @@ impl Conn {
             n = pending.len();
             for (_, p) in pending {
                 match p.waiter {
-                    Waiter::Caller(tx) => {
+                    Waiter::Caller(slot) => {
                         let r = if p.seq < taken { Reply::Lost } else { Reply::Unsent };
-                        let _ = tx.send(r);
+                        wake.extend(slot.fill(r));
                     }
                     Waiter::Abandoned(_) => {
                         inner.abandoned(-1);
@@ -544,6 +749,7 @@ impl Conn {
                 st.wbuf = Vec::new();
             }
         }
+        wake.into_iter().for_each(Waker::wake);
         if !inner.is_closed() {
             crate::log(format_args!("connection to {} lost ({n} pending): {cause}", self.addr));
         }
@@ -552,7 +758,9 @@ impl Conn {
 
     /// Matches every complete response in `b` to its pending request;
     /// returns the bytes used.
-    fn dispatch(&self, inner: &dyn Owner, epoch: u64, b: &[u8]) -> Result<usize, String> {
+    /// `wake` (empty, kept by the reader between reads) takes the callers'
+    /// wakers, woken here once the connection is unlocked.
+    fn dispatch(&self, inner: &dyn Owner, epoch: u64, b: &[u8], wake: &mut Vec<Waker>) -> Result<usize, String> {
         let mut used = 0;
         let mut freed = false;
         let mut comps: Vec<(Arc<[u8]>, u64, bool)> = Vec::new();
@@ -588,17 +796,18 @@ impl Conn {
                     freed = true;
                 }
                 match p.waiter {
-                    Waiter::Caller(tx) => {
+                    Waiter::Caller(slot) => {
+                        // Its handle is alive (a dropped handle replaced the waiter).
                         let tok = p.driven && st.direct.is_some();
-                        let sent = tx.send(Reply::Answer(Answer {
+                        wake.extend(slot.fill(Reply::Answer(Answer {
                             status: r.status,
                             code: r.code,
                             queued: r.queued,
                             value: r.value,
                             payload: r.payload.to_vec(),
                             tok,
-                        }));
-                        if tok && sent.is_ok() {
+                        })));
+                        if tok {
                             st.tokens += 1;
                         }
                     }
@@ -613,6 +822,7 @@ impl Conn {
                 }
             }
         }
+        wake.drain(..).for_each(Waker::wake);
         for (key, token, set) in comps {
             // The caller gave up but the grant won the race: release it ourselves.
             inner.unwanted_grant(key, token, set);
@@ -685,7 +895,15 @@ pub(crate) async fn run(inner: Arc<dyn Owner>, conn: Arc<Conn>) {
 
 /// The stream, the plain TCP socket callers may write to directly
 /// (Config::direct_writes, not TLS), max_inflight and the features.
-type Connected = (Box<dyn Stream>, Option<Fd>, u32, u16);
+type Connected = (Transport, Option<Fd>, u32, u16);
+
+/// A connection's stream: plain TCP (its reads may be shared with blocking
+/// callers, [`Conn::help_read`]) or any other (TLS).
+pub(crate) enum Transport {
+    Tcp(tokio::net::TcpStream),
+    #[allow(dead_code)] // only TLS makes one
+    Other(Box<dyn Stream>),
+}
 
 async fn connect(inner: &dyn Owner, addr: &str) -> Result<Connected, ConnErr> {
     let tcp = tokio::net::TcpStream::connect(addr)
@@ -705,7 +923,7 @@ async fn connect(inner: &dyn Owner, addr: &str) -> Result<Connected, ConnErr> {
         let host = crate::config::split_host_port(addr).map(|(h, _)| h).unwrap_or(addr);
         let mut s = tls.connect(addr, host, tcp).await?;
         let (mi, f) = handshake(inner, addr, &mut s, true).await?;
-        return Ok((Box::new(s), None, mi, f));
+        return Ok((Transport::Other(Box::new(s)), None, mi, f));
     }
     let mut tcp = tcp;
     let (mi, f) = handshake(inner, addr, &mut tcp, false).await?;
@@ -717,7 +935,7 @@ async fn connect(inner: &dyn Owner, addr: &str) -> Result<Connected, ConnErr> {
     } else {
         None
     };
-    Ok((Box::new(tcp), fd, mi, f))
+    Ok((Transport::Tcp(tcp), fd, mi, f))
 }
 
 /// The req_ids of the handshake's feature ping and label (the connection's
@@ -881,102 +1099,128 @@ struct DirectGuard<'a> {
 
 impl Drop for DirectGuard<'_> {
     fn drop(&mut self) {
+        self.conn.rd.lock().unwrap().fd = None;
         self.conn.st.lock().unwrap().direct = None;
     }
 }
 
-async fn serve(inner: &dyn Owner, conn: &Arc<Conn>, epoch: u64, stream: Box<dyn Stream>, fd: Option<Fd>) -> String {
-    let (mut rd, mut wr) = tokio::io::split(stream);
+async fn serve(inner: &dyn Owner, conn: &Arc<Conn>, epoch: u64, stream: Transport, fd: Option<Fd>) -> String {
     let _direct = DirectGuard { conn };
-    if fd.is_some() {
-        let mut st = conn.st.lock().unwrap();
-        if st.epoch == epoch {
-            st.direct = fd;
+    match (stream, fd) {
+        (Transport::Tcp(mut tcp), Some(fd)) => {
+            // Callers write (st.direct) and read (rd.fd) this socket too.
+            *conn.rd.lock().unwrap() = ReadSide::new(epoch, Some(fd.clone()));
+            {
+                let mut st = conn.st.lock().unwrap();
+                if st.epoch == epoch {
+                    st.direct = Some(fd);
+                }
+            }
+            let (rd, mut wr) = tcp.split();
+            tokio::select! {
+                e = read_shared(inner, conn, rd.as_ref()) => e,
+                e = write_loop(inner, conn, epoch, &mut wr) => e,
+            }
         }
+        (Transport::Tcp(tcp), None) => serve_stream(inner, conn, epoch, tcp).await,
+        (Transport::Other(s), _) => serve_stream(inner, conn, epoch, s).await,
     }
+}
+
+async fn serve_stream<S: AsyncRead + AsyncWrite + Unpin>(inner: &dyn Owner, conn: &Arc<Conn>, epoch: u64, stream: S) -> String {
+    let (mut rd, mut wr) = tokio::io::split(stream);
     let read = async {
-        let mut buf = vec![0u8; READ_BUF];
-        let (mut start, mut end) = (0usize, 0usize);
+        let mut rs = ReadSide::new(epoch, None);
         loop {
-            let n = match rd.read(&mut buf[end..]).await {
+            let n = match rd.read(rs.space()).await {
                 Ok(0) => return "connection closed by the server".to_string(),
                 Ok(n) => n,
                 Err(e) => return format!("read: {e}"),
             };
-            end += n;
-            match conn.dispatch(inner, epoch, &buf[start..end]) {
-                Ok(used) => start += used,
-                Err(e) => return format!("protocol violation by the server: {e}"),
-            }
-            if start == end {
-                start = 0;
-                end = 0;
-                if buf.len() > 4 * READ_BUF {
-                    buf = vec![0u8; READ_BUF];
-                }
-            } else {
-                let need = wire::response_frame_len(&buf[start..end]);
-                if need > buf.len() {
-                    let mut nb = vec![0u8; need];
-                    nb[..end - start].copy_from_slice(&buf[start..end]);
-                    buf = nb;
-                    end -= start;
-                    start = 0;
-                } else if start + need > buf.len() || end == buf.len() {
-                    buf.copy_within(start..end, 0);
-                    end -= start;
-                    start = 0;
-                }
-            }
-        }
-    };
-    let write = async {
-        let mut spare: Vec<u8> = Vec::new();
-        loop {
-            conn.kick.notified().await;
-            // Let runnable senders append their frames first: one write then
-            // carries many frames.
-            tokio::task::yield_now().await;
-            loop {
-                let mut buf = {
-                    let mut st = conn.st.lock().unwrap();
-                    if st.epoch != epoch {
-                        return "connection replaced".to_string();
-                    }
-                    if st.writer == Writer::Caller || st.wbuf.is_empty() {
-                        // A calling thread writes them (and kicks when it leaves some).
-                        if st.writer == Writer::Driver {
-                            st.writer = Writer::None;
-                        }
-                        break;
-                    }
-                    st.writer = Writer::Driver;
-                    st.taken = st.seq;
-                    std::mem::replace(&mut st.wbuf, std::mem::take(&mut spare))
-                };
-                if let Err(e) = wr.write_all(&buf).await {
-                    return format!("write: {e}");
-                }
-                if let Err(e) = wr.flush().await {
-                    return format!("write: {e}");
-                }
-                if buf.len() > MAX_WRITE_BUFFER {
-                    inner.changed();
-                }
-                buf.clear();
-                if buf.capacity() > 1 << 20 {
-                    buf = Vec::new();
-                }
-                spare = buf;
-                // Frames queued during the write wait for it (no kick while
-                // the driver writes): let more senders append, then take them.
-                tokio::task::yield_now().await;
+            if let Err(e) = rs.consume(conn, inner, n) {
+                return e;
             }
         }
     };
     tokio::select! {
         e = read => e,
-        e = write => e,
+        e = write_loop(inner, conn, epoch, &mut wr) => e,
+    }
+}
+
+/// The driver's reads of a socket whose reads blocking callers share
+/// (conn.rd): each readiness, it takes the read side (a caller holds it for
+/// one non-blocking read and its dispatch) and reads until the socket is empty.
+async fn read_shared(inner: &dyn Owner, conn: &Conn, tcp: &tokio::net::TcpStream) -> String {
+    loop {
+        tokio::select! {
+            r = tcp.readable() => if let Err(e) = r {
+                return format!("read: {e}");
+            },
+            _ = conn.rd_kick.notified() => {}
+        }
+        let mut rs = conn.rd.lock().unwrap();
+        if let Some(e) = rs.failed.take() {
+            return e;
+        }
+        loop {
+            match tcp.try_read(rs.space()) {
+                Ok(0) => return "connection closed by the server".to_string(),
+                Ok(n) => {
+                    if let Err(e) = rs.consume(conn, inner, n) {
+                        return e;
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return format!("read: {e}"),
+            }
+        }
+    }
+}
+
+async fn write_loop<W: AsyncWrite + Unpin>(inner: &dyn Owner, conn: &Conn, epoch: u64, wr: &mut W) -> String {
+    let mut spare: Vec<u8> = Vec::new();
+    loop {
+        conn.kick.notified().await;
+        // Let runnable senders append their frames first: one write then
+        // carries many frames.
+        tokio::task::yield_now().await;
+        loop {
+            let mut buf = {
+                let mut st = conn.st.lock().unwrap();
+                if st.epoch != epoch {
+                    return "connection replaced".to_string();
+                }
+                if st.writer == Writer::Caller || st.wbuf.is_empty() {
+                    // A calling thread writes them (and kicks when it leaves some).
+                    if st.writer == Writer::Driver {
+                        st.writer = Writer::None;
+                    }
+                    break;
+                }
+                st.writer = Writer::Driver;
+                st.taken = st.seq;
+                std::mem::replace(&mut st.wbuf, std::mem::take(&mut spare))
+            };
+            if let Err(e) = wr.write_all(&buf).await {
+                return format!("write: {e}");
+            }
+            if let Err(e) = wr.flush().await {
+                return format!("write: {e}");
+            }
+            if buf.len() > MAX_WRITE_BUFFER {
+                inner.changed();
+            }
+            buf.clear();
+            if buf.capacity() > 1 << 20 {
+                buf = Vec::new();
+            }
+            spare = buf;
+            // Frames queued during the write wait for it (no kick while
+            // the driver writes): let more senders append, then take them.
+            tokio::task::yield_now().await;
+        }
     }
 }
 
