@@ -122,10 +122,13 @@ if on latency; then
 fi
 if on hotkey; then
   read -r -a args <<<"$ROW_hotkey"
-  for i in $(seq 1 "$RUNS"); do start_ticketing; run_bench hotkey ticketing "${args[@]}"; stop_server; done
+  for i in $(seq 1 "$RUNS"); do
+    start_ticketing; run_bench hotkey ticketing "${args[@]}"; stop_server
+    start_floor --hotkey; run_bench hotkey floor "${args[@]}"; stop_server
+  done
   f=$OUT/hotkey.json
   FIG[hotkey]="$(figure "$f" ticketing .handoffs_per_sec kops) handoffs/s; max wait $(med "$f" ticketing .fairness.max_wait_over_bound | xargs printf %.2f)× the bound"
-  REF[hotkey]="one loopback round trip per handoff: latency row p50"
+  REF[hotkey]="hot-key floor $(figure "$f" floor .handoffs_per_sec kops): **$(ratio "$(med "$f" ticketing .handoffs_per_sec)" "$(med "$f" floor .handoffs_per_sec)")**; its max wait $(med "$f" floor .fairness.max_wait_over_bound | xargs printf %.2f)× the bound"
 fi
 if on memory; then
   read -r -a args <<<"$ROW_memory"

@@ -363,3 +363,61 @@ func TestRunReportsALostConnection(t *testing.T) {
 		t.Errorf("text report lacks the lost line: %v\n%s", err, text.String())
 	}
 }
+
+// TestFifoGrantGaps: with one hot key and waiting, each grant's read is
+// timed against the previous token's (the gap between consecutive grants,
+// whichever connection read them), a token whose predecessor was never read
+// records no gap, and the path stays allocation-free.
+func TestFifoGrantGaps(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Conns, cfg.Pipeline, cfg.HotKeys, cfg.Wait = 2, 1, 1, time.Second
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	sh := &shared{cfg: &cfg, total: 2, fifo: fifoWorkload(&cfg)}
+	if !sh.fifo {
+		t.Fatal("one hot key with --wait is the fifo workload")
+	}
+	sh.phase.Store(1)
+	ws := []*worker{newWorker(sh, discardConn{}, 0), newWorker(sh, discardConn{}, 1)}
+	for _, w := range ws {
+		w.phase = 1
+		w.start()
+		if err := w.flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var g, o []byte
+	// grant: w reads G token tok at time at, releases, reads the O.
+	grant := func(w *worker, tok uint64, at int64) {
+		g = wire.AppendGranted(g[:0], 0, tok, 0)
+		o = wire.AppendStatus(o[:0], wire.StatusReleased, 0, 0)
+		for _, b := range [][]byte{g, o} {
+			if n, err := w.process(b, at); err != nil || n != len(b) {
+				t.Fatalf("process: %d of %d bytes, %v", n, len(b), err)
+			}
+			if err := w.flush(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	const ms = int64(time.Millisecond)
+	grant(ws[0], 10, 1*ms)
+	grant(ws[1], 11, 3*ms/2) // gap 0.5 ms
+	grant(ws[0], 12, 4*ms)   // gap 2.5 ms
+	grant(ws[1], 14, 5*ms)   // 13 never read: no gap
+	gaps := newHist()
+	for _, w := range ws {
+		gaps.Merge(w.gapHist)
+	}
+	if gaps.TotalCount() != 2 || !gaps.ValuesAreEquivalent(gaps.Min(), ms/2) || !gaps.ValuesAreEquivalent(gaps.Max(), 5*ms/2) {
+		t.Fatalf("gaps: count %d min %d max %d; want 2, 0.5 ms, 2.5 ms", gaps.TotalCount(), gaps.Min(), gaps.Max())
+	}
+	tok, at := uint64(100), 10*ms
+	if a := testing.AllocsPerRun(100, func() { tok++; at += ms; grant(ws[tok%2], tok, at) }); a != 0 {
+		t.Fatalf("%v allocs per grant, want 0", a)
+	}
+	if ws[0].gapHist.TotalCount()+ws[1].gapHist.TotalCount() < 100 {
+		t.Fatalf("consecutive grants must each record a gap: %d", ws[0].gapHist.TotalCount()+ws[1].gapHist.TotalCount())
+	}
+}

@@ -76,6 +76,20 @@ type shared struct {
 	// to others while it waited.
 	fifo     bool
 	maxToken atomic.Uint64
+	// fifo: when each of the last grants was read, by token (a ring), so
+	// the reader of grant t measures the gap since grant t-1: the time the
+	// key went from one holder to the next, as the generator sees it. A
+	// handoff chain reads its grants in token order (grant t needs the
+	// release of t-1, sent after t-1 was read), so t-1 is in the ring.
+	grants [grantRing]grantSeen
+}
+
+// grantRing is the number of recent grants the fifo check remembers.
+const grantRing = 256
+
+type grantSeen struct {
+	token atomic.Uint64 // written after at
+	at    atomic.Int64
 }
 
 // stranded is a granted lock whose release reached a node that was no
@@ -104,6 +118,7 @@ type worker struct {
 
 	hist      *hdrhistogram.Histogram // every op
 	acqHist   *hdrhistogram.Histogram // acquires only (wait for a queued one)
+	gapHist   *hdrhistogram.Histogram // fifo: time between consecutive grants (nil otherwise)
 	ops       uint64                  // completed: G or T to an acquire, O or N to a release
 	refused   uint64                  // B, U, E: answered, not completed
 	redirects uint64                  // M: not the leader (the slot stops; never an op)
@@ -135,6 +150,9 @@ func newWorker(sh *shared, nc net.Conn, id int) *worker {
 		rng:     splitmix(sh.cfg.Seed + uint64(id)*0x9E3779B97F4A7C15 + 1),
 		hist:    newWorkerHist(sh.cfg.Conns),
 		acqHist: newWorkerHist(sh.cfg.Conns),
+	}
+	if sh.fifo {
+		w.gapHist = newWorkerHist(sh.cfg.Conns)
 	}
 	return w
 }
@@ -368,7 +386,7 @@ func (w *worker) handle(r *wire.Response, now int64) error {
 		if r.Status == wire.StatusGranted {
 			s.token = r.Value
 			if w.sh.fifo {
-				w.fifoGrant(s, r.Value)
+				w.fifoGrant(s, r.Value, now)
 				w.maxQueued = max(w.maxQueued, r.Queued)
 			}
 			switch w.sh.cfg.Mode {
@@ -414,11 +432,18 @@ func (w *worker) moved(s *slot, r *wire.Response) error {
 	return nil
 }
 
-// fifoGrant records how many grants went to others while s waited.
-func (w *worker) fifoGrant(s *slot, token uint64) {
+// fifoGrant records how many grants went to others while s waited, and the
+// gap since the previous grant was read (received at now).
+func (w *worker) fifoGrant(s *slot, token uint64, now int64) {
 	if s.seen > 0 && token > s.seen+1 { // seen 0: sent before any grant was seen
 		w.overtook = max(w.overtook, token-s.seen-1)
 	}
+	if prev := &w.sh.grants[(token-1)%grantRing]; prev.token.Load() == token-1 {
+		_ = w.gapHist.RecordValue(min(max(now-prev.at.Load(), histMin), histMax))
+	}
+	g := &w.sh.grants[token%grantRing]
+	g.at.Store(now)
+	g.token.Store(token)
 	for {
 		m := w.sh.maxToken.Load()
 		if token <= m || w.sh.maxToken.CompareAndSwap(m, token) {
@@ -495,6 +520,9 @@ func (w *worker) flush() error {
 func (w *worker) resetStats() {
 	w.hist.Reset()
 	w.acqHist.Reset()
+	if w.gapHist != nil {
+		w.gapHist.Reset()
+	}
 	w.ops, w.refused, w.redirects, w.acquires, w.releases, w.errs, w.cancelO, w.cancelN, w.overtook, w.maxQueued, w.writes = 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0
 	clear(w.outcomes[:])
 	clear(w.busy[:])
