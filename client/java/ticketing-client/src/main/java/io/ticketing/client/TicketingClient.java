@@ -728,12 +728,13 @@ public final class TicketingClient implements AutoCloseable {
     private static void flush(Call c) {
         if (c != null) {
             if (c.virtual) {
-                // Let the other virtual callers the reader has just woken append their frames
-                // first (a virtual thread's yield is a cheap reschedule): then one write carries
-                // them all, as the Go client's writer batches.
+                // Holding the writer role, let the other virtual callers the reader has just
+                // woken append their frames first (a virtual thread's yield is a cheap
+                // reschedule; they only park): then one write carries them all, as the Go
+                // client's writer batches, and one caller per batch yields, not every one.
                 Thread.yield();
             }
-            c.conn.flush();
+            c.conn.flush(c);
         }
     }
 
