@@ -78,7 +78,7 @@ func (t *Table) recycleHeldSet(hs *heldSet) {
 
 // renumberSet replaces entry from by to in the held set of token tok, if any.
 func (t *Table) renumberSet(tok uint64, from, to uint32) {
-	hs := t.sets[tok]
+	hs := t.sets.get(tok)
 	if hs == nil {
 		return
 	}
@@ -98,11 +98,11 @@ func seqOf(w *waiter) uint64 {
 }
 
 // IsSetToken reports whether token is the token of a held key set.
-func (t *Table) IsSetToken(token uint64) bool { return len(t.sets) > 0 && t.sets[token] != nil }
+func (t *Table) IsSetToken(token uint64) bool { return t.sets.n > 0 && t.sets.get(token) != nil }
 
 // SetKeys returns the keys of the held set with token (S order), nil when none.
 func (t *Table) SetKeys(token uint64) []string {
-	if hs := t.sets[token]; hs != nil {
+	if hs := t.sets.get(token); hs != nil {
 		return t.heldKeys(hs)
 	}
 	return nil
@@ -244,10 +244,7 @@ func (t *Table) grantSet(now int64, ents []uint32, conn uint64, leaseMS uint32) 
 		t.pushLease(i)
 	}
 	t.lastTok = tok
-	if t.sets == nil {
-		t.sets = make(map[uint64]*heldSet)
-	}
-	t.sets[tok] = hs
+	t.sets.put(tok, hs)
 	t.counter.Grants++
 	return tok
 }
@@ -350,7 +347,7 @@ func (t *Table) processRecheck(now int64) {
 // freeSet ends held set hs (token tok): all its keys are freed at once, then
 // each is handed to its next head in the set's key order (§12.2).
 func (t *Table) freeSet(now int64, tok uint64, hs *heldSet) {
-	delete(t.sets, tok)
+	t.sets.del(tok)
 	t.noTrim = true
 	for _, i := range hs.ents[:hs.n] {
 		t.removeLease(i)
@@ -371,7 +368,7 @@ func (t *Table) freeSet(now int64, tok uint64, hs *heldSet) {
 // key then freed at once and handed to its next head; otherwise N.
 func (t *Table) ReleaseSet(now int64, owner Owner, keys [][]byte, token uint64) Effect {
 	t.now = max(t.now, now)
-	hs := t.sets[token]
+	hs := t.sets.get(token)
 	if hs == nil || len(keys) != hs.n {
 		t.counter.NotHolder++
 		return Effect{Owner: owner, Status: wire.StatusNotHolder}
