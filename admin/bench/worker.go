@@ -196,40 +196,72 @@ func appendReq(b []byte, op wire.Op, reqID uint32, key *[KeyLen]byte, arg uint64
 	return append(b, key[:]...)
 }
 
-// setMark is the byte of a generated key that tells the members of a key
-// set apart: member 0 is the slot's key itself ("bench:…"), member j ≥ 1 the
-// same key with ':' replaced by 'a'+j-1 ("bencha…"), so the members are
-// distinct and no two slots' sets share a key.
+// A key set's member 0 is the slot's key. Its members j ≥ 1 are the keys j
+// places further along the slot's own share of the key space (wrapping
+// within it), so a set row touches the --keys keys a single-key row does
+// (issue 35: a set row over twice the keys measured the idle key cache,
+// not the sets), and no two slots' sets share a key. When the share holds
+// fewer keys than a set (or the key is a hot one) member j is instead the
+// key with byte setMark replaced by 'a'+j-1 ("bencha…").
 const setMark = 5
+
+// setSpan is how a set's members are chosen: the slots over all connections
+// and the key-space size; zero: by setMark.
+type setSpan struct{ total, keys uint64 }
+
+// span is the setSpan of cfg's runs with total slots.
+func span(cfg *Config, total uint64) setSpan {
+	if uint64(cfg.Keys) < total || total == 0 {
+		return setSpan{} // slots share keys: members by setMark
+	}
+	return setSpan{total: total, keys: uint64(cfg.Keys)}
+}
+
+// member writes into out member j ≥ 1 of the set whose member 0 is key.
+func (sp setSpan) member(out, key *[KeyLen]byte, n, j int) {
+	*out = *key
+	if sp.total > 0 && key[setMark+1] != 'h' { // "bench:h…" is a hot key
+		var idx uint64
+		for _, d := range key[6:] {
+			idx = idx*10 + uint64(d-'0')
+		}
+		g, c := idx%sp.total, idx/sp.total
+		if m := (sp.keys - g + sp.total - 1) / sp.total; m >= uint64(n) {
+			putKey(out, g+(c+uint64(j))%m*sp.total)
+			return
+		}
+	}
+	out[setMark] = 'a' + byte(j-1)
+}
 
 // appendSetReq appends an S or X frame (protocol.md §12.2) for the n-key set
 // whose member 0 is key: the same bytes as wire.AppendAcquireSet and
 // wire.AppendReleaseSet (TestSetFrames), without building a []string.
-func appendSetReq(b []byte, op wire.Op, reqID uint32, key *[KeyLen]byte, n int, arg uint64) []byte {
+func appendSetReq(b []byte, op wire.Op, reqID uint32, key *[KeyLen]byte, n int, sp setSpan, arg uint64) []byte {
 	b = wire.AppendRequestHeader(b, op, uint8(n), uint16(n*(1+KeyLen)), reqID, arg)
-	for j := 0; j < n; j++ {
+	b = append(b, KeyLen)
+	b = append(b, key[:]...)
+	var m [KeyLen]byte
+	for j := 1; j < n; j++ {
+		sp.member(&m, key, n, j)
 		b = append(b, KeyLen)
-		at := len(b)
-		b = append(b, key[:]...)
-		if j > 0 {
-			b[at+setMark] = 'a' + byte(j-1)
-		}
+		b = append(b, m[:]...)
 	}
 	return b
 }
 
 // appendAcquire appends slot key's acquire: A, or S for a set.
-func appendAcquire(b []byte, setSize int, reqID uint32, key *[KeyLen]byte, arg uint64) []byte {
+func appendAcquire(b []byte, setSize int, sp setSpan, reqID uint32, key *[KeyLen]byte, arg uint64) []byte {
 	if setSize > 1 {
-		return appendSetReq(b, wire.OpAcquireSet, reqID, key, setSize, arg)
+		return appendSetReq(b, wire.OpAcquireSet, reqID, key, setSize, sp, arg)
 	}
 	return appendReq(b, wire.OpAcquire, reqID, key, arg)
 }
 
 // appendRelease appends the release of key (or of its set) with token: R or X.
-func appendRelease(b []byte, setSize int, reqID uint32, key *[KeyLen]byte, token uint64) []byte {
+func appendRelease(b []byte, setSize int, sp setSpan, reqID uint32, key *[KeyLen]byte, token uint64) []byte {
 	if setSize > 1 {
-		return appendSetReq(b, wire.OpReleaseSet, reqID, key, setSize, token)
+		return appendSetReq(b, wire.OpReleaseSet, reqID, key, setSize, sp, token)
 	}
 	return appendReq(b, wire.OpRelease, reqID, key, token)
 }
@@ -290,7 +322,7 @@ func (w *worker) sendAcquire(i int) {
 	}
 	s.state = slotAcquire
 	s.cancelled = false
-	w.wbuf = appendAcquire(w.wbuf, w.sh.cfg.SetSize, uint32(i), &s.key, w.sh.leaseArg)
+	w.wbuf = appendAcquire(w.wbuf, w.sh.cfg.SetSize, span(w.sh.cfg, w.sh.total), uint32(i), &s.key, w.sh.leaseArg)
 	w.batch = append(w.batch, uint32(i))
 	w.inflight++
 }
@@ -298,7 +330,7 @@ func (w *worker) sendAcquire(i int) {
 func (w *worker) sendRelease(i int) {
 	s := &w.slots[i]
 	s.state = slotRelease
-	w.wbuf = appendRelease(w.wbuf, w.sh.cfg.SetSize, uint32(i), &s.key, s.token)
+	w.wbuf = appendRelease(w.wbuf, w.sh.cfg.SetSize, span(w.sh.cfg, w.sh.total), uint32(i), &s.key, s.token)
 	w.batch = append(w.batch, uint32(i))
 	w.inflight++
 }

@@ -116,20 +116,44 @@ func (t *Table) SetKeys(token uint64) []string {
 // max_waiters (the set counts once); otherwise Queued, answered later through
 // the Sink.
 func (t *Table) AcquireSet(now int64, owner Owner, keys [][]byte, leaseMS, waitMS uint32) Effect {
-	t.now = max(t.now, now)
-	if t.queued > 0 && t.waiters[owner] != nil {
-		return Effect{Owner: owner, Status: wire.StatusError, Code: wire.CodeDuplicateReqID}
-	}
+	e, _ := t.acquireSet(now, owner, keys, leaseMS, waitMS, false)
+	return e
+}
+
+// AcquireSetKnown is AcquireSet on a table that must already have an entry
+// (held, queued on or idle) for every key: known is false, and nothing
+// changed, when one has none. The single node's set table uses it: a key
+// with an entry there is one moved there (server/backend_sets.go).
+func (t *Table) AcquireSetKnown(now int64, owner Owner, keys [][]byte, leaseMS, waitMS uint32) (e Effect, known bool) {
+	return t.acquireSet(now, owner, keys, leaseMS, waitMS, true)
+}
+
+func (t *Table) acquireSet(now int64, owner Owner, keys [][]byte, leaseMS, waitMS uint32, known bool) (Effect, bool) {
 	var ents [wire.MaxSetKeys]uint32
 	allFree, fresh := true, 0
 	for k, key := range keys {
 		i := t.findBytes(key)
 		ents[k] = i
-		if i == noEntry || t.ent(i).token == 0 {
+		if i == noEntry {
+			if known {
+				return Effect{}, false
+			}
+			fresh++
+		} else if t.ent(i).token == 0 {
 			fresh++
 		} else {
 			allFree = false
 		}
+	}
+	return t.acquireSetFound(now, owner, keys, &ents, allFree, fresh, leaseMS, waitMS), true
+}
+
+// acquireSetFound is AcquireSet once keys' entries (ents, noEntry when
+// none) were found: allFree when none is active, fresh of them not active.
+func (t *Table) acquireSetFound(now int64, owner Owner, keys [][]byte, ents *[wire.MaxSetKeys]uint32, allFree bool, fresh int, leaseMS, waitMS uint32) Effect {
+	t.now = max(t.now, now)
+	if t.queued > 0 && t.waiters[owner] != nil {
+		return Effect{Owner: owner, Status: wire.StatusError, Code: wire.CodeDuplicateReqID}
 	}
 	if fresh > 0 && t.limits.MaxKeys > 0 && t.counts.Keys()+int64(fresh) > int64(t.limits.MaxKeys) {
 		t.counter.Busy++
@@ -440,6 +464,27 @@ func (t *Table) InsertKey(ks KeyState) {
 		t.enqueue(i, w, ws.Deadline)
 	}
 }
+
+// ForgetIdle removes key's entry when the key is idle here (free, no
+// waiters) and reports whether it is idle. The single node's set table uses
+// it when a key goes back to its shard (server/backend_sets.go). Not during
+// a command.
+func (t *Table) ForgetIdle(key string) bool {
+	i := t.findString(key)
+	if i == noEntry {
+		return true
+	}
+	if t.ent(i).token != 0 {
+		return false
+	}
+	t.idleRemove(i)
+	t.removeEntry(i)
+	return true
+}
+
+// Known reports whether the table has an entry for key: active, or idle in
+// the idle cache.
+func (t *Table) Known(key string) bool { return t.findString(key) != noEntry }
 
 // IdleKey is Idle for a key in bytes (no copy).
 func (t *Table) IdleKey(key []byte) bool {
