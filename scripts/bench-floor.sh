@@ -15,7 +15,8 @@
 #   pipelined    pairs, 8 conns × pipeline 64, 10 k keys     (with Redis: scripts/bench-vs-redis.sh)
 #   unpipelined  pairs, 64 conns × pipeline 1                 target ≥ 90 % of the floor
 #   latency      pairs, 1 conn × pipeline 1                   target p99 ≤ 150 µs
-#   hotkey       100 conns, each acquire(wait)+release on one key: handoffs/s, FIFO (Ticketing only)
+#   hotkey       100 conns, each acquire(wait)+release on one key: handoffs/s, FIFO;
+#                beside the hot-key floor (scripts/floor --hotkey: the same FIFO handoff, no lock table)
 #   memory       1 M distinct held keys: RSS and bytes per key (Ticketing only, one run)
 #   all          every row above, then the budget table
 set -euo pipefail
@@ -42,6 +43,7 @@ for row in "${rows[@]}"; do
     hotkey)
       for i in $(seq 1 "$RUNS"); do
         start_ticketing; run_bench "$row" ticketing "${args[@]}"; stop_server
+        start_floor --hotkey; run_bench "$row" floor "${args[@]}"; stop_server
       done ;;
     memory)
       start_ticketing; run_bench "$row" ticketing "${args[@]}"; stop_server ;;

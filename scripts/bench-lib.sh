@@ -103,11 +103,12 @@ start_ticketing() {
   SRV_ADDR=$(wait_addr "$log" 'addr=127\.0\.0\.1:[0-9]+')
 }
 
-# start_floor: starts a fresh floor server; sets SRV_PID, SRV_ADDR.
+# start_floor [ARGS]: starts a fresh floor server (ARGS: e.g. --hotkey);
+# sets SRV_PID, SRV_ADDR.
 start_floor() {
   local log="$BIN/floor.log"
   : >"$log"
-  "$BIN/floor" --listen 127.0.0.1:0 2>"$log" &
+  "$BIN/floor" --listen 127.0.0.1:0 "$@" 2>"$log" &
   SRV_PID=$!
   PIDS+=("$SRV_PID")
   SRV_ADDR=$(wait_addr "$log" 'listening on 127\.0\.0\.1:[0-9]+')

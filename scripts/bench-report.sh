@@ -11,8 +11,11 @@
 #                                                set of --list, in order (CI; figures not compared)
 #
 # Rows: pipelined unpipelined latency hotkey rss memory heldbytes set2
-# cluster3 upstream upstream3 (upstream*: the Rust client's example
-# client/rust/examples/upstream.rs, skipped when cargo is missing). Runs
+# cluster3 upstream upstream3 java-virtual rust-blocking (upstream*: the Rust
+# client's example client/rust/examples/upstream.rs, skipped when cargo is
+# missing; java-virtual, rust-blocking: scripts/bench-clients.sh, the client's
+# 64-caller figure beside the Go client's from the same run, skipped when the
+# client's toolchain or, for java-virtual, a JDK 21+ is missing). Runs
 # alternate (ticketing, reference, ticketing, ...) with a fresh server per
 # run, as in scripts/bench-floor.sh; the figure is the median with its
 # min – max. Needs jq. About 10 minutes with the defaults (-n 3 -d 10s).
@@ -36,6 +39,8 @@ ROWS=(
   "cluster3|3-node cluster, pipelined row; every node's RSS|scripts/bench-cluster.sh 3"
   "upstream|upstream workload, single node: 32 keys × 1,250 cycles, 64 tasks (Rust client)|cargo run --release --example upstream"
   "upstream3|upstream workload, 3 nodes|same, TICKETING_ADDR = the 3 nodes"
+  "java-virtual|Java blocking client, 64 virtual threads (newest JDK ≥ 21 installed), pairs/s vs the Go client's 64 callers|BENCH_API=virtual scripts/bench-clients.sh java"
+  "rust-blocking|Rust blocking client, 64 threads, pairs/s vs the Go client's 64 callers|BENCH_API=blocking scripts/bench-clients.sh rust"
 )
 
 row_ids() { local r; for r in "${ROWS[@]}"; do echo "${r%%|*}"; done; }
@@ -47,7 +52,7 @@ case ${1:-} in
   --check)
     # the doc's rows: the first cell of each table line inside the markers
     got=$(awk -v b="$BEGIN" -v e="$END" '$0 == b {on = 1; next} $0 == e {on = 0} on' "$DOC" |
-      grep -E '^\| `[a-z0-9]+` \|' | sed -E 's/^\| `([a-z0-9]+)` \|.*/\1/' || true)
+      grep -E '^\| `[a-z0-9-]+` \|' | sed -E 's/^\| `([a-z0-9-]+)` \|.*/\1/' || true)
     want=$(row_ids)
     if [ "$got" != "$want" ]; then
       echo "docs/benchmarks.md: the table's rows differ from scripts/bench-report.sh --list" >&2
@@ -117,10 +122,13 @@ if on latency; then
 fi
 if on hotkey; then
   read -r -a args <<<"$ROW_hotkey"
-  for i in $(seq 1 "$RUNS"); do start_ticketing; run_bench hotkey ticketing "${args[@]}"; stop_server; done
+  for i in $(seq 1 "$RUNS"); do
+    start_ticketing; run_bench hotkey ticketing "${args[@]}"; stop_server
+    start_floor --hotkey; run_bench hotkey floor "${args[@]}"; stop_server
+  done
   f=$OUT/hotkey.json
   FIG[hotkey]="$(figure "$f" ticketing .handoffs_per_sec kops) handoffs/s; max wait $(med "$f" ticketing .fairness.max_wait_over_bound | xargs printf %.2f)× the bound"
-  REF[hotkey]="one loopback round trip per handoff: latency row p50"
+  REF[hotkey]="hot-key floor $(figure "$f" floor .handoffs_per_sec kops): **$(ratio "$(med "$f" ticketing .handoffs_per_sec)" "$(med "$f" floor .handoffs_per_sec)")**; its max wait $(med "$f" floor .fairness.max_wait_over_bound | xargs printf %.2f)× the bound"
 fi
 if on memory; then
   read -r -a args <<<"$ROW_memory"
@@ -180,6 +188,35 @@ if (on upstream || on upstream3) && command -v cargo >/dev/null; then
   fi
 fi
 
+# clients_row ID LANG API BENCHAPI: RUNS runs of scripts/bench-clients.sh LANG
+# (a fresh server each, the Go client first, then LANG against the same
+# server, BENCH_API=API), each run's LANG BENCHAPI 64-caller pairs/s and the Go
+# client's 64-caller pairs/s of that run as one JSON line in $OUT/ID.json.
+clients_row() {
+  local id=$1 lang=$2 api=$3 row=$4 i secs
+  secs=${DURATION%s}
+  [[ "$secs" =~ ^[0-9]+([.][0-9]+)?$ ]] || secs=5
+  for i in $(seq 1 "$RUNS"); do
+    BENCH_API=$api BENCH_SECONDS=$secs TICKETING_BIN="$BIN/ticketing" "$ROOT/scripts/bench-clients.sh" "$lang" 2>"$OUT/$id.$i.err" |
+      awk -v l="$lang" -v a="$row" '$1 == "go" && $3 == 64 {g = $4} $1 == l && $2 == a && $3 == 64 {p = $4}
+        END {if (g > 0 && p > 0) printf "{\"label\":\"%s\",\"go\":%s,\"pairs_per_sec\":%s,\"ratio\":%.4f}\n", l, g, p, p / g}' >>"$OUT/$id.json"
+  done
+  if [ ! -s "$OUT/$id.json" ]; then
+    echo "bench-report: no $id figure: $(grep -h '^skipped' "$OUT/$id".*.err 2>/dev/null | head -1)" >&2
+    return 0
+  fi
+  local f=$OUT/$id.json
+  FIG[$id]="$(figure "$f" "$lang" .pairs_per_sec kops) pairs/s: **$(med "$f" "$lang" .ratio | xargs printf %.2f)** of Go ($(vals "$f" "$lang" .ratio | head -1 | xargs printf %.2f) – $(vals "$f" "$lang" .ratio | tail -1 | xargs printf %.2f))"
+  REF[$id]="Go client, 64 callers, same runs: $(figure "$f" "$lang" .go kops) pairs/s"
+}
+if on java-virtual; then
+  (cd "$ROOT/client/java" && ./ci.sh build >&2) # the jars of this tree
+  clients_row java-virtual java virtual virtual-thr
+fi
+if on rust-blocking && command -v cargo >/dev/null; then
+  clients_row rust-blocking rust blocking blocking
+fi
+
 TGT[pipelined]="≥ 85 % of the floor"
 TGT[unpipelined]="≥ 90 % of the floor"
 TGT[latency]="p99 ≤ 150 µs"
@@ -191,6 +228,8 @@ TGT[set2]="≤ 1.5×"
 TGT[cluster3]="≥ 1 M ops/s; nodes ≤ 32 MB"
 TGT[upstream]="recorded"
 TGT[upstream3]="recorded"
+TGT[java-virtual]="≥ 0.8 of Go (issue 34 item 8)"
+TGT[rust-blocking]="≥ 0.8 of Go (issue 33 item 4)"
 
 table() {
   echo "$BEGIN"

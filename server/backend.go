@@ -108,14 +108,20 @@ type tables struct {
 	shardCnt []*shardCounts // each shard's (counts.go), the set shard's last
 
 	// Key sets (protocol.md §12.2) need all their keys in one table: the
-	// keys of sets live in setSh while they are active. setKeys (on setMu)
-	// names them; nSetKeys is its size, read without the lock: while it is
-	// 0 no key has moved and every request goes straight to its shard.
-	// Lock order: setMu, then a shard's mu, then setSh.mu.
-	nSetKeys atomic.Int64
-	setMu    sync.RWMutex
-	setKeys  map[string]struct{}
-	setSh    *shard
+	// keys of sets live in setSh while sets use them (backend_sets.go).
+	// setKeys (on setMu) names them, each with whether it was idle at the
+	// last tidy pass; nSetKeys is its size, read without the lock: while it
+	// is 0 no key has moved and every request goes straight to its shard.
+	// setTidyAt is the size beyond which an acquire first returns every
+	// idle key; setIdleCap the idle keys kept moved (the set table's idle
+	// cache). Lock order: setMu, then a shard's mu, then setSh.mu.
+	nSetKeys   atomic.Int64
+	setMu      sync.RWMutex
+	setKeys    map[string]bool
+	setTidyAt  int64
+	setIdleCap int
+	setSh      *shard
+	tidyNs     atomic.Int64 // the set table's tidy period (setTidyPeriod)
 }
 
 type shard struct {
@@ -136,10 +142,22 @@ func newTables(s *Server, n int, limits locktable.Limits, tokens locktable.Token
 	b.setSh = &shard{armed: math.MaxInt64, kick: make(chan struct{}, 1)}
 	b.shardCnt = append(b.shardCnt, &b.setSh.cnt)
 	initShardCounts(&b.shared, b.shardCnt, limits.MaxKeys)
-	for i, sh := range b.all() {
+	for i, sh := range b.shards {
 		sh.t = locktable.New(limits, tokens, b.shardCnt[i], s)
 	}
-	b.setKeys = make(map[string]struct{})
+	// The set table's idle cache is every shard's (the keys of sets stay
+	// there while idle, backend_sets.go), and so is the bound on the idle
+	// keys kept moved.
+	setLimits := limits
+	if setLimits.IdleCache == 0 {
+		setLimits.IdleCache = locktable.DefaultIdleCache
+	}
+	setLimits.IdleCache = max(setLimits.IdleCache, 1) * n
+	b.setIdleCap = setLimits.IdleCache
+	b.setTidyAt = int64(b.setIdleCap)
+	b.setSh.t = locktable.New(setLimits, tokens, b.shardCnt[n], s)
+	b.setKeys = make(map[string]bool)
+	b.tidyNs.Store(int64(setTidyPeriod))
 	return b
 }
 
@@ -151,7 +169,7 @@ func (b *tables) shardFor(key []byte) *shard {
 }
 
 func (b *tables) acquire(c *conn, now int64, req *wire.Request) {
-	b.route(c, now, req, (*tables).acquireLocked, false)
+	b.route(c, now, req, (*tables).acquireLocked)
 }
 
 // lockedOp serves one request on sh, whose lock it holds and releases.
@@ -159,9 +177,9 @@ type lockedOp func(b *tables, sh *shard, c *conn, now int64, req *wire.Request)
 
 // route runs op on the shard that holds req.Key: its own shard, or the set
 // table while key sets have moved keys there (checked under the shard lock:
-// a key moves only under it). After an op that may leave set keys idle
-// (tidy: release, cancel) on the set table, the idle ones move back.
-func (b *tables) route(c *conn, now int64, req *wire.Request, op lockedOp, tidy bool) {
+// a key moves only under it). Keys left idle in the set table go back in
+// the set table's tidy passes (backend_sets.go).
+func (b *tables) route(c *conn, now int64, req *wire.Request, op lockedOp) {
 	sh := b.shardFor(req.Key)
 	sh.mu.Lock()
 	if b.nSetKeys.Load() != 0 {
@@ -171,9 +189,6 @@ func (b *tables) route(c *conn, now int64, req *wire.Request, op lockedOp, tidy 
 		sh.mu.Lock()
 		op(b, sh, c, now, req)
 		b.setMu.RUnlock()
-		if tidy && sh == b.setSh {
-			b.tidySetKeys()
-		}
 		return
 	}
 	op(b, sh, c, now, req)
@@ -216,7 +231,7 @@ func (b *tables) acquireLocked(sh *shard, c *conn, now int64, req *wire.Request)
 }
 
 func (b *tables) release(c *conn, now int64, req *wire.Request) {
-	b.route(c, now, req, (*tables).releaseLocked, true)
+	b.route(c, now, req, (*tables).releaseLocked)
 }
 
 func (b *tables) releaseLocked(sh *shard, c *conn, now int64, req *wire.Request) {
@@ -227,7 +242,7 @@ func (b *tables) releaseLocked(sh *shard, c *conn, now int64, req *wire.Request)
 }
 
 func (b *tables) cancel(c *conn, now int64, req *wire.Request) {
-	b.route(c, now, req, (*tables).cancelLocked, true)
+	b.route(c, now, req, (*tables).cancelLocked)
 }
 
 func (b *tables) cancelLocked(sh *shard, c *conn, now int64, req *wire.Request) {
@@ -326,6 +341,7 @@ func (b *tables) runTimers(sh *shard) {
 	defer s.wg.Done()
 	t := time.NewTimer(time.Hour)
 	defer t.Stop()
+	var tidyAt int64 // the set table's next tidy pass (0: none due)
 	for {
 		sh.mu.Lock()
 		sh.t.Advance(s.nanotime())
@@ -336,12 +352,24 @@ func (b *tables) runTimers(sh *shard) {
 			sh.armed = math.MaxInt64
 		}
 		sh.mu.Unlock()
-		if sh == b.setSh {
-			b.tidySetKeys() // keys of expired sets go back to their shards
-		}
 		wait := time.Hour
 		if ok {
 			wait = time.Duration(next - s.nanotime())
+		}
+		if sh == b.setSh {
+			// keys idle in the set table since the last pass go back
+			if now := s.nanotime(); tidyAt != 0 && now >= tidyAt {
+				b.tidySetKeys()
+				tidyAt = 0
+			}
+			if b.nSetKeys.Load() == 0 {
+				tidyAt = 0
+			} else if tidyAt == 0 {
+				tidyAt = s.nanotime() + b.tidyNs.Load()
+			}
+			if tidyAt != 0 {
+				wait = min(wait, time.Duration(tidyAt-s.nanotime()))
+			}
 		}
 		t.Reset(max(wait, 0))
 		select {

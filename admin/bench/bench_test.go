@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"io"
 	"net"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -95,13 +96,13 @@ func TestSetFrames(t *testing.T) {
 	var k [KeyLen]byte
 	putKey(&k, 42)
 	keys := []string{"bench:0000000042", "bencha0000000042", "benchb0000000042"}
-	if got, want := appendSetReq(nil, wire.OpAcquireSet, 7, &k, 3, wire.AcquireArg(30000, 5)), wire.AppendAcquireSet(nil, 7, keys, 30000, 5); !bytes.Equal(got, want) {
+	if got, want := appendSetReq(nil, wire.OpAcquireSet, 7, &k, 3, setSpan{}, wire.AcquireArg(30000, 5)), wire.AppendAcquireSet(nil, 7, keys, 30000, 5); !bytes.Equal(got, want) {
 		t.Fatalf("S:\n got %x\nwant %x", got, want)
 	}
-	if got, want := appendSetReq(nil, wire.OpReleaseSet, 8, &k, 3, 99), wire.AppendReleaseSet(nil, 8, keys, 99); !bytes.Equal(got, want) {
+	if got, want := appendSetReq(nil, wire.OpReleaseSet, 8, &k, 3, setSpan{}, 99), wire.AppendReleaseSet(nil, 8, keys, 99); !bytes.Equal(got, want) {
 		t.Fatalf("X:\n got %x\nwant %x", got, want)
 	}
-	full := appendSetReq(nil, wire.OpAcquireSet, 1, &k, wire.MaxSetKeys, 0)
+	full := appendSetReq(nil, wire.OpAcquireSet, 1, &k, wire.MaxSetKeys, setSpan{}, 0)
 	var ks wire.KeySet
 	if code, msg := wire.ParseKeySet(&ks, wire.MaxSetKeys, full[wire.HeaderLen:]); code != wire.CodeNone {
 		t.Fatalf("a %d-key set does not parse: %v %s", wire.MaxSetKeys, code, msg)
@@ -114,9 +115,47 @@ func TestSetFrames(t *testing.T) {
 	}
 	w := newWorker(&shared{cfg: &cfg, total: 2, leaseArg: wire.AcquireArg(30000, 0)}, discardConn{}, 0)
 	w.start()
-	want := wire.AppendAcquireSet(nil, 0, []string{"bench:0000000000", "bencha0000000000", "benchb0000000000"}, 30000, 0)
+	// members from the slot's own share of the --keys keys (2 slots: the even keys)
+	want := wire.AppendAcquireSet(nil, 0, []string{"bench:0000000000", "bench:0000000002", "bench:0000000004"}, 30000, 0)
 	if len(w.wbuf) < len(want) || !bytes.Equal(w.wbuf[:len(want)], want) {
 		t.Fatalf("first acquire of a set-size 3 worker:\n got %x\nwant %x", w.wbuf, want)
+	}
+}
+
+// A set's members are keys of its slot's own share of --keys, wrapping
+// within it (issue 35: the set row touches the keys the single-key row
+// does); a share smaller than a set, or a hot key, falls back to setMark.
+func TestSetMembers(t *testing.T) {
+	members := func(sp setSpan, idx uint64, n int) []string {
+		var k, m [KeyLen]byte
+		putKey(&k, idx)
+		out := []string{string(k[:])}
+		for j := 1; j < n; j++ {
+			sp.member(&m, &k, n, j)
+			out = append(out, string(m[:]))
+		}
+		return out
+	}
+	sp := setSpan{total: 4, keys: 10} // slot 1's share: 1, 5, 9
+	if got := members(sp, 5, 3); !slices.Equal(got, []string{"bench:0000000005", "bench:0000000009", "bench:0000000001"}) {
+		t.Fatalf("members of 5: %q", got)
+	}
+	if got := members(sp, 3, 2); !slices.Equal(got, []string{"bench:0000000003", "bench:0000000007"}) { // slot 3: 3, 7
+		t.Fatalf("members of 3: %q", got)
+	}
+	if got := members(sp, 3, 3); !slices.Equal(got, []string{"bench:0000000003", "bencha0000000003", "benchb0000000003"}) {
+		t.Fatalf("share of 2 keys, set of 3: %q", got)
+	}
+	var h, m [KeyLen]byte
+	putHotKey(&h, 7)
+	sp.member(&m, &h, 2, 1)
+	if string(m[:]) != "benchah000000007" {
+		t.Fatalf("hot key member %q", m)
+	}
+	cfg := DefaultConfig()
+	cfg.Keys = 3
+	if span(&cfg, 4) != (setSpan{}) {
+		t.Fatal("fewer keys than slots: members by setMark")
 	}
 }
 
@@ -361,5 +400,63 @@ func TestRunReportsALostConnection(t *testing.T) {
 	var text bytes.Buffer
 	if err := r.WriteText(&text); err != nil || !strings.Contains(text.String(), "lost ") {
 		t.Errorf("text report lacks the lost line: %v\n%s", err, text.String())
+	}
+}
+
+// TestFifoGrantGaps: with one hot key and waiting, each grant's read is
+// timed against the previous token's (the gap between consecutive grants,
+// whichever connection read them), a token whose predecessor was never read
+// records no gap, and the path stays allocation-free.
+func TestFifoGrantGaps(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Conns, cfg.Pipeline, cfg.HotKeys, cfg.Wait = 2, 1, 1, time.Second
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	sh := &shared{cfg: &cfg, total: 2, fifo: fifoWorkload(&cfg)}
+	if !sh.fifo {
+		t.Fatal("one hot key with --wait is the fifo workload")
+	}
+	sh.phase.Store(1)
+	ws := []*worker{newWorker(sh, discardConn{}, 0), newWorker(sh, discardConn{}, 1)}
+	for _, w := range ws {
+		w.phase = 1
+		w.start()
+		if err := w.flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var g, o []byte
+	// grant: w reads G token tok at time at, releases, reads the O.
+	grant := func(w *worker, tok uint64, at int64) {
+		g = wire.AppendGranted(g[:0], 0, tok, 0)
+		o = wire.AppendStatus(o[:0], wire.StatusReleased, 0, 0)
+		for _, b := range [][]byte{g, o} {
+			if n, err := w.process(b, at); err != nil || n != len(b) {
+				t.Fatalf("process: %d of %d bytes, %v", n, len(b), err)
+			}
+			if err := w.flush(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	const ms = int64(time.Millisecond)
+	grant(ws[0], 10, 1*ms)
+	grant(ws[1], 11, 3*ms/2) // gap 0.5 ms
+	grant(ws[0], 12, 4*ms)   // gap 2.5 ms
+	grant(ws[1], 14, 5*ms)   // 13 never read: no gap
+	gaps := newHist()
+	for _, w := range ws {
+		gaps.Merge(w.gapHist)
+	}
+	if gaps.TotalCount() != 2 || !gaps.ValuesAreEquivalent(gaps.Min(), ms/2) || !gaps.ValuesAreEquivalent(gaps.Max(), 5*ms/2) {
+		t.Fatalf("gaps: count %d min %d max %d; want 2, 0.5 ms, 2.5 ms", gaps.TotalCount(), gaps.Min(), gaps.Max())
+	}
+	tok, at := uint64(100), 10*ms
+	if a := testing.AllocsPerRun(100, func() { tok++; at += ms; grant(ws[tok%2], tok, at) }); a != 0 {
+		t.Fatalf("%v allocs per grant, want 0", a)
+	}
+	if ws[0].gapHist.TotalCount()+ws[1].gapHist.TotalCount() < 100 {
+		t.Fatalf("consecutive grants must each record a gap: %d", ws[0].gapHist.TotalCount()+ws[1].gapHist.TotalCount())
 	}
 }

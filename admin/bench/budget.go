@@ -182,8 +182,20 @@ func WriteBudget(w io.Writer, results []*Result) error {
 		if !order {
 			orderS = fmt.Sprintf("some acquires read late by the server and queued behind later ones (≤ %d grants ahead vs %d contenders)", ahead, contenders)
 		}
-		fmt.Fprintf(&b, "| 1 hot key, %d conns each acquire(wait)+release | `%s` | %s handoffs/s (%s); worst max wait %s vs queue × mean hold %s (%.2f×); longest in the server's queue ≥ %d ms; %s | — | handoffs/s reported; FIFO, max wait ≤ queue length × hold time | %s |\n",
-			contenders, hot[0].Args(), group(uint64(median(hs))), spread(hs), us(maxWait), us(bound), ratio, queued, orderS, verdict(timeOK))
+		ref := "—"
+		if floor := all.pick("floor", func(r *Result) bool { return r.Fairness != nil }); len(floor) > 0 {
+			// scripts/floor --hotkey: the same FIFO handoff, no lock table
+			fs := make([]float64, len(floor))
+			fr := 0.0
+			for i, r := range floor {
+				fs[i] = r.HandoffsPerS
+				fr = max(fr, r.Fairness.Ratio)
+			}
+			ref = fmt.Sprintf("hot-key floor %s handoffs/s (%s): ticketing = %.0f %% of it; its worst max wait %.2f× the bound",
+				group(uint64(median(fs))), spread(fs), 100*median(hs)/median(fs), fr)
+		}
+		fmt.Fprintf(&b, "| 1 hot key, %d conns each acquire(wait)+release | `%s` | %s handoffs/s (%s); worst max wait %s vs queue × mean hold %s (%.2f×); longest in the server's queue ≥ %d ms; %s | %s | handoffs/s reported; FIFO, max wait ≤ queue length × hold time | %s |\n",
+			contenders, hot[0].Args(), group(uint64(median(hs))), spread(hs), us(maxWait), us(bound), ratio, queued, orderS, ref, verdict(timeOK))
 	}
 
 	var peak int64

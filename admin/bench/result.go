@@ -70,19 +70,41 @@ type ServerDelta struct {
 // when the server read the acquire late — others' acquires, sent after it,
 // were queued before it (SendOrder false). MaxQueuedMS is the server's own
 // figure for the longest time in its queue (the G header, 16 ms floor).
+//
+// A wait runs from the acquire's write (stamped just before the write
+// syscall, after encoding) to the read that returned its grant, so it
+// includes the generator's own wake-up, as any client's would. Gaps are the
+// times between consecutive grants (tokens t-1 and t) as the generator read
+// them: one handoff each (the holder's release, the server, the grant, the
+// next holder's wake-up). A stall of the chain is one long gap, and it
+// lengthens every wait in progress, so a max wait far above the bound with a
+// p99.9 near it and a long max gap is a stall shared by the whole queue,
+// not an unfair order.
 type Fairness struct {
-	Contenders   int     `json:"contenders"`
-	QueueLen     int     `json:"queue_len"`
-	MeanHoldUS   float64 `json:"mean_hold_us"`
-	BoundUS      float64 `json:"bound_us"`
-	MaxWaitUS    float64 `json:"max_wait_us"`
-	P99WaitUS    float64 `json:"p99_wait_us"`
-	P999WaitUS   float64 `json:"p999_wait_us"`
-	Ratio        float64 `json:"max_wait_over_bound"`
-	MaxOvertaken uint64  `json:"max_overtaken"`
-	SendOrder    bool    `json:"send_order_kept"`
-	MaxQueuedMS  int64   `json:"max_server_queued_ms"`
-	OK           bool    `json:"ok"`
+	Contenders   int        `json:"contenders"`
+	QueueLen     int        `json:"queue_len"`
+	MeanHoldUS   float64    `json:"mean_hold_us"`
+	BoundUS      float64    `json:"bound_us"`
+	MaxWaitUS    float64    `json:"max_wait_us"`
+	P50WaitUS    float64    `json:"p50_wait_us"`
+	P99WaitUS    float64    `json:"p99_wait_us"`
+	P999WaitUS   float64    `json:"p999_wait_us"`
+	Ratio        float64    `json:"max_wait_over_bound"`
+	Gaps         *GrantGaps `json:"grant_gaps,omitempty"`
+	MaxOvertaken uint64     `json:"max_overtaken"`
+	SendOrder    bool       `json:"send_order_kept"`
+	MaxQueuedMS  int64      `json:"max_server_queued_ms"`
+	OK           bool       `json:"ok"`
+}
+
+// GrantGaps is the distribution of the times between consecutive grants of
+// the hot key (Fairness).
+type GrantGaps struct {
+	Count  int64   `json:"count"`
+	P50US  float64 `json:"p50_us"`
+	P99US  float64 `json:"p99_us"`
+	P999US float64 `json:"p999_us"`
+	MaxUS  float64 `json:"max_us"`
 }
 
 // Result is one run's report (`--output json` prints it as is).
@@ -222,6 +244,14 @@ func (r *Result) WriteText(w io.Writer) error {
 		}
 		fmt.Fprintf(&b, "  fairness    max wait %s (p99 %s) vs queue %d × mean hold %s = %s (max/bound %.2f)\n",
 			us(f.MaxWaitUS), us(f.P99WaitUS), f.QueueLen, us(f.MeanHoldUS), us(f.BoundUS), f.Ratio)
+		if f.BoundUS > 0 {
+			fmt.Fprintf(&b, "  wait/bound  p50 %.2f  p99 %.2f  p99.9 %.2f  max %.2f\n",
+				f.P50WaitUS/f.BoundUS, f.P99WaitUS/f.BoundUS, f.P999WaitUS/f.BoundUS, f.Ratio)
+		}
+		if g := f.Gaps; g != nil {
+			fmt.Fprintf(&b, "  grant gaps  p50 %s  p99 %s  p99.9 %s  max %s (time between consecutive grants)\n",
+				us(g.P50US), us(g.P99US), us(g.P999US), us(g.MaxUS))
+		}
 		fmt.Fprintf(&b, "  order       at most %d grants went to others between a waiter's send and its grant (send order: ≤ %d): %s; longest in the server's queue ≥ %d ms\n",
 			f.MaxOvertaken, f.Contenders, order, f.MaxQueuedMS)
 	}

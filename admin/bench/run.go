@@ -37,8 +37,8 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	acq := r.merge(elapsed, cpu0, cpu1)
-	r.finish(ctx, acq)
+	acq, gaps := r.merge(elapsed, cpu0, cpu1)
+	r.finish(ctx, acq, gaps)
 	return r.res, nil
 }
 
@@ -176,6 +176,13 @@ func (r *run) measure(ctx context.Context) (elapsed time.Duration, cpu0, cpu1 cp
 		case <-done:
 		case <-ctx.Done():
 		}
+		if r.before != nil {
+			// the server's counters from here: the run's deltas (handoffs/s)
+			// cover the measured time, not the warmup too
+			if st, err := queryStatus(ctx, cfg); err == nil {
+				r.before = st
+			}
+		}
 		sh.phase.Store(1)
 		sh.ops.Store(0)
 		sh.refused.Store(0)
@@ -280,15 +287,20 @@ func (r *run) progress(t0 time.Time, final bool) {
 }
 
 // merge adds the workers' counts and histograms into the result; it
-// returns the acquire-latency histogram (for the fairness check).
-func (r *run) merge(elapsed time.Duration, cpu0, cpu1 cpuSample) *hdrhistogram.Histogram {
+// returns the acquire-latency histogram and the gaps between grants (for
+// the fairness check).
+func (r *run) merge(elapsed time.Duration, cpu0, cpu1 cpuSample) (acq, gaps *hdrhistogram.Histogram) {
 	cfg, res := r.cfg, r.res
-	hist, acq := newHist(), newHist()
+	hist := newHist()
+	acq, gaps = newHist(), newHist()
 	var busy, errCodes [32]uint64
 	var status [256]uint64
 	for _, w := range r.workers {
 		hist.Merge(w.hist)
 		acq.Merge(w.acqHist)
+		if w.gapHist != nil {
+			gaps.Merge(w.gapHist)
+		}
 		res.Ops += w.ops
 		res.Refused += w.refused
 		res.Redirects += w.redirects
@@ -338,12 +350,12 @@ func (r *run) merge(elapsed time.Duration, cpu0, cpu1 cpuSample) *hdrhistogram.H
 	}
 	res.Latency = Summarize(hist)
 	res.AcquireLatency = Summarize(acq)
-	return acq
+	return acq, gaps
 }
 
 // finish reads the server's side after the run (memory, counters),
 // releases the keys fill or try held, and adds the fairness check.
-func (r *run) finish(ctx context.Context, acq *hdrhistogram.Histogram) {
+func (r *run) finish(ctx context.Context, acq, gaps *hdrhistogram.Histogram) {
 	cfg, res := r.cfg, r.res
 	if cfg.ServerPID > 0 {
 		if m, err := ReadProcMem(cfg.ServerPID); err == nil {
@@ -388,7 +400,7 @@ func (r *run) finish(ctx context.Context, acq *hdrhistogram.Histogram) {
 		overtook = max(overtook, w.overtook)
 		queued = max(queued, w.maxQueued)
 	}
-	res.Fairness = fairness(cfg, res, acq, overtook, queued)
+	res.Fairness = fairness(cfg, res, acq, gaps, overtook, queued)
 	if len(r.notes) > 0 {
 		res.Note = joinNotes(r.notes)
 	}
@@ -483,7 +495,7 @@ func fifoWorkload(cfg *Config) bool {
 	return cfg.Mode == ModePairs && cfg.Wait > 0 && (cfg.HotKeys == 1 && cfg.Contention >= 1 || cfg.HotKeys == 0 && cfg.Keys == 1)
 }
 
-func fairness(cfg *Config, res *Result, acq *hdrhistogram.Histogram, overtook uint64, queued uint16) *Fairness {
+func fairness(cfg *Config, res *Result, acq, gaps *hdrhistogram.Histogram, overtook uint64, queued uint16) *Fairness {
 	if !fifoWorkload(cfg) {
 		return nil
 	}
@@ -497,11 +509,21 @@ func fairness(cfg *Config, res *Result, acq *hdrhistogram.Histogram, overtook ui
 		QueueLen:   n - 1,
 		MeanHoldUS: res.Seconds * 1e6 / float64(grants),
 		MaxWaitUS:  float64(acq.Max()) / 1e3,
+		P50WaitUS:  float64(acq.ValueAtQuantile(50)) / 1e3,
+		P99WaitUS:  float64(acq.ValueAtQuantile(99)) / 1e3,
 		P999WaitUS: float64(acq.ValueAtQuantile(99.9)) / 1e3,
+	}
+	if gaps != nil && gaps.TotalCount() > 0 {
+		f.Gaps = &GrantGaps{
+			Count:  gaps.TotalCount(),
+			P50US:  float64(gaps.ValueAtQuantile(50)) / 1e3,
+			P99US:  float64(gaps.ValueAtQuantile(99)) / 1e3,
+			P999US: float64(gaps.ValueAtQuantile(99.9)) / 1e3,
+			MaxUS:  float64(gaps.Max()) / 1e3,
+		}
 	}
 	f.BoundUS = float64(max(f.QueueLen, 1)) * f.MeanHoldUS
 	f.Ratio = f.MaxWaitUS / f.BoundUS
-	f.P99WaitUS = float64(acq.ValueAtQuantile(99)) / 1e3
 	f.MaxOvertaken = overtook
 	f.MaxQueuedMS = int64(queued) * wire.QueuedUnit.Milliseconds()
 	// Send order: a waiter has at most the other contenders ahead of it,

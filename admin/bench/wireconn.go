@@ -205,7 +205,7 @@ func releaseStranded(ctx context.Context, cfg *Config, addr string, held []stran
 	_ = nc.SetDeadline(time.Now().Add(cfg.DialTimeout))
 	var bad error
 	err = window(nc, len(held), func(b []byte, i int) []byte {
-		return appendRelease(b, cfg.SetSize, uint32(i), &held[i].key, held[i].token)
+		return appendRelease(b, cfg.SetSize, span(cfg, uint64(cfg.slotsTotal())), uint32(i), &held[i].key, held[i].token)
 	}, func(r *wire.Response) {
 		if r.Status != wire.StatusReleased && r.Status != wire.StatusNotHolder && bad == nil {
 			bad = fmt.Errorf("bench: release on %s answered %c", addr, r.Status)

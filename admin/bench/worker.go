@@ -76,6 +76,20 @@ type shared struct {
 	// to others while it waited.
 	fifo     bool
 	maxToken atomic.Uint64
+	// fifo: when each of the last grants was read, by token (a ring), so
+	// the reader of grant t measures the gap since grant t-1: the time the
+	// key went from one holder to the next, as the generator sees it. A
+	// handoff chain reads its grants in token order (grant t needs the
+	// release of t-1, sent after t-1 was read), so t-1 is in the ring.
+	grants [grantRing]grantSeen
+}
+
+// grantRing is the number of recent grants the fifo check remembers.
+const grantRing = 256
+
+type grantSeen struct {
+	token atomic.Uint64 // written after at
+	at    atomic.Int64
 }
 
 // stranded is a granted lock whose release reached a node that was no
@@ -104,6 +118,7 @@ type worker struct {
 
 	hist      *hdrhistogram.Histogram // every op
 	acqHist   *hdrhistogram.Histogram // acquires only (wait for a queued one)
+	gapHist   *hdrhistogram.Histogram // fifo: time between consecutive grants (nil otherwise)
 	ops       uint64                  // completed: G or T to an acquire, O or N to a release
 	refused   uint64                  // B, U, E: answered, not completed
 	redirects uint64                  // M: not the leader (the slot stops; never an op)
@@ -135,6 +150,9 @@ func newWorker(sh *shared, nc net.Conn, id int) *worker {
 		rng:     splitmix(sh.cfg.Seed + uint64(id)*0x9E3779B97F4A7C15 + 1),
 		hist:    newWorkerHist(sh.cfg.Conns),
 		acqHist: newWorkerHist(sh.cfg.Conns),
+	}
+	if sh.fifo {
+		w.gapHist = newWorkerHist(sh.cfg.Conns)
 	}
 	return w
 }
@@ -178,40 +196,72 @@ func appendReq(b []byte, op wire.Op, reqID uint32, key *[KeyLen]byte, arg uint64
 	return append(b, key[:]...)
 }
 
-// setMark is the byte of a generated key that tells the members of a key
-// set apart: member 0 is the slot's key itself ("bench:…"), member j ≥ 1 the
-// same key with ':' replaced by 'a'+j-1 ("bencha…"), so the members are
-// distinct and no two slots' sets share a key.
+// A key set's member 0 is the slot's key. Its members j ≥ 1 are the keys j
+// places further along the slot's own share of the key space (wrapping
+// within it), so a set row touches the --keys keys a single-key row does
+// (issue 35: a set row over twice the keys measured the idle key cache,
+// not the sets), and no two slots' sets share a key. When the share holds
+// fewer keys than a set (or the key is a hot one) member j is instead the
+// key with byte setMark replaced by 'a'+j-1 ("bencha…").
 const setMark = 5
+
+// setSpan is how a set's members are chosen: the slots over all connections
+// and the key-space size; zero: by setMark.
+type setSpan struct{ total, keys uint64 }
+
+// span is the setSpan of cfg's runs with total slots.
+func span(cfg *Config, total uint64) setSpan {
+	if uint64(cfg.Keys) < total || total == 0 {
+		return setSpan{} // slots share keys: members by setMark
+	}
+	return setSpan{total: total, keys: uint64(cfg.Keys)}
+}
+
+// member writes into out member j ≥ 1 of the set whose member 0 is key.
+func (sp setSpan) member(out, key *[KeyLen]byte, n, j int) {
+	*out = *key
+	if sp.total > 0 && key[setMark+1] != 'h' { // "bench:h…" is a hot key
+		var idx uint64
+		for _, d := range key[6:] {
+			idx = idx*10 + uint64(d-'0')
+		}
+		g, c := idx%sp.total, idx/sp.total
+		if m := (sp.keys - g + sp.total - 1) / sp.total; m >= uint64(n) {
+			putKey(out, g+(c+uint64(j))%m*sp.total)
+			return
+		}
+	}
+	out[setMark] = 'a' + byte(j-1)
+}
 
 // appendSetReq appends an S or X frame (protocol.md §12.2) for the n-key set
 // whose member 0 is key: the same bytes as wire.AppendAcquireSet and
 // wire.AppendReleaseSet (TestSetFrames), without building a []string.
-func appendSetReq(b []byte, op wire.Op, reqID uint32, key *[KeyLen]byte, n int, arg uint64) []byte {
+func appendSetReq(b []byte, op wire.Op, reqID uint32, key *[KeyLen]byte, n int, sp setSpan, arg uint64) []byte {
 	b = wire.AppendRequestHeader(b, op, uint8(n), uint16(n*(1+KeyLen)), reqID, arg)
-	for j := 0; j < n; j++ {
+	b = append(b, KeyLen)
+	b = append(b, key[:]...)
+	var m [KeyLen]byte
+	for j := 1; j < n; j++ {
+		sp.member(&m, key, n, j)
 		b = append(b, KeyLen)
-		at := len(b)
-		b = append(b, key[:]...)
-		if j > 0 {
-			b[at+setMark] = 'a' + byte(j-1)
-		}
+		b = append(b, m[:]...)
 	}
 	return b
 }
 
 // appendAcquire appends slot key's acquire: A, or S for a set.
-func appendAcquire(b []byte, setSize int, reqID uint32, key *[KeyLen]byte, arg uint64) []byte {
+func appendAcquire(b []byte, setSize int, sp setSpan, reqID uint32, key *[KeyLen]byte, arg uint64) []byte {
 	if setSize > 1 {
-		return appendSetReq(b, wire.OpAcquireSet, reqID, key, setSize, arg)
+		return appendSetReq(b, wire.OpAcquireSet, reqID, key, setSize, sp, arg)
 	}
 	return appendReq(b, wire.OpAcquire, reqID, key, arg)
 }
 
 // appendRelease appends the release of key (or of its set) with token: R or X.
-func appendRelease(b []byte, setSize int, reqID uint32, key *[KeyLen]byte, token uint64) []byte {
+func appendRelease(b []byte, setSize int, sp setSpan, reqID uint32, key *[KeyLen]byte, token uint64) []byte {
 	if setSize > 1 {
-		return appendSetReq(b, wire.OpReleaseSet, reqID, key, setSize, token)
+		return appendSetReq(b, wire.OpReleaseSet, reqID, key, setSize, sp, token)
 	}
 	return appendReq(b, wire.OpRelease, reqID, key, token)
 }
@@ -272,7 +322,7 @@ func (w *worker) sendAcquire(i int) {
 	}
 	s.state = slotAcquire
 	s.cancelled = false
-	w.wbuf = appendAcquire(w.wbuf, w.sh.cfg.SetSize, uint32(i), &s.key, w.sh.leaseArg)
+	w.wbuf = appendAcquire(w.wbuf, w.sh.cfg.SetSize, span(w.sh.cfg, w.sh.total), uint32(i), &s.key, w.sh.leaseArg)
 	w.batch = append(w.batch, uint32(i))
 	w.inflight++
 }
@@ -280,7 +330,7 @@ func (w *worker) sendAcquire(i int) {
 func (w *worker) sendRelease(i int) {
 	s := &w.slots[i]
 	s.state = slotRelease
-	w.wbuf = appendRelease(w.wbuf, w.sh.cfg.SetSize, uint32(i), &s.key, s.token)
+	w.wbuf = appendRelease(w.wbuf, w.sh.cfg.SetSize, span(w.sh.cfg, w.sh.total), uint32(i), &s.key, s.token)
 	w.batch = append(w.batch, uint32(i))
 	w.inflight++
 }
@@ -368,7 +418,7 @@ func (w *worker) handle(r *wire.Response, now int64) error {
 		if r.Status == wire.StatusGranted {
 			s.token = r.Value
 			if w.sh.fifo {
-				w.fifoGrant(s, r.Value)
+				w.fifoGrant(s, r.Value, now)
 				w.maxQueued = max(w.maxQueued, r.Queued)
 			}
 			switch w.sh.cfg.Mode {
@@ -414,11 +464,18 @@ func (w *worker) moved(s *slot, r *wire.Response) error {
 	return nil
 }
 
-// fifoGrant records how many grants went to others while s waited.
-func (w *worker) fifoGrant(s *slot, token uint64) {
+// fifoGrant records how many grants went to others while s waited, and the
+// gap since the previous grant was read (received at now).
+func (w *worker) fifoGrant(s *slot, token uint64, now int64) {
 	if s.seen > 0 && token > s.seen+1 { // seen 0: sent before any grant was seen
 		w.overtook = max(w.overtook, token-s.seen-1)
 	}
+	if prev := &w.sh.grants[(token-1)%grantRing]; prev.token.Load() == token-1 {
+		_ = w.gapHist.RecordValue(min(max(now-prev.at.Load(), histMin), histMax))
+	}
+	g := &w.sh.grants[token%grantRing]
+	g.at.Store(now)
+	g.token.Store(token)
 	for {
 		m := w.sh.maxToken.Load()
 		if token <= m || w.sh.maxToken.CompareAndSwap(m, token) {
@@ -495,6 +552,9 @@ func (w *worker) flush() error {
 func (w *worker) resetStats() {
 	w.hist.Reset()
 	w.acqHist.Reset()
+	if w.gapHist != nil {
+		w.gapHist.Reset()
+	}
 	w.ops, w.refused, w.redirects, w.acquires, w.releases, w.errs, w.cancelO, w.cancelN, w.overtook, w.maxQueued, w.writes = 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0
 	clear(w.outcomes[:])
 	clear(w.busy[:])

@@ -175,7 +175,10 @@ XML
     if [[ ! -f "$here/ticketing-testkit/target/ticketing-testkit-0.1.0.jar" ]]; then
       "$0" build
     fi
-    java -cp "$(tk_cp)" io.ticketing.testkit.Bench "$addr" "${BENCH_SECONDS:-5}" "${TICKETING_CI_LANG:-java}"
+    # BENCH_API=virtual: only the virtual-thread rows (scripts/bench-report.sh's java-virtual row).
+    if [[ "${BENCH_API:-}" != virtual ]]; then
+      java -cp "$(tk_cp)" io.ticketing.testkit.Bench "$addr" "${BENCH_SECONDS:-5}" "${TICKETING_CI_LANG:-java}"
+    fi
     # The blocking API on virtual threads, on a JDK 21+ when one is installed (the client's floor
     # stays Java 17): BENCH_JAVA21=/path/to/java, else the newest /usr/lib/jvm/*/bin/java >= 21.
     if [[ "${TICKETING_CI_LANG:-java}" == java ]]; then

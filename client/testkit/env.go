@@ -184,6 +184,10 @@ func (e *Env) startSingle(bin string, args ...string) error {
 	return nil
 }
 
+// peerPort names a port for a cluster node's peer listener (a variable so
+// that a test can hand out a taken one).
+var peerPort = freePort
+
 func freePort() (string, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -194,12 +198,42 @@ func freePort() (string, error) {
 	return a, nil
 }
 
+// startCluster starts three bootstrapping nodes. Their peer ports must be
+// named before any node starts (each node's --peers lists all three), so
+// they come from listeners opened on :0 and closed again; another process
+// (or one node's own --listen :0) can take such a port before its node
+// binds it. A start that fails with "address already in use" is therefore
+// tried again with fresh ports, at most three times in all.
 func (e *Env) startCluster(bin, tf string) error {
+	var err error
+	for range 3 {
+		var srv []*Server
+		srv, err = startClusterOnce(bin, tf)
+		if err == nil {
+			for _, s := range srv {
+				e.servers = append(e.servers, s)
+				e.Addrs = append(e.Addrs, s.Addr)
+			}
+			return nil
+		}
+		for _, s := range srv {
+			s.Stop()
+		}
+		if !strings.Contains(err.Error(), "address already in use") {
+			return err
+		}
+	}
+	return err
+}
+
+// startClusterOnce starts the three nodes on fresh peer ports: all of them
+// on success; on failure the error and the nodes that did start.
+func startClusterOnce(bin, tf string) ([]*Server, error) {
 	var peers, peerAddrs []string
 	for i := 1; i <= 3; i++ {
-		a, err := freePort()
+		a, err := peerPort()
 		if err != nil {
-			return err
+			return nil, err
 		}
 		peerAddrs = append(peerAddrs, a)
 		peers = append(peers, fmt.Sprintf("n%d=%s", i, a))
@@ -221,18 +255,18 @@ func (e *Env) startCluster(bin, tf string) error {
 		}()
 	}
 	wg.Wait()
+	var started []*Server
 	for i := range 3 {
 		if srv[i] != nil {
-			e.servers = append(e.servers, srv[i])
-			e.Addrs = append(e.Addrs, srv[i].Addr)
+			started = append(started, srv[i])
 		}
 	}
 	for _, err := range errs {
 		if err != nil {
-			return err
+			return started, err
 		}
 	}
-	return nil
+	return started, nil
 }
 
 // waitReady connects the admin observer and waits until a probe lock can be

@@ -322,6 +322,7 @@ func FuzzValidKey(f *testing.F) {
 		"", "a", "orders/42", "clé/🔒", "\x00", "\x1f", "\x7f", "\xc2\x80", "\xc2\x9f", "\xc2\xa0",
 		"\xed\xa0\x80", "\xc0\x80", "\xe0\x80\x80", "\xf0\x80\x80\x80", "\xf4\x90\x80\x80", "\xf4\x8f\xbf\xbf",
 		strings.Repeat("k", 250), strings.Repeat("k", 251), strings.Repeat("é", 125) + "\xc3",
+		"bench:000000\x7f042", "bench:00\x1f0000042", "bench:0000000\x0042", "bench:00000000é42", "bench:0000000\xc2\x85",
 	} {
 		f.Add([]byte(k))
 	}

@@ -93,6 +93,22 @@ func TestBenchSmoke(t *testing.T) {
 		}
 	})
 
+	t.Run("hot key after a warmup", func(t *testing.T) {
+		// The server's counters are read again when the warmup ends, so
+		// handoffs/s covers the measured time only: with a 1 s warmup
+		// before 0.5 s, counting from the start made it about 3× the
+		// grants the generator measured (handoffs/s overstated).
+		r, _ := runBenchCLI(t, "--addr", addr, "--conns", "4", "--pipeline", "1", "--hot-keys", "1", "--wait", "10s",
+			"--warmup", "1s", "--duration", "500ms")
+		g := r.Outcomes["G"]
+		if r.Server == nil || g == 0 || r.Server.Handoffs > 2*g+16 {
+			t.Fatalf("server %+v, %d grants measured: the counters must cover the measured time", r.Server, g)
+		}
+		if f := r.Fairness; f == nil || f.Gaps == nil || f.Gaps.Count == 0 || f.P50WaitUS <= 0 || f.P50WaitUS > f.MaxWaitUS {
+			t.Fatalf("fairness %+v", f)
+		}
+	})
+
 	t.Run("try", func(t *testing.T) {
 		r, _ := runBenchCLI(t, "--addr", addr, "--mode", "try", "--conns", "2", "--pipeline", "4", "--keys", "50", "--ops", "300")
 		if r.Outcomes["T"] != r.Ops || r.Outcomes["G"] != 0 {

@@ -340,7 +340,7 @@ func (t *Table) moveEntry(from, to uint32) {
 	if d.hpos != 0 {
 		t.renumberItem(d.hpos, to)
 	}
-	if len(t.sets) > 0 && d.token != 0 && d.token != blockedTok {
+	if t.sets.n > 0 && d.token != 0 && d.token != blockedTok {
 		t.renumberSet(d.token, from, to) // a held set names its entries
 	}
 	if d.token == 0 { // idle: its neighbours now point at to

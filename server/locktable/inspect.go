@@ -47,7 +47,7 @@ func (t *Table) Locks(now int64, prefix string, fn func(LockInfo) bool) {
 			li = LockInfo{Key: t.keyString(i)}
 		} else {
 			li = LockInfo{Key: t.keyString(i), Token: e.token, HolderConn: t.holderConn(e)}
-			if hs := t.sets[e.token]; hs != nil {
+			if hs := t.sets.get(e.token); hs != nil {
 				li.Set = t.heldKeys(hs)
 			}
 			if r := e.lease - now; r > 0 {

@@ -92,7 +92,7 @@ func (t *Table) CheckInvariants() error {
 			}
 		} else {
 			held++
-			hs := t.sets[e.token]
+			hs := t.sets.get(e.token)
 			if other, dup := tokens[e.token]; dup && hs == nil {
 				return fmt.Errorf("keys %q and %q hold the same token %d", other, k, e.token)
 			}
@@ -190,15 +190,33 @@ func (t *Table) CheckInvariants() error {
 	}
 	// key sets: every held set's keys hold its token; no waiting set is
 	// left grantable (at the head of all its keys, all of them blocked)
-	for tok, hs := range t.sets {
+	var setErr error
+	nSets := 0
+	t.sets.each(func(tok uint64, hs *heldSet) {
+		nSets++
+		if setErr != nil {
+			return
+		}
+		if t.sets.get(tok) != hs {
+			setErr = fmt.Errorf("held set %d: not found by its token", tok)
+			return
+		}
 		if hs.n < 2 || hs.n > len(hs.ents) {
-			return fmt.Errorf("held set %d: %d keys", tok, hs.n)
+			setErr = fmt.Errorf("held set %d: %d keys", tok, hs.n)
+			return
 		}
 		for k, i := range hs.ents[:hs.n] {
 			if i >= t.n || t.ent(i).token != tok || slices.Contains(hs.ents[:k], i) {
-				return fmt.Errorf("held set %d: entry %d does not hold its token (or twice)", tok, i)
+				setErr = fmt.Errorf("held set %d: entry %d does not hold its token (or twice)", tok, i)
+				return
 			}
 		}
+	})
+	if setErr != nil {
+		return setErr
+	}
+	if nSets != t.sets.n {
+		return fmt.Errorf("set index: %d held sets, counted %d", nSets, t.sets.n)
 	}
 	if t.nFreeSets > t.limits.IdleCache {
 		return fmt.Errorf("free list holds %d held sets > %d", t.nFreeSets, t.limits.IdleCache)

@@ -78,7 +78,7 @@ func (t *Table) recycleHeldSet(hs *heldSet) {
 
 // renumberSet replaces entry from by to in the held set of token tok, if any.
 func (t *Table) renumberSet(tok uint64, from, to uint32) {
-	hs := t.sets[tok]
+	hs := t.sets.get(tok)
 	if hs == nil {
 		return
 	}
@@ -98,11 +98,11 @@ func seqOf(w *waiter) uint64 {
 }
 
 // IsSetToken reports whether token is the token of a held key set.
-func (t *Table) IsSetToken(token uint64) bool { return len(t.sets) > 0 && t.sets[token] != nil }
+func (t *Table) IsSetToken(token uint64) bool { return t.sets.n > 0 && t.sets.get(token) != nil }
 
 // SetKeys returns the keys of the held set with token (S order), nil when none.
 func (t *Table) SetKeys(token uint64) []string {
-	if hs := t.sets[token]; hs != nil {
+	if hs := t.sets.get(token); hs != nil {
 		return t.heldKeys(hs)
 	}
 	return nil
@@ -116,20 +116,44 @@ func (t *Table) SetKeys(token uint64) []string {
 // max_waiters (the set counts once); otherwise Queued, answered later through
 // the Sink.
 func (t *Table) AcquireSet(now int64, owner Owner, keys [][]byte, leaseMS, waitMS uint32) Effect {
-	t.now = max(t.now, now)
-	if t.queued > 0 && t.waiters[owner] != nil {
-		return Effect{Owner: owner, Status: wire.StatusError, Code: wire.CodeDuplicateReqID}
-	}
+	e, _ := t.acquireSet(now, owner, keys, leaseMS, waitMS, false)
+	return e
+}
+
+// AcquireSetKnown is AcquireSet on a table that must already have an entry
+// (held, queued on or idle) for every key: known is false, and nothing
+// changed, when one has none. The single node's set table uses it: a key
+// with an entry there is one moved there (server/backend_sets.go).
+func (t *Table) AcquireSetKnown(now int64, owner Owner, keys [][]byte, leaseMS, waitMS uint32) (e Effect, known bool) {
+	return t.acquireSet(now, owner, keys, leaseMS, waitMS, true)
+}
+
+func (t *Table) acquireSet(now int64, owner Owner, keys [][]byte, leaseMS, waitMS uint32, known bool) (Effect, bool) {
 	var ents [wire.MaxSetKeys]uint32
 	allFree, fresh := true, 0
 	for k, key := range keys {
 		i := t.findBytes(key)
 		ents[k] = i
-		if i == noEntry || t.ent(i).token == 0 {
+		if i == noEntry {
+			if known {
+				return Effect{}, false
+			}
+			fresh++
+		} else if t.ent(i).token == 0 {
 			fresh++
 		} else {
 			allFree = false
 		}
+	}
+	return t.acquireSetFound(now, owner, keys, &ents, allFree, fresh, leaseMS, waitMS), true
+}
+
+// acquireSetFound is AcquireSet once keys' entries (ents, noEntry when
+// none) were found: allFree when none is active, fresh of them not active.
+func (t *Table) acquireSetFound(now int64, owner Owner, keys [][]byte, ents *[wire.MaxSetKeys]uint32, allFree bool, fresh int, leaseMS, waitMS uint32) Effect {
+	t.now = max(t.now, now)
+	if t.queued > 0 && t.waiters[owner] != nil {
+		return Effect{Owner: owner, Status: wire.StatusError, Code: wire.CodeDuplicateReqID}
 	}
 	if fresh > 0 && t.limits.MaxKeys > 0 && t.counts.Keys()+int64(fresh) > int64(t.limits.MaxKeys) {
 		t.counter.Busy++
@@ -220,10 +244,7 @@ func (t *Table) grantSet(now int64, ents []uint32, conn uint64, leaseMS uint32) 
 		t.pushLease(i)
 	}
 	t.lastTok = tok
-	if t.sets == nil {
-		t.sets = make(map[uint64]*heldSet)
-	}
-	t.sets[tok] = hs
+	t.sets.put(tok, hs)
 	t.counter.Grants++
 	return tok
 }
@@ -326,7 +347,7 @@ func (t *Table) processRecheck(now int64) {
 // freeSet ends held set hs (token tok): all its keys are freed at once, then
 // each is handed to its next head in the set's key order (§12.2).
 func (t *Table) freeSet(now int64, tok uint64, hs *heldSet) {
-	delete(t.sets, tok)
+	t.sets.del(tok)
 	t.noTrim = true
 	for _, i := range hs.ents[:hs.n] {
 		t.removeLease(i)
@@ -347,7 +368,7 @@ func (t *Table) freeSet(now int64, tok uint64, hs *heldSet) {
 // key then freed at once and handed to its next head; otherwise N.
 func (t *Table) ReleaseSet(now int64, owner Owner, keys [][]byte, token uint64) Effect {
 	t.now = max(t.now, now)
-	hs := t.sets[token]
+	hs := t.sets.get(token)
 	if hs == nil || len(keys) != hs.n {
 		t.counter.NotHolder++
 		return Effect{Owner: owner, Status: wire.StatusNotHolder}
@@ -440,6 +461,27 @@ func (t *Table) InsertKey(ks KeyState) {
 		t.enqueue(i, w, ws.Deadline)
 	}
 }
+
+// ForgetIdle removes key's entry when the key is idle here (free, no
+// waiters) and reports whether it is idle. The single node's set table uses
+// it when a key goes back to its shard (server/backend_sets.go). Not during
+// a command.
+func (t *Table) ForgetIdle(key string) bool {
+	i := t.findString(key)
+	if i == noEntry {
+		return true
+	}
+	if t.ent(i).token != 0 {
+		return false
+	}
+	t.idleRemove(i)
+	t.removeEntry(i)
+	return true
+}
+
+// Known reports whether the table has an entry for key: active, or idle in
+// the idle cache.
+func (t *Table) Known(key string) bool { return t.findString(key) != noEntry }
 
 // IdleKey is Idle for a key in bytes (no copy).
 func (t *Table) IdleKey(key []byte) bool {

@@ -63,7 +63,7 @@ func (t *Table) SnapshotUnordered() State {
 			ks = KeyState{Key: t.keyString(i)}
 		} else {
 			ks = KeyState{Key: t.keyString(i), Token: e.token, Holder: t.holderConn(e), Grant: e.grant, Deadline: e.lease}
-			if hs := t.sets[e.token]; hs != nil {
+			if hs := t.sets.get(e.token); hs != nil {
 				ks.Set = t.heldKeys(hs)
 			}
 		}
@@ -121,16 +121,13 @@ func (t *Table) Restore(s State) error {
 			e.token, e.holder, e.grant, e.lease = ks.Token, t.refConn(ks.Holder), ks.Grant, ks.Deadline
 			t.lastTok = max(t.lastTok, e.token)
 			t.pushLease(i)
-			if ks.Set != nil && t.sets[ks.Token] == nil {
-				if t.sets == nil {
-					t.sets = make(map[uint64]*heldSet)
-				}
+			if ks.Set != nil && t.sets.get(ks.Token) == nil {
 				if len(ks.Set) > wire.MaxSetKeys {
 					return fmt.Errorf("locktable: restore: key set of %d keys", len(ks.Set))
 				}
 				hs := t.newHeldSet()
 				hs.n, hs.conn = len(ks.Set), ks.Holder
-				t.sets[ks.Token] = hs
+				t.sets.put(ks.Token, hs)
 				setKeys = append(setKeys, setPend{ks.Token, ks.Set})
 			}
 		}
@@ -139,7 +136,7 @@ func (t *Table) Restore(s State) error {
 		}
 	}
 	for _, sp := range setKeys {
-		tok, hs := sp.tok, t.sets[sp.tok]
+		tok, hs := sp.tok, t.sets.get(sp.tok)
 		for k, key := range sp.keys {
 			i := t.findString(key)
 			if i == noEntry || t.ent(i).token != tok {

@@ -140,11 +140,11 @@ type Table struct {
 	lastTok uint64 // token of the last lease armed (leases are ordered by token)
 
 	// key sets (sets.go)
-	sets    map[uint64]*heldSet // held key sets by token
-	blocked int                 // entries blocked for a waiting set at their queue's head
-	noTrim  bool                // a set operation runs: postpone idle trimming (entry numbers stay put)
-	recheck []uint32            // blocked entries whose next head must be settled
-	now     int64               // latest instant a command carried (for commands without one)
+	sets    setIndex // held key sets by token (setindex.go)
+	blocked int      // entries blocked for a waiting set at their queue's head
+	noTrim  bool     // a set operation runs: postpone idle trimming (entry numbers stay put)
+	recheck []uint32 // blocked entries whose next head must be settled
+	now     int64    // latest instant a command carried (for commands without one)
 
 	// recycled structs, each list capped at the idle cache size so memory
 	// falls back after a burst
@@ -296,7 +296,7 @@ func (t *Table) enqueue(i uint32, w *waiter, deadline int64) {
 func (t *Table) Release(now int64, owner Owner, key []byte, token uint64) Effect {
 	i := t.findBytes(key)
 	if i == noEntry || t.ent(i).token == 0 || t.ent(i).token != token || token == blockedTok ||
-		(len(t.sets) > 0 && t.sets[token] != nil) { // a set is released whole (§12.2)
+		(t.sets.n > 0 && t.sets.get(token) != nil) { // a set is released whole (§12.2)
 		t.counter.NotHolder++
 		return Effect{Owner: owner, Status: wire.StatusNotHolder}
 	}
@@ -463,9 +463,9 @@ func (t *Table) timeoutWaiter(now int64, w *waiter) {
 
 func (t *Table) expire(now int64, i uint32) {
 	t.counter.Expiries++
-	if len(t.sets) > 0 {
-		if tok := t.ent(i).token; t.sets[tok] != nil {
-			t.freeSet(now, tok, t.sets[tok]) // the lease covers every key: all end at once
+	if t.sets.n > 0 {
+		if tok := t.ent(i).token; t.sets.get(tok) != nil {
+			t.freeSet(now, tok, t.sets.get(tok)) // the lease covers every key: all end at once
 			return
 		}
 	}

@@ -182,7 +182,15 @@ static void op_answer(tk_op *op, call *c, uint64_t now) {
             if (++op->moves > MAX_MOVES) {
                 uint64_t d = redirect_delay(++op->rounds);
                 if (op->wait == 0 || op->budget_end <= now + d) {
-                    tki_op_finish(op, TK_E_NO_LEADER, 0, NULL);
+                    /* said as the Go client says it (client/ops.go noLeaderErr): which case an operator has */
+                    char m[TK_MAX_ERROR + 128];
+                    if (c->payload[0])
+                        snprintf(m, sizeof m, "no cluster leader: redirected %d times in a row to %s, which did not answer as the leader",
+                                 op->moves, c->payload);
+                    else
+                        snprintf(m, sizeof m, "no cluster leader elected: the nodes answered %d times in a row that they know none (an election is under way, or a majority of the nodes is down)",
+                                 op->moves);
+                    tki_op_finish(op, TK_E_NO_LEADER, 0, m);
                     return;
                 }
                 op->next_try = now + d;

@@ -24,7 +24,7 @@ final class Call {
     long sentNanos;
     boolean pending;
     ReleaseOp release; // a release attempt's operation (the sweeper's give-up)
-    TicketingClient.AcquireOp acquire; // an acquire attempt's operation (the sweeper's answer allowance, R2)
+    AcquireOp acquire; // an acquire attempt's operation (the sweeper's answer allowance, R2)
     boolean blocking; // enqueued by a blocking caller's own thread (which waits for the answer)
     boolean virtual; // ... and that thread is a virtual thread (JDK 21+): it writes its own frames
     boolean flush; // queued without waking the writer: the enqueuing thread writes it (Conn#flush)

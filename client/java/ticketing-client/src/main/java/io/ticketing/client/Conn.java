@@ -95,6 +95,7 @@ final class Conn {
         }
     }
     private Socket writer; // the socket whose output a thread (a sender or the supervisor) owns now
+    private Call claim; // the call whose caller took the writer role at enqueue and will flush (Conn#flush)
     private Thread supervisor;
 
     Conn(TicketingClient cl, String addr) {
@@ -199,6 +200,7 @@ final class Conn {
             wlen = 0;
             deferredAt = 0;
             writer = null;
+            claim = null;
             blockingPending = 0;
         } finally {
             mu.unlock();
@@ -321,13 +323,15 @@ final class Conn {
             enqueueLocked(c);
             if (writer != sock) {
                 if (c.virtual || c.blocking && blockingPending <= 1) {
-                    // A virtual thread always writes its own frame (or leaves it to the writer
-                    // of the moment, which takes every queued frame before it lets go): parking
-                    // and unparking a virtual thread is cheap, waking the supervisor (a platform
-                    // thread) per batch is not (issue 34 item 8).
-                    // The only blocking caller waiting here (nothing to batch with): its own thread
-                    // writes the frame (flush), after leaving its operation's lock, which saves the
-                    // supervisor's wake-up. With more, the supervisor batches their frames.
+                    // The caller takes the writer role now and writes this frame and every one
+                    // queued until it takes the buffer (flush, after leaving its operation's
+                    // lock); callers enqueuing meanwhile find the role taken and only park.
+                    // A virtual thread: waking the supervisor (a platform thread) per batch costs
+                    // far more than parking and unparking virtual threads (issue 34 item 8). The
+                    // only blocking caller waiting here (nothing to batch with): its own thread
+                    // saves the supervisor's wake-up. With more, the supervisor batches them.
+                    writer = sock;
+                    claim = c;
                     c.flush = true;
                 } else if (!c.blocking && cl.deferFlush(this)) {
                     // On a callback worker: it writes after the callback, with the frames of the
@@ -412,13 +416,27 @@ final class Conn {
      * supervisor) owns the socket's output: that one writes everything queued before it lets go.
      */
     void flush() {
+        flush(null);
+    }
+
+    /**
+     * {@link #flush()} for the caller that took the writer role when it queued {@code claimed}
+     * (enqueue): it writes unless the connection went down or was replaced since. Null: take the
+     * role only when it is free.
+     */
+    void flush(Call claimed) {
         Socket s;
         byte[] buf;
         int n;
         mu.lock();
         try {
             s = sock;
-            if (s == null || writer == s || wlen == 0) {
+            if (claimed != null) {
+                if (claim != claimed) {
+                    return; // the connection went down since (kill, install)
+                }
+                claim = null;
+            } else if (s == null || writer == s || wlen == 0) {
                 return;
             }
             writer = s;
@@ -541,6 +559,7 @@ final class Conn {
             inflight = 0;
             blockingPending = 0;
             wlen = 0;
+            claim = null;
             kick.signalAll();
         } finally {
             mu.unlock();

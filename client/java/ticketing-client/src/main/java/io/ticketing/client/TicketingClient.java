@@ -21,7 +21,6 @@ import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicLong;
-import java.util.concurrent.locks.ReentrantLock;
 import javax.net.ssl.SSLContext;
 import javax.net.ssl.SSLException;
 
@@ -52,7 +51,7 @@ public final class TicketingClient implements AutoCloseable {
     static final long POLL_NANOS = TimeUnit.MILLISECONDS.toNanos(5);
     private static final long SWEEP_NANOS = TimeUnit.MILLISECONDS.toNanos(50);
     /** R1: how long past a shorter wait a call waits for a connection that is opened for the first time. */
-    private static final long FIRST_CONNECT_GRACE_NANOS = TimeUnit.SECONDS.toNanos(1);
+    static final long FIRST_CONNECT_GRACE_NANOS = TimeUnit.SECONDS.toNanos(1);
 
     final byte[] token;
     final SSLContext ssl;
@@ -72,7 +71,7 @@ public final class TicketingClient implements AutoCloseable {
     private volatile Endpoint leader;
     private final AtomicInteger rr = new AtomicInteger();
     final AtomicInteger releasing = new AtomicInteger(); // releases in flight (ReleaseOp)
-    private final AtomicInteger abandoned = new AtomicInteger(); // acquires given up while their answer is outstanding
+    final AtomicInteger abandoned = new AtomicInteger(); // acquires given up while their answer is outstanding
     private final AtomicLong compensations = new AtomicLong();
     private volatile Throwable lastError;
 
@@ -521,7 +520,7 @@ public final class TicketingClient implements AutoCloseable {
      * The configuration error (auth, TLS) when no connection is up and every connection's last
      * attempt failed with one (R4, R5), else null.
      */
-    private Throwable configErr() {
+    Throwable configErr() {
         Throwable e = null;
         for (Conn c : pool.conns) {
             Throwable x = c.configError();
@@ -534,7 +533,7 @@ public final class TicketingClient implements AutoCloseable {
     }
 
     /** Whether a connection is making its first attempt (R1's grace). */
-    private boolean firstConnecting() {
+    boolean firstConnecting() {
         for (Conn c : pool.conns) {
             if (c.connecting()) {
                 return true;
@@ -728,12 +727,13 @@ public final class TicketingClient implements AutoCloseable {
     private static void flush(Call c) {
         if (c != null) {
             if (c.virtual) {
-                // Let the other virtual callers the reader has just woken append their frames
-                // first (a virtual thread's yield is a cheap reschedule): then one write carries
-                // them all, as the Go client's writer batches.
+                // Holding the writer role, let the other virtual callers the reader has just
+                // woken append their frames first (a virtual thread's yield is a cheap
+                // reschedule; they only park): then one write carries them all, as the Go
+                // client's writer batches, and one caller per batch yields, not every one.
                 Thread.yield();
             }
-            c.conn.flush();
+            c.conn.flush(c);
         }
     }
 
@@ -1110,100 +1110,6 @@ public final class TicketingClient implements AutoCloseable {
     }
 
     /**
-     * The future of an acquire. Stages derived from it ({@code thenApply}, {@code thenCompose},
-     * {@code whenComplete}, ... and stages derived from those) are {@link Dependent}s: cancelling
-     * one of them, or completing it exceptionally from outside ({@code orTimeout}), while the
-     * acquire is still pending withdraws the acquire like cancelling this future does (issue 34
-     * item 9, R11).
-     */
-    private final class AcquireFuture extends CompletableFuture<Lease> {
-        final AcquireOp op;
-        private volatile boolean delivering;
-
-        AcquireFuture(AcquireOp op) {
-            this.op = op;
-        }
-
-        void deliver(Lease l, Throwable e) {
-            delivering = true;
-            if (e != null) {
-                super.completeExceptionally(e);
-            } else if (!complete(l)) {
-                l.releaseInBackground(); // cancelled meanwhile
-            }
-        }
-
-        @Override
-        public <U> CompletableFuture<U> newIncompleteFuture() {
-            return new Dependent<>(this);
-        }
-
-        /** From outside (orTimeout, a caller giving up): withdraws like cancel. */
-        @Override
-        public boolean completeExceptionally(Throwable ex) {
-            if (delivering || isDone()) {
-                return super.completeExceptionally(ex);
-            }
-            op.cancel();
-            return super.completeExceptionally(ex);
-        }
-
-        @Override
-        public boolean cancel(boolean mayInterruptIfRunning) {
-            if (isDone()) {
-                return false;
-            }
-            if (!op.cancel()) {
-                Lease l = op.result.getNow(null);
-                if (l != null && !super.isDone()) {
-                    boolean ok = super.cancel(mayInterruptIfRunning);
-                    if (ok) {
-                        l.releaseInBackground();
-                    }
-                    return ok;
-                }
-            }
-            return super.cancel(mayInterruptIfRunning);
-        }
-    }
-
-    /**
-     * A stage derived from an {@link AcquireFuture}: cancelling it (or completing it exceptionally
-     * from outside, as {@code orTimeout} does) cancels the acquire it derives from while that is
-     * still pending. Once the acquire completed, the lease belongs to the caller's stages.
-     */
-    static final class Dependent<T> extends CompletableFuture<T> {
-        private final CompletableFuture<Lease> root;
-
-        Dependent(CompletableFuture<Lease> root) {
-            this.root = root;
-        }
-
-        @Override
-        public <U> CompletableFuture<U> newIncompleteFuture() {
-            return new Dependent<>(root);
-        }
-
-        @Override
-        public boolean cancel(boolean mayInterruptIfRunning) {
-            boolean ok = super.cancel(mayInterruptIfRunning);
-            if (ok && !root.isDone()) {
-                root.cancel(mayInterruptIfRunning);
-            }
-            return ok;
-        }
-
-        @Override
-        public boolean completeExceptionally(Throwable ex) {
-            boolean ok = super.completeExceptionally(ex);
-            if (ok && !root.isDone()) {
-                root.cancel(false);
-            }
-            return ok;
-        }
-    }
-
-    /**
      * Starts an acquire; {@code blocking}: the calling thread waits for it (see
      * {@link Call#blocking}).
      */
@@ -1243,259 +1149,6 @@ public final class TicketingClient implements AutoCloseable {
             return (CancellationException) e;
         }
         return new TicketingException("internal error: " + e, -1, e);
-    }
-
-    /** One acquire, retried only when never sent or answered M, within the remaining wait. */
-    final class AcquireOp {
-        final TicketingClient cl = TicketingClient.this;
-        final byte[] key; // a set's: its first key (the key of its C)
-        byte[][] keys; // a key set's keys (protocol.md §12.2), else null
-        long minRemainingNanos; // R14, 0 = none
-        final long leaseMs;
-        long waitMs;
-        final long budgetEnd;
-        final long grace; // R1: a connection opened for the first time may be waited for until here
-        int moves;
-        int rounds;
-        final CompletableFuture<Lease> result = new CompletableFuture<>();
-        private Call call;
-        private boolean finished;
-
-        // A lock, not a monitor: a virtual caller may park in it (JDK 21-23 pin a virtual
-        // thread's carrier while it parks holding a monitor).
-        private final ReentrantLock lock = new ReentrantLock();
-        private boolean waitedForConnection; // guarded by lock
-        private String lastAddr; // the server of the last attempt, for messages
-        private final boolean queues; // asked with a wait > 0
-
-        Thread caller; // a blocking caller's thread (its calls let the writer wait for others)
-        Call toFlush; // the caller's call that it writes itself, off this operation's lock
-
-        AcquireOp(TicketingClient cl, byte[] key, long leaseMs, long waitMs) {
-            this.key = key;
-            this.leaseMs = leaseMs;
-            this.waitMs = waitMs;
-            this.queues = waitMs > 0;
-            long now = System.nanoTime();
-            budgetEnd = now + TimeUnit.MILLISECONDS.toNanos(waitMs);
-            grace = now + FIRST_CONNECT_GRACE_NANOS;
-        }
-
-        void attempt() {
-            lock.lock();
-            try {
-                attemptLocked();
-            } finally {
-                lock.unlock();
-            }
-        }
-
-        private void attemptLocked() {
-            if (finished) {
-                return;
-            }
-            if (isClosed()) {
-                fail(new ClientClosedException("client closed"));
-                return;
-            }
-            if (waitedForConnection && waitMs > 0) {
-                // Time spent waiting for a connection or a slot comes out of the
-                // wait the request carries: wait bounds the whole call.
-                long rem = Math.max(0, (budgetEnd - System.nanoTime()) / 1_000_000);
-                if (rem < waitMs) {
-                    waitMs = rem;
-                }
-            }
-            // Counts against max_inflight by the wait it was asked with, even once
-            // shortened to 0 (a slot is what it has been waiting for).
-            Call c = new Call(keys == null ? Wire.OP_ACQUIRE : Wire.OP_ACQUIRE_SET, key, (leaseMs << 32) | waitMs,
-                    waitMs > 0 || waitedForConnection && queues, this::onAnswer);
-            c.keys = keys;
-            c.acquire = this;
-            c.blocking = caller == Thread.currentThread();
-            c.virtual = c.blocking && Conn.isVirtual(caller);
-            int r = tryEnqueue(c);
-            if (r == Conn.ENQ_OK) {
-                call = c;
-                lastAddr = c.conn.addr;
-                if (c.flush) {
-                    toFlush = c;
-                }
-                return;
-            }
-            if (r == Conn.ENQ_UNSUPPORTED) {
-                fail(new UnsupportedFeatureException("key sets are not supported by this server (protocol 1.1 KEY_SETS, docs/protocol.md §12.1); nothing sent"));
-                return;
-            }
-            long limit = budgetEnd;
-            if (r != Conn.ENQ_FULL) {
-                Throwable ce = configErr();
-                if (ce != null) {
-                    // Every connection failed auth or TLS: retrying will not help (R4, R5).
-                    fail(connectError(ce));
-                    return;
-                }
-                if (limit - grace < 0 && firstConnecting()) {
-                    limit = grace; // a connection is being opened for the first time (R1)
-                }
-            }
-            if (System.nanoTime() - limit >= 0) {
-                fail(r == Conn.ENQ_FULL ? new AcquireTimeoutException("no free max_inflight slot within the wait") : connectError());
-                return;
-            }
-            waitedForConnection = true;
-            schedule(this::attempt, POLL_NANOS);
-        }
-
-        private void fail(TicketingException e) {
-            finished = true;
-            result.completeExceptionally(e.at(where(keys == null ? "acquire" : "acquire set", key, lastAddr)));
-        }
-
-        /** Withdraws; false when the result is already decided. */
-        /**
-         * The sweeper found c written and unanswered past its wait plus the answer allowance
-         * (R2): withdraws it (a grant that arrives later is released) and ends Indeterminate.
-         */
-        void overdue(Call c) {
-            lock.lock();
-            try {
-                if (finished || call != c) {
-                    return;
-                }
-                long waited = c.arg & 0xffffffffL;
-                abandoned.incrementAndGet(); // until onAnswer has seen its answer (drain)
-                c.conn.withdraw(c); // when answered meanwhile, onAnswer compensates a grant
-                fail(new IndeterminateException("no answer within " + (waited + answerAllowanceNanos / 1_000_000L)
-                        + " ms of the request's write (its wait " + waited + " ms + the answer allowance "
-                        + answerAllowanceNanos / 1_000_000L + " ms); withdrawn"));
-            } finally {
-                lock.unlock();
-            }
-        }
-
-        boolean cancel() {
-            lock.lock();
-            try {
-                return cancelLocked();
-            } finally {
-                lock.unlock();
-            }
-        }
-
-        private boolean cancelLocked() {
-            if (finished) {
-                return false;
-            }
-            finished = true;
-            Call c = call;
-            if (c != null) {
-                abandoned.incrementAndGet(); // until onAnswer has seen its answer (drain)
-                c.conn.withdraw(c); // when already answered, onAnswer compensates a grant
-            }
-            result.completeExceptionally(new CancellationException("acquire cancelled"));
-            return true;
-        }
-
-        void onAnswer(Call c) {
-            lock.lock();
-            try {
-                onAnswerLocked(c);
-            } finally {
-                lock.unlock();
-            }
-        }
-
-        private void onAnswerLocked(Call c) {
-            if (c != call) {
-                return;
-            }
-            call = null;
-            Wire.Response r = c.resp;
-            if (finished) {
-                if (c.fail == Call.FAIL_NONE && r.status() == Wire.ST_GRANTED) {
-                    compensate(key, keys, r.value());
-                }
-                abandoned.decrementAndGet(); // the compensation (if any) is queued: counted in releasing
-                return;
-            }
-            if (c.fail != Call.FAIL_NONE) {
-                if (c.fail == Call.FAIL_LOST) {
-                    if (c.failCause instanceof ClientClosedException) {
-                        fail(new IndeterminateException("client closed after the acquire was sent", -1, c.failCause));
-                    } else {
-                        fail(new IndeterminateException("connection lost after the request was written: " + c.failCause, -1, c.failCause));
-                    }
-                    return;
-                }
-                if (isClosed()) {
-                    fail(new ClientClosedException("client closed"));
-                    return;
-                }
-                retry(0);
-                return;
-            }
-            switch (r.status()) {
-                case Wire.ST_GRANTED:
-                    long deadline = c.sentNanos + r.queued() * 16_000_000L + TimeUnit.MILLISECONDS.toNanos(leaseMs);
-                    Lease l = new Lease(cl, key, keys, r.value(), deadline);
-                    long left = deadline - System.nanoTime();
-                    if (minRemainingNanos > 0 && left < minRemainingNanos) {
-                        l.releaseInBackground(); // R14: the grant is released at once
-                        fail(new InsufficientLeaseException("granted with " + Math.max(0, left / 1_000_000) + " ms of the lease left, below min_remaining "
-                                + TimeUnit.NANOSECONDS.toMillis(minRemainingNanos) + " ms; released"));
-                        return;
-                    }
-                    finished = true;
-                    result.complete(l);
-                    return;
-                case Wire.ST_TIMEOUT:
-                    fail(new AcquireTimeoutException("timed out, not acquired"));
-                    return;
-                case Wire.ST_BUSY:
-                    fail(new BusyException("busy (" + busyName(r.code()) + "), not acquired", r.code(), null));
-                    return;
-                case Wire.ST_UNKNOWN:
-                    fail(new IndeterminateException("the cluster could not confirm the commit", r.code() == 0 ? -1 : r.code(), null));
-                    return;
-                case Wire.ST_ERROR:
-                    fail(serverError(r));
-                    return;
-                case Wire.ST_MOVED:
-                default:
-                    String addr = new String(r.payload(), StandardCharsets.UTF_8);
-                    follow(addr);
-                    moves++;
-                    if (moves > MAX_MOVES) {
-                        rounds++;
-                        long d = redirectNanos(rounds);
-                        if (waitMs == 0 || budgetEnd - System.nanoTime() <= d) {
-                            fail(new ConnectionException("no leader: " + moves + " consecutive redirects (last to \"" + addr + "\")"));
-                            return;
-                        }
-                        moves = 0;
-                        retry(d);
-                        return;
-                    }
-                    retry(0);
-            }
-        }
-
-        private void retry(long delay) {
-            if (waitMs > 0) {
-                long rem = budgetEnd - System.nanoTime() - delay;
-                if (rem < 1_000_000) {
-                    fail(new AcquireTimeoutException("timed out, not acquired"));
-                    return;
-                }
-                waitMs = rem / 1_000_000;
-            }
-            if (delay > 0) {
-                schedule(this::attempt, delay);
-            } else {
-                schedule(this::attempt, 0); // off the reader thread
-            }
-        }
     }
 
     /** A key for messages: quoted, at most 40 bytes of it. */
