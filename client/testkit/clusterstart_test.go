@@ -1,12 +1,11 @@
-package testkit
+package testkit_test
 
 import (
 	"net"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/ticketing/ticketing/client/testkit"
 )
 
 // TestClusterStartRetriesATakenPeerPort: a peer port taken between the
@@ -18,28 +17,22 @@ func TestClusterStartRetriesATakenPeerPort(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a 3-node cluster")
 	}
-	bin := filepath.Join(t.TempDir(), "ticketing")
-	cmd := exec.Command("go", "build", "-o", bin, "github.com/ticketing/ticketing/cmd/ticketing")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin, _ := build(t)
 	taken, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer taken.Close()
 	calls := 0
-	peerPort = func() (string, error) {
+	defer testkit.SetPeerPort(func() (string, error) {
 		calls++
 		if calls == 1 {
 			return taken.Addr().String(), nil
 		}
-		return freePort()
-	}
-	defer func() { peerPort = freePort }()
+		return testkit.FreePort()
+	})()
 
-	e, err := StartEnv("cluster", bin, t.TempDir())
+	e, err := testkit.StartEnv("cluster", bin, t.TempDir())
 	if err != nil {
 		t.Fatalf("cluster did not start after a taken peer port: %v", err)
 	}
